@@ -1,0 +1,328 @@
+/*
+ * jitop: compile CUDA .cu sources at run time with NVRTC, keep the binaries in
+ * a content-addressed on-disk cache, load them through the CUDA driver and
+ * hand out named, launchable ops, with hot reload when a source changes.
+ *
+ * This header is the documentation. Conventions that hold for every call:
+ *  - Every call returns an int status: JITOP_OK (0) or one of jitop_status.
+ *    jitop_strerror() names a status; jitop_errmsg() gives the details of the
+ *    last failure on the calling thread (the NVRTC log with file:line, the
+ *    path or argument at fault). That text is owned by the library.
+ *  - Handles are opaque. Whatever a call creates, the matching destroy call
+ *    frees; every destroy call accepts NULL.
+ *  - A failing call leaves its outputs untouched (or NULL) and frees anything
+ *    it created along the way.
+ *  - Contexts may be used from several threads at once: load, op lookup and
+ *    launch take the locks they need.
+ */
+#ifndef JITOP_H
+#define JITOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(JITOP_BUILDING) && defined(__GNUC__)
+#define JITOP_API __attribute__((visibility("default")))
+#else
+#define JITOP_API
+#endif
+
+#define JITOP_VERSION_MAJOR 0
+#define JITOP_VERSION_MINOR 1
+#define JITOP_VERSION_PATCH 0
+#define JITOP_VERSION_NUMBER \
+    (JITOP_VERSION_MAJOR * 10000 + JITOP_VERSION_MINOR * 100 + JITOP_VERSION_PATCH)
+
+/* The JITOP_VERSION_NUMBER the library was built with (compare with the
+ * header's to catch a mismatched shared library). */
+JITOP_API int jitop_version(void);
+/* "MAJOR.MINOR.PATCH" of the library. Static storage. */
+JITOP_API const char *jitop_version_string(void);
+
+/* ---------------------------------------------------------------- errors */
+
+typedef enum jitop_status {
+    JITOP_OK = 0,
+    JITOP_EINVAL,    /* an argument is invalid; the message names it */
+    JITOP_ENOMEM,    /* out of host memory */
+    JITOP_EIO,       /* a file could not be read or written; the message names it */
+    JITOP_ECOMPILE,  /* NVRTC rejected the source; the message holds its log (file:line) */
+    JITOP_ENVRTC,    /* NVRTC itself failed (not a source error) */
+    JITOP_ENODRIVER, /* no usable CUDA driver (libcuda.so.1 missing, or no device) */
+    JITOP_ECUDA,     /* the driver returned an error; the message has its name and text */
+    JITOP_ENOTFOUND, /* no such file, op or device */
+    JITOP_EARGS,     /* launch arguments do not match the kernel's parameters */
+    JITOP_EUNSAFE,   /* the cache directory is owned by another user or writable by others */
+    JITOP_ESTALE,    /* an op's kernel no longer exists or changed signature after a reload */
+    JITOP_ENOTSUP,   /* not supported on this device, driver or build */
+    JITOP_STATUS_COUNT
+} jitop_status;
+
+/* A short fixed description of a status ("NVRTC compile error", ...).
+ * Never NULL; an unknown status gives "unknown jitop status". */
+JITOP_API const char *jitop_strerror(int status);
+
+/* The details of the last call that failed on the calling thread (the ctx
+ * argument may be NULL). Valid until the next jitop call on this thread.
+ * Never NULL; "" when nothing failed yet. */
+typedef struct jitop_ctx jitop_ctx;
+JITOP_API const char *jitop_errmsg(const jitop_ctx *ctx);
+
+/* Frees memory the library handed to the caller (jitop_explain's text). */
+JITOP_API void jitop_free(void *p);
+
+/* --------------------------------------------------------------- context */
+
+typedef struct jitop_config {
+    /* Cache root. NULL: $JITOP_CACHE_DIR, else $XDG_CACHE_HOME/jitop, else
+     * ~/.cache/jitop. Created with mode 0700. A root owned by another user or
+     * writable by group/others is refused with JITOP_EUNSAFE. An unwritable
+     * root is not an error: binaries are then kept in memory (one warning). */
+    const char *cache_dir;
+    /* Target: "sm_90" (cubin), "compute_90" (PTX). NULL: $JITOP_ARCH, else the
+     * arch of the context's device when a driver is present. */
+    const char *arch;
+    /* CUDA device ordinal whose primary context is used (default 0). */
+    int device;
+    /* A CUcontext the application owns, used instead of the primary context.
+     * jitop never destroys it. NULL: the device's primary context. */
+    void *cu_context;
+    /* Non-zero: never open the driver (prewarming on machines with no GPU).
+     * Load and launch calls then fail with JITOP_ENODRIVER. */
+    int compile_only;
+    /* 0 quiet, 1 say why each binary was (re)built on stderr. -1: take it
+     * from $JITOP_VERBOSE. */
+    int verbose;
+    /* Cache size cap in bytes, enforced by least-recently-used eviction after
+     * writes. 0: $JITOP_CACHE_MAX_SIZE, else 1 GiB. Negative: no cap. */
+    int64_t cache_max_size;
+    /* Where jitop's own kernels (layernorm.cu, lltm.cu) are read from. NULL:
+     * $JITOP_KERNEL_DIR, else the installed share/jitop/kernels, else the
+     * source tree's kernels/. */
+    const char *kernel_dir;
+} jitop_config;
+
+/* Fills cfg with the defaults described above. */
+JITOP_API void jitop_config_init(jitop_config *cfg);
+
+/* Creates a context. cfg may be NULL (defaults). The driver is opened lazily,
+ * on the first load, unless cfg->compile_only. On failure *out is NULL. */
+JITOP_API int jitop_ctx_create(const jitop_config *cfg, jitop_ctx **out);
+
+/* Unloads every module of the context and frees it. Op and module handles of
+ * the context are invalid afterwards. Accepts NULL. */
+JITOP_API void jitop_ctx_destroy(jitop_ctx *ctx);
+
+/* The cache root the context uses (absolute). Owned by the context. */
+JITOP_API const char *jitop_cache_dir(const jitop_ctx *ctx);
+
+/* The arch the context compiles for: cfg->arch, $JITOP_ARCH, or the device's.
+ * Fails with JITOP_ENODRIVER when none is set and no driver is present; the
+ * message says how to choose one. *arch is owned by the context. */
+JITOP_API int jitop_ctx_arch(jitop_ctx *ctx, const char **arch);
+
+/* ----------------------------------------------------- compile (prewarm) */
+
+/* What one (source, arch) build did. */
+typedef struct jitop_build_result {
+    int cached;     /* 1: served from the cache; 0: compiled by this call */
+    char key[33];   /* the cache key, 32 hex digits */
+    double ms;      /* wall time of the call */
+} jitop_build_result;
+
+/* Compiles one .cu file for one arch into the cache, unless an entry for the
+ * same key is there already. options: NVRTC flags (-D, -U, -I, -std,
+ * --use_fast_math, -lineinfo, -G, -maxrregcount, ...), normalized before they
+ * enter the key. names: template name expressions to instantiate (for
+ * example "layernorm_fwd<float, 1024, true>"), may be NULL with nnames 0.
+ * arch NULL: the context's arch. On a compile error: JITOP_ECOMPILE with the
+ * log in jitop_errmsg(), and nothing is written to the cache. Thread-safe;
+ * concurrent processes building the same key compile it once. */
+JITOP_API int jitop_build(jitop_ctx *ctx, const char *path, const char *arch,
+                          const char *const *options, size_t noptions,
+                          const char *const *names, size_t nnames,
+                          jitop_build_result *result);
+
+/* Says, without compiling, whether jitop_build with the same arguments would
+ * hit the cache (*would_hit = 1) and why not otherwise: which file changed,
+ * which option differs, a new NVRTC. *why is a malloc'd text the caller frees
+ * with jitop_free. */
+JITOP_API int jitop_explain(jitop_ctx *ctx, const char *path, const char *arch,
+                            const char *const *options, size_t noptions,
+                            const char *const *names, size_t nnames,
+                            int *would_hit, char **why);
+
+/* ------------------------------------------------------ cache management */
+
+typedef struct jitop_cache_entry_info {
+    const char *key;      /* 32 hex digits */
+    const char *arch;
+    const char *sources;  /* paths, separated by '\n' */
+    int64_t size;         /* bytes on disk */
+    int64_t atime;        /* last use, seconds since the epoch */
+    int64_t created;      /* seconds since the epoch */
+} jitop_cache_entry_info;
+
+/* Calls fn once per valid entry in the cache (invalid entries are skipped).
+ * The info is valid during the call only. A non-zero return from fn stops
+ * the walk and is returned. */
+JITOP_API int jitop_cache_list(jitop_ctx *ctx,
+                               int (*fn)(const jitop_cache_entry_info *info, void *user),
+                               void *user);
+
+/* Evicts least-recently-used entries until the cache holds at most max_size
+ * bytes (negative: the context's cap). Also removes invalid entries and stale
+ * temporary files. *freed (may be NULL) receives the bytes removed. */
+JITOP_API int jitop_cache_gc(jitop_ctx *ctx, int64_t max_size, int64_t *freed);
+
+/* Removes every entry and manifest of the cache (the root stays). */
+JITOP_API int jitop_cache_clean(jitop_ctx *ctx);
+
+/* ----------------------------------------------------- modules and ops */
+
+typedef struct jitop_module jitop_module;
+typedef struct jitop_op jitop_op;
+
+/* Compiles (through the cache) the given .cu files for the context's device
+ * and loads them: the C counterpart of torch's cpp_extension.load(name,
+ * sources, extra_cuda_cflags, extra_include_paths). Each source is its own
+ * translation unit; ops are looked up across all of them. name is a label
+ * for messages. Loading the same sources with the same options again returns
+ * the module already loaded (only the stat fast path touches the disk).
+ * Modules belong to the context and live until jitop_ctx_destroy; *out stays
+ * valid across hot reloads. */
+JITOP_API int jitop_load(jitop_ctx *ctx, const char *name,
+                         const char *const *sources, size_t nsources,
+                         const char *const *options, size_t noptions,
+                         jitop_module **out);
+
+/* Like jitop_load for source text instead of a file (torch's load_inline).
+ * The text is copied. -I options still apply. */
+JITOP_API int jitop_load_inline(jitop_ctx *ctx, const char *name, const char *source_text,
+                                const char *const *options, size_t noptions,
+                                jitop_module **out);
+
+/* The name given at load. Owned by the module. */
+JITOP_API const char *jitop_module_name(const jitop_module *m);
+
+/* How many times the module's code was swapped in by a reload (0 at load). */
+JITOP_API uint64_t jitop_module_generation(const jitop_module *m);
+
+/* Gets an op by name: an extern "C" kernel ("lltm_forward") or a template
+ * instance ("layernorm_fwd<__nv_bfloat16, 4096, true>"), which is compiled
+ * on demand (through the cache) the first time it is asked for. The handle
+ * stays valid for the life of the module, across reloads. An unknown name
+ * fails with JITOP_ENOTFOUND and a message listing the ops that exist. */
+JITOP_API int jitop_op_get(jitop_module *m, const char *name, jitop_op **out);
+
+#define JITOP_MAX_PARAMS 64
+
+typedef struct jitop_op_info {
+    const char *name;       /* as asked for, or the kernel's name when listed */
+    const char *lowered;    /* the mangled symbol (== name for extern "C") */
+    size_t nparams;
+    size_t param_offset[JITOP_MAX_PARAMS];
+    size_t param_size[JITOP_MAX_PARAMS];
+    int max_threads_per_block;
+    int num_regs;
+    size_t static_shared_bytes;
+} jitop_op_info;
+
+/* Describes an op (parameters from cuKernelGetParamInfo / cuFuncGetParamInfo).
+ * The strings are owned by the op. */
+JITOP_API int jitop_op_info_get(jitop_op *op, jitop_op_info *info);
+
+/* Lists the kernels a module holds: fills up to cap infos and sets *count to
+ * how many there are (call with cap 0 to count). */
+JITOP_API int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *count);
+
+/* --------------------------------------------------------------- launch */
+
+typedef struct jitop_dim3 {
+    unsigned x, y, z;
+} jitop_dim3;
+
+/* Launches op on stream (a CUstream; NULL: the legacy default stream).
+ * args[i] points to the i-th argument's value, as for cuLaunchKernel. When
+ * arg_sizes is not NULL, nargs and each size are checked against the kernel's
+ * parameters before anything is launched, and a mismatch fails with
+ * JITOP_EARGS naming the parameter. shared_bytes over 48 KiB raises the
+ * kernel's dynamic shared memory limit automatically. */
+JITOP_API int jitop_launch(jitop_op *op, jitop_dim3 grid, jitop_dim3 block, size_t shared_bytes,
+                           void *stream, void **args, const size_t *arg_sizes, size_t nargs);
+
+typedef struct jitop_launch_config {
+    jitop_dim3 grid, block;
+    size_t shared_bytes;
+    void *stream;
+    jitop_dim3 cluster;   /* thread-block cluster dimensions; {0,0,0}: none */
+    int cooperative;      /* non-zero: a cooperative launch (grid-wide sync) */
+} jitop_launch_config;
+
+/* jitop_launch with the Hopper launch attributes. */
+JITOP_API int jitop_launch_ex(jitop_op *op, const jitop_launch_config *cfg, void **args,
+                              const size_t *arg_sizes, size_t nargs);
+
+/* Suggests a block size that maximizes occupancy for op with shared_bytes of
+ * dynamic shared memory per block, and the smallest grid that fills the
+ * device at that size (cuOccupancyMaxPotentialBlockSize). */
+JITOP_API int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size, int *min_grid);
+
+/* ------------------------------------------------------------ hot reload */
+
+/* Called when a watched module was rebuilt: status JITOP_OK and message NULL
+ * when the new code is in place (op is each op whose kernel changed, or NULL
+ * for the module as a whole), or an error status with the compile log in
+ * message when the rebuild failed and the old code keeps running. Called on
+ * the watch thread in JITOP_RELOAD_AUTO mode and inside jitop_poll in
+ * JITOP_RELOAD_POLL mode. message is valid during the call only. */
+typedef void (*jitop_reload_fn)(void *user, jitop_module *m, int status, const char *message);
+
+typedef enum jitop_reload_mode {
+    JITOP_RELOAD_AUTO = 0, /* rebuild and swap in the background as soon as a file is saved */
+    JITOP_RELOAD_POLL = 1  /* rebuild in the background, swap only inside jitop_poll */
+} jitop_reload_mode;
+
+/* Watches every file m was built from (sources and headers, through inotify
+ * on their directories so that rename-saves are seen) and rebuilds it when
+ * one changes. Saves in quick succession coalesce into one rebuild. Op handles
+ * stay valid and launch the new code after the swap; a failed rebuild keeps
+ * the old code. cb may be NULL. */
+JITOP_API int jitop_watch(jitop_module *m, jitop_reload_mode mode, jitop_reload_fn cb, void *user);
+
+/* Stops watching m (pending rebuilds are dropped). Accepts a module that is
+ * not watched. */
+JITOP_API int jitop_unwatch(jitop_module *m);
+
+/* In JITOP_RELOAD_POLL mode, swaps in every rebuild that finished since the
+ * last call, on the calling thread, and calls the callbacks. *swapped (may be
+ * NULL) gets how many modules changed. Returns the first rebuild error seen
+ * (its log in jitop_errmsg()), JITOP_OK otherwise. Cheap when nothing changed. */
+JITOP_API int jitop_poll(jitop_ctx *ctx, int *swapped);
+
+/* Rebuilds m now, on the calling thread, and swaps it in when it compiles. */
+JITOP_API int jitop_module_reload(jitop_module *m);
+
+/* ------------------------------------------------------- shipped ops */
+
+typedef enum jitop_dtype {
+    JITOP_FLOAT32 = 0,
+    JITOP_FLOAT16 = 1,
+    JITOP_BFLOAT16 = 2,
+    JITOP_FLOAT64 = 3
+} jitop_dtype;
+
+/* Size in bytes of one element of dtype, 0 for an unknown dtype. */
+JITOP_API size_t jitop_dtype_size(jitop_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "jitop_ops.h"
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Checks jitop's build dependencies and installs the missing Debian packages
+# (apt-get when root; otherwise prints the exact command). The CUDA toolkit
+# itself (NVRTC) is expected at $CUDA_HOME, default /usr/local/cuda.
+set -euo pipefail
+
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+prefix=${DEPS_PREFIX:-}
+missing=()
+
+have_header() {
+    [ -f "/usr/include/$1" ] || { [ -n "$prefix" ] && [ -f "$prefix/usr/include/$1" ]; }
+}
+
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+command -v make >/dev/null 2>&1 || missing+=(make)
+have_header xxhash.h || missing+=(libxxhash-dev)
+have_header cmocka.h || missing+=(libcmocka-dev)
+# Optional: valgrind for `make valgrind`, only where asked for.
+if [ "${JITOP_WANT_VALGRIND:-0}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
+    missing+=(valgrind)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "install-deps: installing ${missing[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "install-deps: missing ${missing[*]}; run:" >&2
+        echo "  sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+if [ ! -f "$cuda_home/include/nvrtc.h" ]; then
+    echo "install-deps: no CUDA toolkit at $cuda_home (nvrtc.h not found)." >&2
+    echo "  Install the CUDA toolkit (13.0 or later) and set CUDA_HOME to it." >&2
+    exit 1
+fi

@@ -1,0 +1,246 @@
+/* jitop_ctx: configuration, cache root, kernel directory and arch. */
+#include "internal.h"
+
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define JITOP__STR2(x) #x
+#define JITOP__STR(x) JITOP__STR2(x)
+
+int jitop_version(void)
+{
+    return JITOP_VERSION_NUMBER;
+}
+
+const char *jitop_version_string(void)
+{
+    return JITOP__STR(JITOP_VERSION_MAJOR) "." JITOP__STR(JITOP_VERSION_MINOR) "." JITOP__STR(
+        JITOP_VERSION_PATCH);
+}
+
+void jitop_config_init(jitop_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->verbose = -1;
+}
+
+static const char *nonempty_env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* $JITOP_CACHE_DIR, else $XDG_CACHE_HOME/jitop, else ~/.cache/jitop. */
+static char *default_cache_dir(void)
+{
+    const char *v = nonempty_env("JITOP_CACHE_DIR");
+    if (v)
+        return jitop__abspath(v);
+    v = nonempty_env("XDG_CACHE_HOME");
+    if (v && v[0] == '/') /* the XDG spec says relative values are ignored */
+        return jitop__sprintf("%s/jitop", v);
+    const char *home = nonempty_env("HOME");
+    if (!home) {
+        struct passwd *pw = getpwuid(getuid());
+        home = pw ? pw->pw_dir : NULL;
+    }
+    if (!home)
+        return NULL;
+    return jitop__sprintf("%s/.cache/jitop", home);
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* $JITOP_KERNEL_DIR, else the installed kernels, else the source tree's: an
+ * installed library must not read a stale checkout, and a developer running
+ * from the tree must not read an old install, hence the order and the test
+ * that the directory really holds kernels. */
+static char *default_kernel_dir(void)
+{
+    const char *v = nonempty_env("JITOP_KERNEL_DIR");
+    if (v)
+        return jitop__abspath(v);
+    const char *candidates[] = {JITOP_INSTALL_KERNEL_DIR, JITOP_SOURCE_KERNEL_DIR};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        char *probe = jitop__sprintf("%s/layernorm.cu", candidates[i]);
+        bool found = probe && access(probe, R_OK) == 0;
+        free(probe);
+        if (found)
+            return jitop__strdup(candidates[i]);
+    }
+    return jitop__strdup(is_dir(JITOP_SOURCE_KERNEL_DIR) ? JITOP_SOURCE_KERNEL_DIR
+                                                        : JITOP_INSTALL_KERNEL_DIR);
+}
+
+/* Accepts "123", "64K", "512M", "1G" (powers of 1024). */
+static int parse_size(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return JITOP_EINVAL;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024.0; end++; break;
+    case 'm': case 'M': v *= 1024.0 * 1024.0; end++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; end++; break;
+    case 't': case 'T': v *= 1024.0 * 1024.0 * 1024.0 * 1024.0; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (*end != '\0')
+        return JITOP_EINVAL;
+    *out = (int64_t)v;
+    return JITOP_OK;
+}
+
+int jitop_ctx_create(const jitop_config *cfg_in, jitop_ctx **out)
+{
+    int status = JITOP_OK;
+    jitop_ctx *ctx = NULL;
+    jitop_config defaults;
+    if (!out)
+        return jitop__fail(JITOP_EINVAL, "jitop_ctx_create: out is NULL");
+    *out = NULL;
+    if (!cfg_in) {
+        jitop_config_init(&defaults);
+        cfg_in = &defaults;
+    }
+    ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    ctx->cfg = *cfg_in;
+    ctx->cfg.cache_dir = ctx->cfg.arch = ctx->cfg.kernel_dir = NULL;
+    if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
+        free(ctx);
+        return jitop__fail(JITOP_ENOMEM, "jitop_ctx_create: cannot create a mutex");
+    }
+
+    ctx->verbose = cfg_in->verbose;
+    if (ctx->verbose < 0) {
+        const char *v = getenv("JITOP_VERBOSE");
+        ctx->verbose = v && *v && strcmp(v, "0") != 0;
+    }
+
+    ctx->cache_dir_owned =
+        cfg_in->cache_dir ? jitop__abspath(cfg_in->cache_dir) : default_cache_dir();
+    if (!ctx->cache_dir_owned) {
+        status = jitop__fail(JITOP_EINVAL, "no cache directory: set JITOP_CACHE_DIR or HOME");
+        goto out;
+    }
+    ctx->cfg.cache_dir = ctx->cache_dir_owned;
+
+    ctx->kernel_dir = cfg_in->kernel_dir ? jitop__abspath(cfg_in->kernel_dir) : default_kernel_dir();
+    if (!ctx->kernel_dir) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
+    ctx->cfg.kernel_dir = ctx->kernel_dir;
+
+    const char *arch = cfg_in->arch ? cfg_in->arch : nonempty_env("JITOP_ARCH");
+    if (arch) {
+        ctx->arch = jitop__strdup(arch);
+        if (!ctx->arch) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+
+    int64_t max_size = cfg_in->cache_max_size;
+    if (max_size == 0) {
+        const char *v = nonempty_env("JITOP_CACHE_MAX_SIZE");
+        max_size = JITOP__DEFAULT_CACHE_MAX;
+        if (v && parse_size(v, &max_size) != JITOP_OK) {
+            status = jitop__fail(JITOP_EINVAL,
+                                 "JITOP_CACHE_MAX_SIZE=%s: expected a size such as 500M or 2G", v);
+            goto out;
+        }
+    }
+    ctx->cfg.cache_max_size = max_size;
+
+    status = jitop__cache_open(ctx->cache_dir_owned, max_size, ctx->verbose, &ctx->cache);
+    if (status != JITOP_OK)
+        goto out;
+    *out = ctx;
+    ctx = NULL;
+out:
+    jitop_ctx_destroy(ctx);
+    return status;
+}
+
+int jitop__ctx_on_destroy(jitop_ctx *ctx, void (*fn)(jitop_ctx *ctx))
+{
+    for (int i = 0; i < ctx->nhooks; i++)
+        if (ctx->hooks[i].fn == fn)
+            return JITOP_OK;
+    if (ctx->nhooks == (int)(sizeof ctx->hooks / sizeof ctx->hooks[0]))
+        return jitop__fail(JITOP_ENOMEM, "jitop: too many context teardown hooks");
+    ctx->hooks[ctx->nhooks++].fn = fn;
+    return JITOP_OK;
+}
+
+void jitop_ctx_destroy(jitop_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    while (ctx->nhooks > 0)
+        ctx->hooks[--ctx->nhooks].fn(ctx);
+    jitop__cache_close(ctx->cache);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx->cache_dir_owned);
+    free(ctx->kernel_dir);
+    free(ctx->arch);
+    free(ctx);
+}
+
+const char *jitop_cache_dir(const jitop_ctx *ctx)
+{
+    return ctx ? ctx->cache_dir_owned : NULL;
+}
+
+int jitop_ctx_arch(jitop_ctx *ctx, const char **arch)
+{
+    int status = JITOP_OK;
+    if (!ctx || !arch)
+        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: NULL argument");
+    if (pthread_mutex_lock(&ctx->lock) != 0)
+        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
+    if (!ctx->arch) {
+        char buf[32];
+        if (ctx->cfg.compile_only) {
+            status = jitop__fail(JITOP_ENODRIVER,
+                                 "no target architecture: this context is compile-only, so the GPU "
+                                 "is not asked; pass an arch (for example --arch sm_90) or set "
+                                 "JITOP_ARCH=sm_90");
+            goto out;
+        }
+        pthread_mutex_unlock(&ctx->lock);
+        status = jitop__driver_arch(ctx, buf, sizeof buf);
+        if (pthread_mutex_lock(&ctx->lock) != 0)
+            return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
+        if (status != JITOP_OK) {
+            jitop__fail_prefix(status, "no target architecture (pass one, for example --arch "
+                                       "sm_90, or set JITOP_ARCH=sm_90), and the GPU could not be "
+                                       "asked");
+            goto out;
+        }
+        if (!ctx->arch && !(ctx->arch = jitop__strdup(buf))) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+    *arch = ctx->arch;
+out:
+    pthread_mutex_unlock(&ctx->lock);
+    return status;
+}

@@ -1,0 +1,327 @@
+/* Errors, string lists and file helpers shared by the library's files. */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The message of the last failure, per thread: a context may be shared by
+ * threads, and a message must not be overwritten by another thread's call
+ * between a failure and the caller reading it. */
+#define JITOP__ERRMSG_CAP 16384
+static _Thread_local char errmsg[JITOP__ERRMSG_CAP];
+
+static const char *const status_names[JITOP_STATUS_COUNT] = {
+    [JITOP_OK] = "success",
+    [JITOP_EINVAL] = "invalid argument",
+    [JITOP_ENOMEM] = "out of memory",
+    [JITOP_EIO] = "file input/output error",
+    [JITOP_ECOMPILE] = "NVRTC compile error",
+    [JITOP_ENVRTC] = "NVRTC failure",
+    [JITOP_ENODRIVER] = "no CUDA driver or device",
+    [JITOP_ECUDA] = "CUDA driver error",
+    [JITOP_ENOTFOUND] = "not found",
+    [JITOP_EARGS] = "launch arguments do not match the kernel",
+    [JITOP_EUNSAFE] = "unsafe cache directory",
+    [JITOP_ESTALE] = "op changed or vanished after a reload",
+    [JITOP_ENOTSUP] = "not supported",
+};
+
+const char *jitop_strerror(int status)
+{
+    if (status < 0 || status >= JITOP_STATUS_COUNT || !status_names[status])
+        return "unknown jitop status";
+    return status_names[status];
+}
+
+const char *jitop_errmsg(const jitop_ctx *ctx)
+{
+    (void)ctx;
+    return errmsg;
+}
+
+void jitop_free(void *p)
+{
+    free(p);
+}
+
+int jitop__fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int jitop__fail_prefix(int status, const char *fmt, ...)
+{
+    char prefix[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    /* Shift the old message right to make room; its tail is cut when the
+     * whole would not fit. */
+    size_t pl = strlen(prefix) + 2, ol = strlen(errmsg);
+    if (pl + ol >= sizeof errmsg)
+        ol = sizeof errmsg - 1 - pl;
+    memmove(errmsg + pl, errmsg, ol);
+    errmsg[pl + ol] = '\0';
+    memcpy(errmsg, prefix, pl - 2);
+    errmsg[pl - 2] = ':';
+    errmsg[pl - 1] = ' ';
+    return status;
+}
+
+void jitop__clear_error(void)
+{
+    errmsg[0] = '\0';
+}
+
+void jitop__log(const jitop_ctx *ctx, const char *fmt, ...)
+{
+    if (ctx && !ctx->verbose)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("jitop: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+char *jitop__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+static char *vformat(const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0)
+        return NULL;
+    char *p = malloc((size_t)n + 1);
+    if (p)
+        vsnprintf(p, (size_t)n + 1, fmt, ap);
+    return p;
+}
+
+char *jitop__sprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *p = vformat(fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+static int strv_take(jitop__strv *sv, char *s)
+{
+    if (!s)
+        return JITOP_ENOMEM;
+    if (sv->n == sv->cap) {
+        size_t cap = sv->cap ? sv->cap * 2 : 8;
+        char **v = realloc(sv->v, cap * sizeof *v);
+        if (!v) {
+            free(s);
+            return JITOP_ENOMEM;
+        }
+        sv->v = v;
+        sv->cap = cap;
+    }
+    sv->v[sv->n++] = s;
+    return JITOP_OK;
+}
+
+int jitop__strv_push(jitop__strv *sv, const char *s)
+{
+    return strv_take(sv, jitop__strdup(s));
+}
+
+int jitop__strv_pushf(jitop__strv *sv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *p = vformat(fmt, ap);
+    va_end(ap);
+    return strv_take(sv, p);
+}
+
+void jitop__strv_free(jitop__strv *sv)
+{
+    if (!sv)
+        return;
+    for (size_t i = 0; i < sv->n; i++)
+        free(sv->v[i]);
+    free(sv->v);
+    sv->v = NULL;
+    sv->n = sv->cap = 0;
+}
+
+char *jitop__strv_join(const jitop__strv *sv, const char *sep)
+{
+    size_t seplen = strlen(sep), total = 1;
+    for (size_t i = 0; i < sv->n; i++)
+        total += strlen(sv->v[i]) + (i ? seplen : 0);
+    char *out = malloc(total), *p = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < sv->n; i++) {
+        if (i) {
+            memcpy(p, sep, seplen);
+            p += seplen;
+        }
+        size_t n = strlen(sv->v[i]);
+        memcpy(p, sv->v[i], n);
+        p += n;
+    }
+    *p = '\0';
+    return out;
+}
+
+int jitop__read_file(const char *path, char **data, size_t *len)
+{
+    int status = JITOP_OK;
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return jitop__fail(errno == ENOENT ? JITOP_ENOTFOUND : JITOP_EIO, "%s: %s", path,
+                           strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        status = jitop__fail(JITOP_EIO, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    size_t size = (size_t)st.st_size;
+    buf = malloc(size + 1);
+    if (!buf) {
+        status = jitop__fail(JITOP_ENOMEM, "%s: out of memory reading %zu bytes", path, size);
+        goto out;
+    }
+    /* The file may shrink or grow while it is read (an editor saving): read
+     * what is there now and stop at the end. */
+    size_t got = fread(buf, 1, size, f);
+    if (ferror(f)) {
+        status = jitop__fail(JITOP_EIO, "%s: read failed", path);
+        goto out;
+    }
+    buf[got] = '\0';
+    *data = buf;
+    if (len)
+        *len = got;
+    buf = NULL;
+out:
+    free(buf);
+    if (fclose(f) != 0 && status == JITOP_OK)
+        status = jitop__fail(JITOP_EIO, "%s: %s", path, strerror(errno));
+    return status;
+}
+
+/* Lexical normalization: "." and ".." and repeated slashes go, symlinks stay
+ * (a symlinked kernel dir must keep the user's path in messages and keys). */
+char *jitop__abspath(const char *path)
+{
+    char *joined;
+    if (path[0] == '/') {
+        joined = jitop__strdup(path);
+    } else {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd))
+            return NULL;
+        joined = jitop__sprintf("%s/%s", cwd, path);
+    }
+    if (!joined)
+        return NULL;
+    char *out = malloc(strlen(joined) + 2);
+    if (!out) {
+        free(joined);
+        return NULL;
+    }
+    size_t n = 0;
+    const char *p = joined;
+    while (*p) {
+        while (*p == '/')
+            p++;
+        const char *seg = p;
+        while (*p && *p != '/')
+            p++;
+        size_t len = (size_t)(p - seg);
+        if (len == 0 || (len == 1 && seg[0] == '.'))
+            continue;
+        if (len == 2 && seg[0] == '.' && seg[1] == '.') {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0)
+                n--;
+            continue;
+        }
+        out[n++] = '/';
+        memcpy(out + n, seg, len);
+        n += len;
+    }
+    if (n == 0)
+        out[n++] = '/';
+    out[n] = '\0';
+    free(joined);
+    return out;
+}
+
+int jitop__mkdir_p(const char *path, mode_t mode)
+{
+    char *p = jitop__strdup(path);
+    if (!p)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    int status = JITOP_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, mode) != 0 && errno != EEXIST) {
+            status = jitop__fail(JITOP_EIO, "cannot create directory %s: %s", p, strerror(errno));
+            break;
+        }
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    free(p);
+    return status;
+}
+
+double jitop__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void jitop__hash_hex(XXH128_hash_t h, char out[33])
+{
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+}
+
+size_t jitop_dtype_size(jitop_dtype dtype)
+{
+    switch (dtype) {
+    case JITOP_FLOAT32: return 4;
+    case JITOP_FLOAT16: return 2;
+    case JITOP_BFLOAT16: return 2;
+    case JITOP_FLOAT64: return 8;
+    }
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* Helpers shared by the cmocka test programs. Every helper fails the current
+ * test (cmocka's fail_msg) instead of returning an error. */
+#ifndef JITOP_TESTUTIL_H
+#define JITOP_TESTUTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "jitop.h"
+
+/* A fresh directory under $TMPDIR (or /tmp), removed by jt_cleanup() or at
+ * the end of the program. Returns a malloc'd absolute path. */
+char *jt_tmpdir(void);
+/* Removes a directory tree (like rm -rf). */
+void jt_rm_rf(const char *path);
+/* Removes every directory jt_tmpdir made so far. */
+void jt_cleanup(void);
+
+/* dir/name, malloc'd. */
+char *jt_path(const char *dir, const char *name);
+/* Writes text to dir/name (creating parent directories), returns the path
+ * (malloc'd). */
+char *jt_write(const char *dir, const char *name, const char *text);
+/* Like jt_write but the way editors save: write a temporary file beside it,
+ * then rename it over the old one. */
+char *jt_write_rename(const char *dir, const char *name, const char *text);
+/* Reads a whole file (malloc'd, NUL-terminated). */
+char *jt_read(const char *path);
+/* Sets a file's mtime to now + delta_s seconds without changing its content. */
+void jt_touch(const char *path, double delta_s);
+
+/* A compile-only context on cache_dir for arch (NULL: "sm_90"). */
+jitop_ctx *jt_ctx(const char *cache_dir, const char *arch);
+
+/* Runs `sh -c cmd`, captures stdout and stderr together into *output
+ * (malloc'd; may be NULL to discard) and returns the exit status (128+signal
+ * when killed). */
+int jt_run(const char *cmd, char **output);
+/* The jitop CLI under test ($JITOP_CLI, set by make test). */
+const char *jt_cli(void);
+
+/* 1 when a CUDA driver and at least one device are present. GPU tests call
+ * JT_REQUIRE_GPU() first: it prints "SKIP: ..." and skips the test. */
+int jt_have_gpu(void);
+#define JT_REQUIRE_GPU()                                                         \
+    do {                                                                         \
+        if (!jt_have_gpu()) {                                                    \
+            print_message("SKIP: no CUDA driver or device on this machine\n");   \
+            skip();                                                              \
+        }                                                                        \
+    } while (0)
+
+/* Fills n floats with uniform values in [lo, hi) from a fixed-seed-free
+ * generator: every call draws fresh values. */
+void jt_random_floats(float *v, size_t n, float lo, float hi);
+void jt_random_doubles(double *v, size_t n, double lo, double hi);
+/* ||a - b|| / ||b|| in double; NaN anywhere gives +inf. */
+double jt_rel_error(const double *a, const double *b, size_t n);
+
+#endif
