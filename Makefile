@@ -17,18 +17,20 @@ VERSION := 0.1.0
 SOVERSION := 0
 
 CC ?= cc
+comma := ,
 OPT ?= -O2
-SAN_FLAGS := $(if $(SAN),-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+SAN_FLAGS := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
-DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu)
+DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(comma)-rpath$(comma)$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu)
 
 CPPFLAGS += -Iinclude -Isrc -I$(CUDA_HOME)/include $(DEPS_INC) -D_GNU_SOURCE \
 	-DJITOP_SOURCE_KERNEL_DIR='"$(abspath kernels)"' \
-	-DJITOP_INSTALL_KERNEL_DIR='"$(PREFIX)/share/jitop/kernels"'
+	-DJITOP_INSTALL_KERNEL_DIR='"$(PREFIX)/share/jitop/kernels"' \
+	-DJITOP_CUDA_HOME='"$(CUDA_HOME)"'
 CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Werror -pthread $(SAN_FLAGS)
 LIB_CFLAGS := -fPIC -fvisibility=hidden -DJITOP_BUILDING
 LDFLAGS += $(SAN_FLAGS) $(DEPS_LIB) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
-LDLIBS += -lnvrtc -ldl -lpthread -lm
+LDLIBS += -ldl -lpthread -lm
 
 LIB_SRC := $(sort $(wildcard src/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -99,8 +101,9 @@ valgrind: all $(CPU_TESTS)
 demo: all
 	@scripts/demo.sh $(abspath $(BUILD))
 
+# BENCH_ARGS: --quick (fewer repetitions) or --gpu-smoke (each part once).
 bench: all
-	@BUILD=$(abspath $(BUILD)) bench/run.sh
+	@BUILD=$(abspath $(BUILD)) CUDA_HOME=$(CUDA_HOME) DEPS_PREFIX=$(DEPS_PREFIX) bench/run.sh $(BENCH_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

@@ -42,6 +42,8 @@ extern "C" {
 JITOP_API int jitop_version(void);
 /* "MAJOR.MINOR.PATCH" of the library. Static storage. */
 JITOP_API const char *jitop_version_string(void);
+/* "13.0": the version of the NVRTC the library compiles with. Static storage. */
+JITOP_API const char *jitop_nvrtc_version(void);
 
 /* ---------------------------------------------------------------- errors */
 
@@ -184,6 +186,15 @@ JITOP_API int jitop_cache_clean(jitop_ctx *ctx);
 
 /* ----------------------------------------------------- modules and ops */
 
+/* The CUDA context jitop loads and launches in (the device's primary context,
+ * or cfg.cu_context), for applications that allocate memory or create streams
+ * with the driver or runtime API. Starts the driver if needed and makes the
+ * context current on the calling thread. cu_context receives a CUcontext,
+ * cu_device a CUdevice ordinal; either may be NULL. The context stays owned
+ * by jitop (released at jitop_ctx_destroy unless it was cfg.cu_context).
+ * Without a driver or device: JITOP_ENODRIVER, outputs untouched. */
+JITOP_API int jitop_ctx_cuda(jitop_ctx *ctx, void **cu_context, int *cu_device);
+
 typedef struct jitop_module jitop_module;
 typedef struct jitop_op jitop_op;
 
@@ -247,10 +258,11 @@ typedef struct jitop_dim3 {
 } jitop_dim3;
 
 /* Launches op on stream (a CUstream; NULL: the legacy default stream).
- * args[i] points to the i-th argument's value, as for cuLaunchKernel. When
- * arg_sizes is not NULL, nargs and each size are checked against the kernel's
- * parameters before anything is launched, and a mismatch fails with
- * JITOP_EARGS naming the parameter. shared_bytes over 48 KiB raises the
+ * args[i] points to the i-th argument's value, as for cuLaunchKernel. A
+ * non-zero nargs is checked against the kernel's parameter count; when
+ * arg_sizes is not NULL each size is checked too, before anything is
+ * launched, and a mismatch fails with JITOP_EARGS naming the parameter (by
+ * index and byte offset: kernels carry no parameter names). shared_bytes over 48 KiB raises the
  * kernel's dynamic shared memory limit automatically. */
 JITOP_API int jitop_launch(jitop_op *op, jitop_dim3 grid, jitop_dim3 block, size_t shared_bytes,
                            void *stream, void **args, const size_t *arg_sizes, size_t nargs);
@@ -274,10 +286,10 @@ JITOP_API int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size
 
 /* ------------------------------------------------------------ hot reload */
 
-/* Called when a watched module was rebuilt: status JITOP_OK and message NULL
- * when the new code is in place (op is each op whose kernel changed, or NULL
- * for the module as a whole), or an error status with the compile log in
- * message when the rebuild failed and the old code keeps running. Called on
+/* Called once per rebuild of a watched module m: status JITOP_OK and message
+ * NULL when the new code is in place (every op handle of m now launches it),
+ * or an error status with the compile log in message when the rebuild failed
+ * and the old code keeps running. Called on
  * the watch thread in JITOP_RELOAD_AUTO mode and inside jitop_poll in
  * JITOP_RELOAD_POLL mode. message is valid during the call only. */
 typedef void (*jitop_reload_fn)(void *user, jitop_module *m, int status, const char *message);

@@ -23,6 +23,11 @@ const char *jitop_version_string(void)
         JITOP_VERSION_PATCH);
 }
 
+const char *jitop_nvrtc_version(void)
+{
+    return jitop__nvrtc_version();
+}
+
 void jitop_config_init(jitop_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);

@@ -1,0 +1,871 @@
+// LayerNorm forward and backward over the last dimension of an M x N
+// row-major tensor, compiled at run time by jitop (NVRTC, no host code):
+//
+//   y = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + eps),
+//   var the biased variance; statistics and every sum in float32.
+//   Backward, with xhat = (x - mean) * rstd and g = dy * gamma:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+//   dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy.
+//
+// Ops (T is float, __half or __nv_bfloat16):
+//   layernorm_fwd<T, N, AFFINE[, VEC, TPR]>           one row per TPR threads
+//   layernorm_fwd_cluster<T, N, AFFINE, VEC, TPR, CL>  one row per CL-block cluster
+//   layernorm_fwd_generic<T, AFFINE, VEC>              any N at run time
+//   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC]>
+//   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC]>
+//   layernorm_bwd_generic<T, AFFINE, VEC>, layernorm_bwd_reduce<T>
+// The specialized kernels hold their share of the row in registers (as the
+// raw T bits, so a 16-bit row costs half the registers), read it once and
+// write it once: the fewest bytes a LayerNorm can move. Mean and variance
+// come from two passes over those registers (exact, and free: no memory
+// traffic). In place (y == x, dx == dy) is safe because every element is
+// read and written by the same thread, with the writes after the row's
+// reductions; for that reason x, y, dy and dx are never __restrict__.
+//
+// Launch shape (src/layernorm.c computes the same; the kernels trap on a
+// block size that does not match their template):
+//   ROWS  = TPR < 128 && CL == 1 ? 128 / TPR : 1   rows per block
+//   block = TPR * ROWS threads
+//   forward grid = ceil(M / ROWS) * CL blocks
+//   backward grid = G * CL blocks for any G >= 1 (a persistent loop over
+//   row groups; one wave of resident blocks is best), with
+//   ln_bwd_smem_bytes<T, N, VEC, TPR, CL>() bytes of dynamic shared memory
+//   when AFFINE and SACC (the dgamma/dbeta accumulators). With AFFINE it
+//   writes G partial rows (float32, part[g][0..N) for dgamma, part[g][N..2N)
+//   for dbeta) that layernorm_bwd_reduce sums in a fixed order, so the
+//   result is deterministic.
+//   generic kernels: block 512, forward grid M, backward grid any G.
+// AFFINE: the forward reads gamma and beta, each may still be NULL (then
+// scale 1, shift 0); the backward scales by gamma (NULL: 1) and writes the
+// partials. mean_out / rstd_out may be NULL (not saved).
+//
+// VEC elements of T are moved per load (VEC * sizeof(T) bytes: 16, 8, 4 or
+// 2); the caller picks the widest VEC that divides N and to whose size
+// every row pointer is aligned.
+
+#if defined(__has_include)
+#if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define LN_HAVE_HALF_HEADERS 1
+#endif
+#endif
+#ifndef LN_HAVE_HALF_HEADERS
+// NVRTC 13 has no built-in cuda_fp16.h / cuda_bf16.h (they need
+// -I<toolkit>/include, which a machine with only the driver and NVRTC may
+// lack). These kernels use only the types' 16-bit storage and convert with
+// PTX, so a storage-only definition with the same name and layout suffices,
+// and the op names and mangled symbols are the same either way.
+struct __align__(2) __half {
+    unsigned short __x;
+};
+struct __align__(2) __nv_bfloat16 {
+    unsigned short __x;
+};
+#endif
+
+// Streaming cache hints (evict first) for tensors read or written once.
+// Define LN_NO_STREAMING_HINTS to use plain loads and stores.
+#ifdef LN_NO_STREAMING_HINTS
+#define LN_LD(p) (*(p))
+#define LN_ST(p, v) (*(p) = (v))
+#else
+#define LN_LD(p) __ldcs(p)
+#define LN_ST(p, v) __stcs((p), (v))
+#endif
+
+// --------------------------------------------------------------- raw vectors
+
+template <int B> struct ln_raw;
+template <> struct ln_raw<16> { uint4 v; };
+template <> struct ln_raw<8> { uint2 v; };
+template <> struct ln_raw<4> { unsigned v; };
+template <> struct ln_raw<2> { unsigned short v; };
+
+template <int B> __device__ __forceinline__ ln_raw<B> ln_load(const void *p)
+{
+    ln_raw<B> r;
+    r.v = LN_LD(reinterpret_cast<const decltype(r.v) *>(p));
+    return r;
+}
+// Small read-only vectors (gamma, beta): through the read-only cache, kept.
+template <int B> __device__ __forceinline__ ln_raw<B> ln_load_ro(const void *p)
+{
+    ln_raw<B> r;
+    r.v = __ldg(reinterpret_cast<const decltype(r.v) *>(p));
+    return r;
+}
+template <int B> __device__ __forceinline__ void ln_store(void *p, const ln_raw<B> &r)
+{
+    LN_ST(reinterpret_cast<decltype(r.v) *>(p), r.v);
+}
+// Tells the compiler the raw registers may have changed, so that it converts
+// them again after a reduction instead of keeping a float copy of the row
+// live across it (which doubles, for 16-bit types, the registers a row costs,
+// and registers are what bounds the rows in flight).
+__device__ __forceinline__ void ln_opaque(ln_raw<16> &r)
+{
+    asm("" : "+r"(r.v.x), "+r"(r.v.y), "+r"(r.v.z), "+r"(r.v.w));
+}
+__device__ __forceinline__ void ln_opaque(ln_raw<8> &r) { asm("" : "+r"(r.v.x), "+r"(r.v.y)); }
+__device__ __forceinline__ void ln_opaque(ln_raw<4> &r) { asm("" : "+r"(r.v)); }
+__device__ __forceinline__ void ln_opaque(ln_raw<2> &r) { asm("" : "+h"(r.v)); }
+
+template <int B> __device__ __forceinline__ ln_raw<B> ln_zero()
+{
+    ln_raw<B> r;
+    memset(&r, 0, sizeof r);
+    return r;
+}
+
+__device__ __forceinline__ float ln_h2f(unsigned short h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+template <typename T> struct ln_conv;
+
+template <> struct ln_conv<float> {
+    template <int V> static __device__ __forceinline__ void unpack(const void *raw, float (&f)[V])
+    {
+        memcpy(f, raw, sizeof f);
+    }
+    template <int V> static __device__ __forceinline__ void pack(const float (&f)[V], void *raw)
+    {
+        memcpy(raw, f, sizeof f);
+    }
+};
+
+template <> struct ln_conv<__half> {
+    template <int V> static __device__ __forceinline__ void unpack(const void *raw, float (&f)[V])
+    {
+        unsigned short h[V];
+        memcpy(h, raw, sizeof h);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            f[i] = ln_h2f(h[i]);
+    }
+    template <int V> static __device__ __forceinline__ void pack(const float (&f)[V], void *raw)
+    {
+        if constexpr (V == 1) {
+            unsigned short h;
+            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f[0]));
+            memcpy(raw, &h, 2);
+        } else {
+            unsigned w[V / 2];
+#pragma unroll
+            for (int i = 0; i < V / 2; i++)
+                asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(f[2 * i + 1]), "f"(f[2 * i]));
+            memcpy(raw, w, sizeof w);
+        }
+    }
+};
+
+template <> struct ln_conv<__nv_bfloat16> {
+    template <int V> static __device__ __forceinline__ void unpack(const void *raw, float (&f)[V])
+    {
+        unsigned short h[V];
+        memcpy(h, raw, sizeof h);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            f[i] = __uint_as_float(static_cast<unsigned>(h[i]) << 16);
+    }
+    template <int V> static __device__ __forceinline__ void pack(const float (&f)[V], void *raw)
+    {
+        if constexpr (V == 1) {
+            unsigned short h;
+            asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f[0]));
+            memcpy(raw, &h, 2);
+        } else {
+            unsigned w[V / 2];
+#pragma unroll
+            for (int i = 0; i < V / 2; i++)
+                asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(f[2 * i + 1]), "f"(f[2 * i]));
+            memcpy(raw, w, sizeof w);
+        }
+    }
+};
+
+// ------------------------------------------------------------ launch shapes
+
+// Bytes of one row a thread holds per tensor at most, and the largest block
+// used for one row before the row is split over a cluster. The defaults of
+// the short names (layernorm_fwd<T, N, AFFINE>) follow the same rule as
+// src/layernorm.c.
+// Measured on an H100 (bench/layernorm_NOTES.md): the more bytes each thread
+// keeps in flight the better, up to what the registers hold.
+#ifndef LN_FWD_MAX_BYTES
+#define LN_FWD_MAX_BYTES 128
+#endif
+#ifndef LN_BWD_MAX_BYTES
+#define LN_BWD_MAX_BYTES 32
+#endif
+#ifndef LN_FWD_MAX_TPR
+#define LN_FWD_MAX_TPR 1024
+#endif
+#ifndef LN_BWD_MAX_TPR
+#define LN_BWD_MAX_TPR 1024
+#endif
+
+template <typename T> __host__ __device__ constexpr int ln_default_vec(int n)
+{
+    int v = 16 / static_cast<int>(sizeof(T));
+    while (n % v != 0)
+        v /= 2;
+    return v;
+}
+__host__ __device__ constexpr int ln_threads_per_row(int row_bytes, int max_bytes)
+{
+    int tt = 1;
+    while (tt * max_bytes < row_bytes)
+        tt *= 2;
+    return tt;
+}
+__host__ __device__ constexpr int ln_min(int a, int b) { return a < b ? a : b; }
+
+template <typename T, int N, int VEC, int TPR, int CL> struct ln_shape {
+    static constexpr int B = VEC * static_cast<int>(sizeof(T));
+    static constexpr int NVEC = N / VEC;
+    static constexpr int ROWS = (CL == 1 && TPR < 128) ? 128 / TPR : 1;
+    static constexpr int BLOCK = TPR * ROWS;
+    static constexpr int TT = TPR * CL;            // threads per row
+    static constexpr int VPT = (NVEC + TT - 1) / TT; // vectors per thread
+    static constexpr bool FULL = NVEC % TT == 0;   // no thread runs past the row
+    static constexpr int WARPS = BLOCK / 32 > 0 ? BLOCK / 32 : 1;
+    static_assert(N >= 1 && N % VEC == 0, "VEC must divide N");
+    static_assert(B == 2 || B == 4 || B == 8 || B == 16, "a vector is 2, 4, 8 or 16 bytes");
+    static_assert(TPR >= 1 && TPR <= 1024 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 1024");
+    static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
+    static_assert(CL == 1 || TPR >= 32, "a cluster splits rows of whole warps");
+};
+
+// ------------------------------------------------------------- reductions
+
+// Thread-block clusters exist from sm_90 on. Older archs still compile the
+// file (a multi-arch prewarm must not fail on it); the C API never picks a
+// cluster instance there, and instantiating one for them fails in ptxas.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define LN_CLUSTER_DIMS(cl) __cluster_dims__(cl, 1, 1)
+#else
+#define LN_CLUSTER_DIMS(cl)
+#endif
+
+__device__ __forceinline__ unsigned ln_cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void ln_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float ln_cluster_load(const float *local, unsigned rank)
+{
+    unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local)), ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    return v;
+}
+
+// Scratch for the reductions of one block; two of everything so that one
+// barrier per reduction suffices: buffer p is written again only two
+// reductions later, after a barrier every reader of this one has passed.
+template <int WARPS, int NV> struct ln_red_smem {
+    float warp[2][NV][WARPS];
+    float block[2][NV];
+};
+
+// Sums v over the TPR threads of each row group (and over the CL blocks of
+// the cluster); every thread of the row gets the same bits, summed in a
+// fixed order (deterministic). All threads of the block must call it.
+template <int TPR, int CL, int WARPS, int NV>
+__device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV> &s, int phase)
+{
+    constexpr int W = TPR < 32 ? TPR : 32;
+#pragma unroll
+    for (int off = W / 2; off > 0; off /= 2)
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+            v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+    if constexpr (TPR > 32) {
+        constexpr int WPR = TPR / 32; // warps per row group
+        const int warp = threadIdx.x / 32, first = warp / WPR * WPR;
+        if (threadIdx.x % 32 == 0)
+#pragma unroll
+            for (int k = 0; k < NV; k++)
+                s.warp[phase][k][warp] = v[k];
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float t = 0.f;
+#pragma unroll
+            for (int w = 0; w < WPR; w++)
+                t += s.warp[phase][k][first + w];
+            v[k] = t;
+        }
+    }
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0)
+#pragma unroll
+            for (int k = 0; k < NV; k++)
+                s.block[phase][k] = v[k];
+        ln_cluster_sync();
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float t = 0.f;
+#pragma unroll
+            for (unsigned r = 0; r < CL; r++)
+                t += ln_cluster_load(&s.block[phase][k], r);
+            v[k] = t;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ forward
+
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL>
+__device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ gamma,
+                                            const T *__restrict__ beta, T *y,
+                                            float *__restrict__ mean_out,
+                                            float *__restrict__ rstd_out, long long M, float eps)
+{
+    using S = ln_shape<T, N, VEC, TPR, CL>;
+    using C = ln_conv<T>;
+    __shared__ ln_red_smem<S::WARPS, 1> red;
+    if (blockDim.x != S::BLOCK)
+        __trap();
+    const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
+    const long long row = static_cast<long long>(blockIdx.x / CL) * S::ROWS + threadIdx.x / TPR;
+    const int t = static_cast<int>(rank) * TPR + static_cast<int>(threadIdx.x % TPR);
+    const bool valid = row < M;
+    const T *xr = x + row * N;
+    T *yr = y + row * N;
+
+    ln_raw<S::B> xv[S::VPT];
+#pragma unroll
+    for (int i = 0; i < S::VPT; i++) {
+        const int j = i * S::TT + t;
+        xv[i] = (valid && (S::FULL || j < S::NVEC)) ? ln_load<S::B>(xr + j * VEC) : ln_zero<S::B>();
+    }
+    float sum[1] = {0.f};
+#pragma unroll
+    for (int i = 0; i < S::VPT; i++) {
+        float f[VEC];
+        C::unpack(&xv[i], f);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            sum[0] += f[e];
+    }
+    ln_row_sum<TPR, CL>(sum, red, 0);
+    const float mean = sum[0] * (1.f / N);
+#pragma unroll
+    for (int i = 0; i < S::VPT; i++)
+        ln_opaque(xv[i]);
+    float sq[1] = {0.f};
+#pragma unroll
+    for (int i = 0; i < S::VPT; i++) {
+        const int j = i * S::TT + t;
+        if (S::FULL || j < S::NVEC) {
+            float f[VEC];
+            C::unpack(&xv[i], f);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float d = f[e] - mean;
+                sq[0] += d * d;
+            }
+        }
+    }
+    ln_row_sum<TPR, CL>(sq, red, 1);
+    const float rstd = rsqrtf(sq[0] * (1.f / N) + eps);
+#pragma unroll
+    for (int i = 0; i < S::VPT; i++)
+        ln_opaque(xv[i]);
+    if (valid) {
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            if (S::FULL || j < S::NVEC) {
+                float f[VEC];
+                C::unpack(&xv[i], f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    f[e] = (f[e] - mean) * rstd;
+                if (AFFINE && gamma != nullptr) {
+                    ln_raw<S::B> gv = ln_load_ro<S::B>(gamma + j * VEC);
+                    float g[VEC];
+                    C::unpack(&gv, g);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        f[e] *= g[e];
+                }
+                if (AFFINE && beta != nullptr) {
+                    ln_raw<S::B> bv = ln_load_ro<S::B>(beta + j * VEC);
+                    float b[VEC];
+                    C::unpack(&bv, b);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        f[e] += b[e];
+                }
+                ln_raw<S::B> out;
+                C::pack(f, &out);
+                ln_store<S::B>(yr + j * VEC, out);
+            }
+        }
+        if (t == 0) {
+            if (mean_out != nullptr)
+                mean_out[row] = mean;
+            if (rstd_out != nullptr)
+                rstd_out[row] = rstd;
+        }
+    }
+    if constexpr (CL > 1)
+        ln_cluster_sync(); // no block leaves while another may read its shared memory
+}
+
+template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
+          int TPR = ln_min(ln_threads_per_row(N * sizeof(T), LN_FWD_MAX_BYTES), LN_FWD_MAX_TPR)>
+__global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK)
+    layernorm_fwd(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
+                  float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M, float eps)
+{
+    ln_fwd_body<T, N, AFFINE, VEC, TPR, 1>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
+}
+
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL>
+__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
+    layernorm_fwd_cluster(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta,
+                          T *y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
+                          long long M, float eps)
+{
+    ln_fwd_body<T, N, AFFINE, VEC, TPR, CL>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
+}
+
+// ----------------------------------------------------------------- backward
+
+// (src/layernorm.c uses 64 bytes instead of LN_BWD_MAX_BYTES for float32
+// rows over 64 KiB.)
+// Blocks per SM the backward asks registers for: LN_BWD_THREADS_PER_SM
+// threads resident, so that enough rows are in flight (the compiler then
+// converts the raw row again rather than keep float copies).
+#ifndef LN_BWD_THREADS_PER_SM
+#define LN_BWD_THREADS_PER_SM 1024
+#endif
+__host__ __device__ constexpr int ln_bwd_min_blocks(int block)
+{
+    return LN_BWD_THREADS_PER_SM / block > 0 ? LN_BWD_THREADS_PER_SM / block : 1;
+}
+
+// SACC: the dgamma/dbeta accumulators live in dynamic shared memory
+// (2 * BLOCK * EPT floats, ln_bwd_smem_bytes) instead of registers, each
+// thread touching only its own words (no barrier, no bank conflicts). That
+// frees two registers per element held, which is what limits how many rows
+// are in flight; the shared-memory traffic (16 bytes per element) is far
+// under its bandwidth.
+template <typename T, int N, int VEC, int TPR, int CL>
+__host__ __device__ constexpr int ln_bwd_smem_bytes()
+{
+    return 2 * ln_shape<T, N, VEC, TPR, CL>::BLOCK * ln_shape<T, N, VEC, TPR, CL>::VPT * VEC * 4;
+}
+
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC>
+__device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__restrict__ gamma,
+                                            const float *__restrict__ mean,
+                                            const float *__restrict__ rstd, T *dx,
+                                            float *__restrict__ part, long long M)
+{
+    using S = ln_shape<T, N, VEC, TPR, CL>;
+    using C = ln_conv<T>;
+    constexpr int EPT = S::VPT * VEC;
+    constexpr bool RACC = AFFINE && !SACC; // accumulators in registers
+    __shared__ ln_red_smem<S::WARPS, 2> red;
+    extern __shared__ float ln_dyn[]; // SACC: [2][EPT][BLOCK]
+    if (blockDim.x != S::BLOCK)
+        __trap();
+    const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
+    const int group = threadIdx.x / TPR;
+    const int t = static_cast<int>(rank) * TPR + static_cast<int>(threadIdx.x % TPR);
+    const bool scale = gamma != nullptr;
+    float *sdg = ln_dyn + threadIdx.x, *sdb = ln_dyn + EPT * S::BLOCK + threadIdx.x;
+
+    float adg[RACC ? EPT : 1], adb[RACC ? EPT : 1];
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        if constexpr (RACC) {
+            adg[k] = adb[k] = 0.f;
+        } else if constexpr (AFFINE) {
+            sdg[k * S::BLOCK] = 0.f;
+            sdb[k * S::BLOCK] = 0.f;
+        }
+    }
+    int phase = 0;
+    for (long long g0 = blockIdx.x / CL; g0 * S::ROWS < M; g0 += gridDim.x / CL) {
+        const long long row = g0 * S::ROWS + group;
+        const bool valid = row < M;
+        const T *xr = x + row * N;
+        const T *dyr = dy + row * N;
+        ln_raw<S::B> xv[S::VPT], dv[S::VPT];
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            const bool in = valid && (S::FULL || j < S::NVEC);
+            xv[i] = in ? ln_load<S::B>(xr + j * VEC) : ln_zero<S::B>();
+            dv[i] = in ? ln_load<S::B>(dyr + j * VEC) : ln_zero<S::B>();
+        }
+        const float mu = valid ? mean[row] : 0.f;
+        const float rs = valid ? rstd[row] : 0.f;
+        float s[2] = {0.f, 0.f}; // sum g, sum g * xhat
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            float fx[VEC], fd[VEC], fg[VEC];
+            C::unpack(&xv[i], fx);
+            C::unpack(&dv[i], fd);
+            if (scale && (S::FULL || j < S::NVEC)) {
+                ln_raw<S::B> gv = ln_load_ro<S::B>(gamma + j * VEC);
+                C::unpack(&gv, fg);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    fg[e] = 1.f;
+            }
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float xh = (fx[e] - mu) * rs, gg = fd[e] * fg[e];
+                s[0] += gg;
+                s[1] += gg * xh;
+                if constexpr (RACC) {
+                    adg[i * VEC + e] += fd[e] * xh;
+                    adb[i * VEC + e] += fd[e];
+                } else if constexpr (AFFINE) {
+                    sdg[(i * VEC + e) * S::BLOCK] += fd[e] * xh;
+                    sdb[(i * VEC + e) * S::BLOCK] += fd[e];
+                }
+            }
+        }
+        ln_row_sum<TPR, CL>(s, red, phase);
+        phase ^= 1;
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            ln_opaque(xv[i]);
+            ln_opaque(dv[i]);
+        }
+        if (valid) {
+            const float a = s[0] * (1.f / N), b = s[1] * (1.f / N);
+            T *dxr = dx + row * N;
+#pragma unroll
+            for (int i = 0; i < S::VPT; i++) {
+                const int j = i * S::TT + t;
+                if (S::FULL || j < S::NVEC) {
+                    float fx[VEC], fd[VEC], fg[VEC];
+                    C::unpack(&xv[i], fx);
+                    C::unpack(&dv[i], fd);
+                    if (scale) {
+                        ln_raw<S::B> gv = ln_load_ro<S::B>(gamma + j * VEC);
+                        C::unpack(&gv, fg);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VEC; e++)
+                            fg[e] = 1.f;
+                    }
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const float xh = (fx[e] - mu) * rs;
+                        fx[e] = rs * (fd[e] * fg[e] - a - xh * b);
+                    }
+                    ln_raw<S::B> out;
+                    C::pack(fx, &out);
+                    ln_store<S::B>(dxr + j * VEC, out);
+                }
+            }
+        }
+    }
+    if constexpr (AFFINE) {
+        // Row groups of one block hold the same columns: add them up in
+        // group order, then write the block's (the cluster's) partial row.
+        if constexpr (RACC && S::ROWS > 1) {
+            __shared__ float comb[S::BLOCK * EPT];
+#pragma unroll
+            for (int pass = 0; pass < 2; pass++) {
+                float *acc = pass == 0 ? adg : adb;
+                __syncthreads();
+#pragma unroll
+                for (int k = 0; k < EPT; k++)
+                    comb[k * S::BLOCK + threadIdx.x] = acc[k];
+                __syncthreads();
+                if (group == 0) {
+#pragma unroll
+                    for (int k = 0; k < EPT; k++) {
+                        float v = acc[k];
+                        for (int r = 1; r < S::ROWS; r++)
+                            v += comb[k * S::BLOCK + r * TPR + threadIdx.x];
+                        acc[k] = v;
+                    }
+                }
+            }
+        }
+        if constexpr (!RACC && S::ROWS > 1)
+            __syncthreads();
+        if (group == 0) {
+            float *pr = part + static_cast<long long>(blockIdx.x / CL) * 2 * N;
+#pragma unroll
+            for (int i = 0; i < S::VPT; i++) {
+                const int j = i * S::TT + t;
+                if (S::FULL || j < S::NVEC) {
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const int k = i * VEC + e;
+                        float vg, vb;
+                        if constexpr (RACC) {
+                            vg = adg[k];
+                            vb = adb[k];
+                        } else {
+                            vg = sdg[k * S::BLOCK];
+                            vb = sdb[k * S::BLOCK];
+                            for (int r = 1; r < S::ROWS; r++) {
+                                vg += sdg[k * S::BLOCK + r * TPR];
+                                vb += sdb[k * S::BLOCK + r * TPR];
+                            }
+                        }
+                        pr[j * VEC + e] = vg;
+                        pr[N + j * VEC + e] = vb;
+                    }
+                }
+            }
+        }
+    }
+    if constexpr (CL > 1)
+        ln_cluster_sync();
+}
+
+// SACC true (the default): launch with ln_bwd_smem_bytes<T, N, VEC, TPR, CL>()
+// bytes of dynamic shared memory when AFFINE (0 otherwise).
+template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
+          int TPR = ln_min(ln_threads_per_row(N * sizeof(T), LN_BWD_MAX_BYTES), LN_BWD_MAX_TPR),
+          bool SACC = true>
+__global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
+                                  ln_bwd_min_blocks(ln_shape<T, N, VEC, TPR, 1>::BLOCK))
+    layernorm_bwd(const T *dy, const T *x, const T *__restrict__ gamma,
+                  const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
+                  float *__restrict__ part, long long M)
+{
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC>(dy, x, gamma, mean, rstd, dx, part, M);
+}
+
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC = true>
+__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, ln_bwd_min_blocks(TPR))
+    layernorm_bwd_cluster(const T *dy, const T *x, const T *__restrict__ gamma,
+                          const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
+                          float *__restrict__ part, long long M)
+{
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC>(dy, x, gamma, mean, rstd, dx, part, M);
+}
+
+// Sums the P partial rows of layernorm_bwd(_cluster/_generic) into dgamma
+// (blockIdx.y 0) and dbeta (1), each column in a fixed order. Block 32 x 32,
+// grid (ceil(N / 32), 2). Either output may be NULL.
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    layernorm_bwd_reduce(const float *__restrict__ part, long long P, int N, T *__restrict__ dgamma,
+                         T *__restrict__ dbeta)
+{
+    __shared__ float s[32][33];
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    const int c = blockIdx.x * 32 + tx;
+    const int which = blockIdx.y;
+    T *out = which == 0 ? dgamma : dbeta;
+    if (blockDim.x != 1024)
+        __trap();
+    if (out == nullptr)
+        return;
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    if (c < N) {
+        const float *col = part + static_cast<long long>(which) * N + c;
+        const long long stride = 2LL * N;
+        long long p = ty;
+        for (; p + 96 < P; p += 128) {
+            a0 += col[p * stride];
+            a1 += col[(p + 32) * stride];
+            a2 += col[(p + 64) * stride];
+            a3 += col[(p + 96) * stride];
+        }
+        for (; p < P; p += 32)
+            a0 += col[p * stride];
+    }
+    s[ty][tx] = (a0 + a1) + (a2 + a3);
+    __syncthreads();
+    if (ty == 0 && c < N) {
+        float v = 0.f;
+        for (int r = 0; r < 32; r++)
+            v += s[r][tx];
+        float f[1] = {v};
+        ln_raw<sizeof(T)> o;
+        ln_conv<T>::pack(f, &o);
+        // A typed store: a memcpy to global memory came out as byte stores
+        // whose low byte was wrong for 16-bit T on the device.
+        *reinterpret_cast<decltype(o.v) *>(out + c) = o.v;
+    }
+}
+
+// ------------------------------------------------------------- generic N
+
+// Any N at run time, one row per 512-thread block: the row is read from
+// global memory three times (sum, squared deviations, output). Rows up to
+// a few hundred KiB come back from L2; far longer ones cost up to 3x the
+// bytes of the specialized kernels. For N that those cannot hold.
+constexpr int LN_GENERIC_THREADS = 512;
+
+template <typename T, bool AFFINE, int VEC>
+__global__ void __launch_bounds__(LN_GENERIC_THREADS)
+    layernorm_fwd_generic(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
+                          float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M,
+                          int N, float eps)
+{
+    constexpr int B = VEC * sizeof(T);
+    using C = ln_conv<T>;
+    __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 1> red;
+    if (blockDim.x != LN_GENERIC_THREADS)
+        __trap();
+    const long long row = blockIdx.x;
+    const int nvec = N / VEC;
+    const T *xr = x + row * N;
+    T *yr = y + row * N;
+    float s[1] = {0.f};
+    for (int j = threadIdx.x; j < nvec; j += LN_GENERIC_THREADS) {
+        ln_raw<B> r = ln_load<B>(xr + j * VEC);
+        float f[VEC];
+        C::unpack(&r, f);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            s[0] += f[e];
+    }
+    ln_row_sum<LN_GENERIC_THREADS, 1>(s, red, 0);
+    const float mean = s[0] / N;
+    float q[1] = {0.f};
+    for (int j = threadIdx.x; j < nvec; j += LN_GENERIC_THREADS) {
+        ln_raw<B> r = ln_load<B>(xr + j * VEC);
+        float f[VEC];
+        C::unpack(&r, f);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            q[0] += (f[e] - mean) * (f[e] - mean);
+    }
+    ln_row_sum<LN_GENERIC_THREADS, 1>(q, red, 1);
+    const float rstd = rsqrtf(q[0] / N + eps);
+    for (int j = threadIdx.x; j < nvec; j += LN_GENERIC_THREADS) {
+        ln_raw<B> r = ln_load<B>(xr + j * VEC);
+        float f[VEC];
+        C::unpack(&r, f);
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            f[e] = (f[e] - mean) * rstd;
+        if (AFFINE && gamma != nullptr) {
+            ln_raw<B> gv = ln_load_ro<B>(gamma + j * VEC);
+            float g[VEC];
+            C::unpack(&gv, g);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                f[e] *= g[e];
+        }
+        if (AFFINE && beta != nullptr) {
+            ln_raw<B> bv = ln_load_ro<B>(beta + j * VEC);
+            float b[VEC];
+            C::unpack(&bv, b);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                f[e] += b[e];
+        }
+        ln_raw<B> o;
+        C::pack(f, &o);
+        ln_store<B>(yr + j * VEC, o);
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out != nullptr)
+            mean_out[row] = mean;
+        if (rstd_out != nullptr)
+            rstd_out[row] = rstd;
+    }
+}
+
+// Persistent over rows (grid G blocks of 512); with AFFINE each block keeps
+// its partial row part[blockIdx.x] in global memory, updated by the thread
+// that owns each column (no atomics, deterministic), which costs a read and
+// a write of 8 bytes per column and row on top of the data.
+template <typename T, bool AFFINE, int VEC>
+__global__ void __launch_bounds__(LN_GENERIC_THREADS)
+    layernorm_bwd_generic(const T *dy, const T *x, const T *__restrict__ gamma,
+                          const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
+                          float *__restrict__ part, long long M, int N)
+{
+    constexpr int B = VEC * sizeof(T);
+    using C = ln_conv<T>;
+    __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 2> red;
+    if (blockDim.x != LN_GENERIC_THREADS)
+        __trap();
+    const int nvec = N / VEC;
+    const bool scale = gamma != nullptr;
+    float *pr = AFFINE ? part + static_cast<long long>(blockIdx.x) * 2 * N : nullptr;
+    if (AFFINE)
+        for (int c = threadIdx.x * VEC; c < N; c += LN_GENERIC_THREADS * VEC)
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                pr[c + e] = pr[N + c + e] = 0.f;
+    int phase = 0;
+    for (long long row = blockIdx.x; row < M; row += gridDim.x) {
+        const T *xr = x + row * N, *dyr = dy + row * N;
+        const float mu = mean[row], rs = rstd[row];
+        float s[2] = {0.f, 0.f};
+        for (int j = threadIdx.x; j < nvec; j += LN_GENERIC_THREADS) {
+            ln_raw<B> xv = ln_load<B>(xr + j * VEC), dv = ln_load<B>(dyr + j * VEC);
+            float fx[VEC], fd[VEC], fg[VEC];
+            C::unpack(&xv, fx);
+            C::unpack(&dv, fd);
+            if (scale) {
+                ln_raw<B> gv = ln_load_ro<B>(gamma + j * VEC);
+                C::unpack(&gv, fg);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    fg[e] = 1.f;
+            }
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float xh = (fx[e] - mu) * rs, gg = fd[e] * fg[e];
+                s[0] += gg;
+                s[1] += gg * xh;
+                if (AFFINE) {
+                    pr[j * VEC + e] += fd[e] * xh;
+                    pr[N + j * VEC + e] += fd[e];
+                }
+            }
+        }
+        ln_row_sum<LN_GENERIC_THREADS, 1>(s, red, phase);
+        phase ^= 1;
+        const float a = s[0] / N, b = s[1] / N;
+        T *dxr = dx + row * N;
+        for (int j = threadIdx.x; j < nvec; j += LN_GENERIC_THREADS) {
+            ln_raw<B> xv = ln_load<B>(xr + j * VEC), dv = ln_load<B>(dyr + j * VEC);
+            float fx[VEC], fd[VEC], fg[VEC];
+            C::unpack(&xv, fx);
+            C::unpack(&dv, fd);
+            if (scale) {
+                ln_raw<B> gv = ln_load_ro<B>(gamma + j * VEC);
+                C::unpack(&gv, fg);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    fg[e] = 1.f;
+            }
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                fx[e] = rs * (fd[e] * fg[e] - a - (fx[e] - mu) * rs * b);
+            ln_raw<B> o;
+            C::pack(fx, &o);
+            ln_store<B>(dxr + j * VEC, o);
+        }
+    }
+}

@@ -1,0 +1,481 @@
+/* One unit to one binary: stat fast path, key, cache, lock, compile, write;
+ * and the explanation of why a build would (not) hit the cache. */
+#include "core_private.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* How often a build starts over because a file changed while NVRTC read it
+ * (an editor saving in bursts) before it gives up. */
+#define MAX_BUILD_ATTEMPTS 4
+
+static const jitop__dep *find_dep(const jitop__deps *d, const char *path)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(d->v[i].path, path) == 0)
+            return &d->v[i];
+    return NULL;
+}
+
+/* Lines naming each file that differs between two dependency lists. */
+static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv *lines)
+{
+    int rc = JITOP_OK;
+    for (size_t i = 0; rc == JITOP_OK && i < cur->n; i++) {
+        const jitop__dep *o = find_dep(old, cur->v[i].path);
+        if (!o)
+            rc = jitop__strv_pushf(lines, "%s: new file", cur->v[i].path);
+        else if (!XXH128_isEqual(o->hash, cur->v[i].hash))
+            rc = jitop__strv_pushf(lines, "%s: content changed", cur->v[i].path);
+    }
+    for (size_t i = 0; rc == JITOP_OK && i < old->n; i++)
+        if (!find_dep(cur, old->v[i].path))
+            rc = jitop__strv_pushf(lines, "%s: removed", old->v[i].path);
+    return rc;
+}
+
+static bool strv_has(const jitop__strv *sv, const char *s)
+{
+    for (size_t i = 0; i < sv->n; i++)
+        if (strcmp(sv->v[i], s) == 0)
+            return true;
+    return false;
+}
+
+static int split_lines(const char *text, jitop__strv *out)
+{
+    const char *p = text;
+    while (p && *p) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (jitop__strv_pushf(out, "%.*s", (int)n, p) != JITOP_OK)
+            return JITOP_ENOMEM;
+        p = nl ? nl + 1 : NULL;
+    }
+    return JITOP_OK;
+}
+
+/* Lines naming what differs between the unit and an older entry of the same
+ * source: NVRTC version, arch, options, name expressions. */
+static int diff_entry(const jitop__unit *u, const jitop__entry *e, jitop__strv *lines)
+{
+    jitop__strv old_opts = {0};
+    int rc = JITOP_OK;
+    if (strcmp(e->nvrtc_version, jitop__nvrtc_version()) != 0)
+        rc = jitop__strv_pushf(lines, "NVRTC version differs: %s (cached: %s)",
+                               jitop__nvrtc_version(), e->nvrtc_version);
+    if (rc == JITOP_OK && strcmp(e->arch, u->arch) != 0)
+        rc = jitop__strv_pushf(lines, "arch differs: %s (cached: %s)", u->arch, e->arch);
+    if (rc == JITOP_OK)
+        rc = split_lines(e->options, &old_opts);
+    for (size_t i = 0; rc == JITOP_OK && i < u->options.n; i++)
+        if (!strv_has(&old_opts, u->options.v[i]))
+            rc = jitop__strv_pushf(lines, "option added: %s", u->options.v[i]);
+    for (size_t i = 0; rc == JITOP_OK && i < old_opts.n; i++)
+        if (!strv_has(&u->options, old_opts.v[i]))
+            rc = jitop__strv_pushf(lines, "option removed: %s", old_opts.v[i]);
+    for (size_t i = 0; rc == JITOP_OK && i < u->names.n; i++)
+        if (!strv_has(&e->bin.names, u->names.v[i]))
+            rc = jitop__strv_pushf(lines, "name expression added: %s", u->names.v[i]);
+    for (size_t i = 0; rc == JITOP_OK && i < e->bin.names.n; i++)
+        if (!strv_has(&u->names, e->bin.names.v[i]))
+            rc = jitop__strv_pushf(lines, "name expression removed: %s", e->bin.names.v[i]);
+    jitop__strv_free(&old_opts);
+    return rc;
+}
+
+/* Why the unit's key (with deps cur) is not in the cache, as '\n'-joined
+ * lines (malloc'd). old: the deps of the unit's manifest, NULL without one.
+ * Compares files against the manifest first; when no file differs, against
+ * the most recent entry of the same source (which walks the cache). */
+static int describe_miss(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *old,
+                         const char *old_key, const jitop__deps *cur, const char *key, char **why)
+{
+    jitop__strv lines = {0};
+    jitop__entry recent = {0};
+    char recent_key[33] = "";
+    bool have_recent = false;
+    char *label = NULL;
+    int status = old ? diff_deps(old, cur, &lines) : JITOP_OK;
+    if (status != JITOP_OK)
+        goto out;
+    if (lines.n == 0) {
+        label = jitop__unit_source_label(u);
+        if (!label) {
+            status = JITOP_ENOMEM;
+            goto out;
+        }
+        status = jitop__cache_find_recent(ctx->cache, label, &recent, recent_key, &have_recent);
+        if (status != JITOP_OK)
+            goto out;
+        if (have_recent)
+            status = diff_entry(u, &recent, &lines);
+    }
+    if (status == JITOP_OK && lines.n == 0) {
+        if (old && old_key && strcmp(old_key, key) == 0)
+            status = jitop__strv_pushf(&lines, "entry %s is no longer in the cache "
+                                               "(evicted, cleaned or found invalid)", key);
+        else if (have_recent)
+            status = jitop__strv_pushf(&lines, "the sources differ from the most recent entry "
+                                               "%s of %s", recent_key, label);
+        else
+            status = jitop__strv_pushf(&lines, "never built: no entry of %s for %s in the cache",
+                                       label ? label : u->source_name, u->arch);
+    }
+    if (status != JITOP_OK)
+        goto out;
+    *why = jitop__strv_join(&lines, "\n");
+    if (!*why)
+        status = JITOP_ENOMEM;
+out:
+    if (status == JITOP_ENOMEM)
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    jitop__entry_free(&recent);
+    jitop__strv_free(&lines);
+    free(label);
+    return status;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* After a compile: did any file change since it was scanned? NVRTC read the
+ * files itself, so a header saved during the compile may be in the binary
+ * while the key holds its old hash. Stat differences say so; a file whose
+ * mtime is recent is hashed again, since a second save within one timestamp
+ * tick leaves its stat data unchanged. *changed names the file (malloc'd). */
+static int deps_changed(const jitop__deps *d, char **changed)
+{
+    *changed = NULL;
+    int64_t recent = now_ns() - JITOP__RECENT_WINDOW_NS;
+    for (size_t i = 0; i < d->n; i++) {
+        const jitop__dep *dep = &d->v[i];
+        struct stat st;
+        bool differs = stat(dep->path, &st) != 0 || (int64_t)st.st_size != dep->size ||
+                       (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != dep->mtime_ns ||
+                       (uint64_t)st.st_ino != dep->ino || (uint64_t)st.st_dev != dep->dev;
+        if (!differs && dep->mtime_ns >= recent) {
+            char *data = NULL;
+            size_t len = 0;
+            if (jitop__read_file(dep->path, &data, &len) != JITOP_OK) {
+                differs = true;
+                jitop__clear_error();
+            } else {
+                differs = !XXH128_isEqual(XXH3_128bits(data, len), dep->hash);
+            }
+            free(data);
+        }
+        if (differs) {
+            *changed = jitop__strdup(dep->path);
+            return *changed ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+    }
+    return JITOP_OK;
+}
+
+/* Records the unit's deps so that the next build takes the stat fast path.
+ * A failure costs only speed: it is logged, not returned. */
+static void save_manifest(jitop_ctx *ctx, const char id[33], const jitop__deps *deps,
+                          const char key[33])
+{
+    if (jitop__manifest_put(ctx->cache, id, deps, key) != JITOP_OK) {
+        jitop__log(ctx, "cannot write manifest %s: %s", id, jitop_errmsg(ctx));
+        jitop__clear_error();
+    }
+}
+
+static int make_entry(const jitop__unit *u, const jitop__deps *deps, jitop__binary *bin,
+                      jitop__entry *e)
+{
+    jitop__strv sources = {0};
+    memset(e, 0, sizeof *e);
+    int rc = JITOP_OK;
+    if (!u->source_path) {
+        char *label = jitop__unit_source_label(u);
+        rc = label ? jitop__strv_push(&sources, label) : JITOP_ENOMEM;
+        free(label);
+    }
+    for (size_t i = 0; rc == JITOP_OK && i < deps->n; i++)
+        rc = jitop__strv_push(&sources, deps->v[i].path);
+    e->arch = jitop__strdup(u->arch);
+    e->nvrtc_version = jitop__strdup(jitop__nvrtc_version());
+    e->options = jitop__strv_join(&u->options, "\n");
+    e->sources = rc == JITOP_OK ? jitop__strv_join(&sources, "\n") : NULL;
+    e->created = (int64_t)time(NULL);
+    jitop__strv_free(&sources);
+    if (!e->arch || !e->nvrtc_version || !e->options || !e->sources) {
+        jitop__entry_free(e);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    e->bin = *bin;
+    memset(bin, 0, sizeof *bin);
+    return JITOP_OK;
+}
+
+/* Logs (verbose only) why the unit is compiled. */
+static void log_rebuild(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *old,
+                        const char *old_key, const jitop__deps *cur, const char *key)
+{
+    if (!ctx->verbose)
+        return;
+    char *why = NULL;
+    if (describe_miss(ctx, u, old, old_key, cur, key, &why) != JITOP_OK) {
+        jitop__clear_error();
+        return;
+    }
+    jitop__log(ctx, "building %s for %s (key %s):", u->source_name, u->arch, key);
+    for (char *line = why; line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        jitop__log(ctx, "  %s", line);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(why);
+}
+
+/* The slow path: scan, key, cache, then lock, check again, compile. */
+static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
+                      const jitop__deps *mdeps, const char *mkey, jitop__built *out)
+{
+    int status = JITOP_OK, lock_fd = -1;
+    jitop__deps deps = {0};
+    jitop__binary bin = {0};
+    char *text = NULL, *changed = NULL;
+    bool found = false;
+    for (int attempt = 1;; attempt++) {
+        status = jitop__deps_scan(u, &deps, &text);
+        if (status != JITOP_OK)
+            goto out;
+        jitop__cache_key(u, &deps, out->key);
+        status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+        if (status != JITOP_OK)
+            goto out;
+        if (found) {
+            if (mkey)
+                jitop__log(ctx, "%s: files touched but unchanged: cache hit %s", u->source_name,
+                           out->key);
+            break;
+        }
+        status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
+        if (status != JITOP_OK)
+            goto out;
+        /* Another process may have built it while we waited for the lock. */
+        status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+        if (status != JITOP_OK || found)
+            break;
+        log_rebuild(ctx, u, mdeps, mkey, &deps, out->key);
+        status = jitop__compile(u, text, &bin);
+        if (status != JITOP_OK)
+            goto out;
+        status = deps_changed(&deps, &changed);
+        if (status != JITOP_OK)
+            goto out;
+        if (!changed)
+            break;
+        jitop__log(ctx, "%s changed during the compile of %s: building again", changed,
+                   u->source_name);
+        if (attempt == MAX_BUILD_ATTEMPTS) {
+            status = jitop__fail(JITOP_EIO, "%s kept changing while %s was compiled (%d attempts)",
+                                 changed, u->source_name, attempt);
+            goto out;
+        }
+        jitop__cache_unlock(lock_fd);
+        lock_fd = -1;
+        jitop__binary_free(&bin);
+        jitop__deps_free(&deps);
+        free(text);
+        free(changed);
+        text = changed = NULL;
+    }
+    if (status != JITOP_OK)
+        goto out;
+    out->cached = found;
+    if (!found) {
+        status = make_entry(u, &deps, &bin, &out->entry);
+        if (status == JITOP_OK)
+            status = jitop__cache_put(ctx->cache, out->key, &out->entry);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    save_manifest(ctx, id, &deps, out->key);
+    out->deps = deps;
+    memset(&deps, 0, sizeof deps);
+out:
+    jitop__cache_unlock(lock_fd);
+    jitop__binary_free(&bin);
+    jitop__deps_free(&deps);
+    free(text);
+    free(changed);
+    return status;
+}
+
+int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
+{
+    double t0 = jitop__now_ms();
+    int status = JITOP_OK;
+    jitop__deps mdeps = {0};
+    char id[33], mkey[33];
+    bool mfound = false, fresh = false, found = false;
+    char *why = NULL;
+    memset(out, 0, sizeof *out);
+    if (!ctx || !ctx->cache || !u)
+        return jitop__fail(JITOP_EINVAL, "build: NULL context, cache or unit");
+
+    jitop__manifest_id(u, id);
+    status = jitop__manifest_get(ctx->cache, id, &mdeps, mkey, &mfound);
+    if (status != JITOP_OK)
+        goto out;
+    if (mfound) {
+        status = jitop__deps_fresh(&mdeps, &fresh, &why);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    if (fresh) {
+        /* The fast path: no file but the manifest and the entry is read. The
+         * key is recomputed from the manifest's hashes, so that it follows
+         * the NVRTC version and the unit, not what the manifest claims. */
+        jitop__cache_key(u, &mdeps, out->key);
+        status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+        if (status != JITOP_OK)
+            goto out;
+        if (found) {
+            out->cached = true;
+            out->deps = mdeps;
+            memset(&mdeps, 0, sizeof mdeps);
+            goto out;
+        }
+    } else if (why) {
+        jitop__log(ctx, "%s: %s", u->source_name, why);
+    }
+    status = build_slow(ctx, u, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, out);
+out:
+    if (status != JITOP_OK)
+        jitop__built_free(out);
+    out->ms = jitop__now_ms() - t0;
+    jitop__deps_free(&mdeps);
+    free(why);
+    return status;
+}
+
+void jitop__built_free(jitop__built *b)
+{
+    if (!b)
+        return;
+    jitop__deps_free(&b->deps);
+    jitop__entry_free(&b->entry);
+}
+
+int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why)
+{
+    int status = JITOP_OK;
+    jitop__deps mdeps = {0}, deps = {0};
+    char id[33], mkey[33], key[33];
+    char *text = NULL, *stale = NULL;
+    bool mfound = false, fresh = false, found = false;
+    *hit = false;
+    *why = NULL;
+    if (!ctx || !ctx->cache || !u)
+        return jitop__fail(JITOP_EINVAL, "explain: NULL context, cache or unit");
+
+    jitop__manifest_id(u, id);
+    status = jitop__manifest_get(ctx->cache, id, &mdeps, mkey, &mfound);
+    if (status == JITOP_OK && mfound)
+        status = jitop__deps_fresh(&mdeps, &fresh, &stale);
+    if (status != JITOP_OK)
+        goto out;
+    if (fresh) {
+        jitop__cache_key(u, &mdeps, key);
+    } else {
+        status = jitop__deps_scan(u, &deps, &text);
+        if (status != JITOP_OK)
+            goto out;
+        jitop__cache_key(u, &deps, key);
+    }
+    status = jitop__cache_peek(ctx->cache, key, &found);
+    if (status != JITOP_OK)
+        goto out;
+    if (found) {
+        *hit = true;
+        *why = fresh ? jitop__sprintf("cached: %s (no file changed since the last build)", key)
+               : stale ? jitop__sprintf("cached: %s (%s; contents unchanged)", key, stale)
+                       : jitop__sprintf("cached: %s", key);
+        if (!*why)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
+    status = describe_miss(ctx, u, mfound ? &mdeps : NULL, mfound ? mkey : NULL,
+                           fresh ? &mdeps : &deps, key, why);
+out:
+    jitop__deps_free(&mdeps);
+    jitop__deps_free(&deps);
+    free(text);
+    free(stale);
+    return status;
+}
+
+/* The unit jitop_build and jitop_explain describe, for ctx's arch when arch
+ * is NULL. */
+static int public_unit(jitop_ctx *ctx, const char *call, const char *path, const char *arch,
+                       const char *const *options, size_t noptions, const char *const *names,
+                       size_t nnames, jitop__unit *u)
+{
+    if (!ctx || !path)
+        return jitop__fail(JITOP_EINVAL, "%s: NULL %s", call, ctx ? "path" : "context");
+    if (!arch) {
+        int status = jitop_ctx_arch(ctx, &arch);
+        if (status != JITOP_OK)
+            return status;
+    }
+    return jitop__unit_init(u, path, NULL, options, noptions, names, nnames, arch);
+}
+
+int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *const *options,
+                size_t noptions, const char *const *names, size_t nnames,
+                jitop_build_result *result)
+{
+    double t0 = jitop__now_ms();
+    jitop__unit u;
+    jitop__built b;
+    int status = public_unit(ctx, "jitop_build", path, arch, options, noptions, names, nnames, &u);
+    if (status != JITOP_OK)
+        return status;
+    status = jitop__build_unit(ctx, &u, &b);
+    if (status == JITOP_OK && result) {
+        result->cached = b.cached;
+        memcpy(result->key, b.key, sizeof result->key);
+        result->ms = jitop__now_ms() - t0;
+    }
+    if (status == JITOP_OK)
+        jitop__built_free(&b);
+    jitop__unit_free(&u);
+    return status;
+}
+
+int jitop_explain(jitop_ctx *ctx, const char *path, const char *arch,
+                  const char *const *options, size_t noptions, const char *const *names,
+                  size_t nnames, int *would_hit, char **why)
+{
+    if (!would_hit || !why)
+        return jitop__fail(JITOP_EINVAL, "jitop_explain: NULL would_hit or why");
+    *would_hit = 0;
+    *why = NULL;
+    jitop__unit u;
+    bool hit = false;
+    int status = public_unit(ctx, "jitop_explain", path, arch, options, noptions, names, nnames,
+                             &u);
+    if (status != JITOP_OK)
+        return status;
+    status = jitop__explain_unit(ctx, &u, &hit, why);
+    *would_hit = hit;
+    jitop__unit_free(&u);
+    return status;
+}

@@ -1,0 +1,80 @@
+/* Cache keys and manifest ids: XXH3-128 over everything that changes the
+ * binary (the key) or names the unit (the manifest id). */
+#include "cache_private.h"
+
+/* Every field is length-prefixed, so that ("ab", "c") and ("a", "bc") never
+ * hash alike; lists are prefixed by their count. */
+static void key_str(XXH3_state_t *st, const char *s)
+{
+    uint64_t n = s ? strlen(s) : 0;
+    XXH3_128bits_update(st, &n, sizeof n);
+    if (n)
+        XXH3_128bits_update(st, s, n);
+}
+
+static void key_u64(XXH3_state_t *st, uint64_t v)
+{
+    XXH3_128bits_update(st, &v, sizeof v);
+}
+
+static void key_strv(XXH3_state_t *st, const jitop__strv *sv)
+{
+    key_u64(st, sv->n);
+    for (size_t i = 0; i < sv->n; i++)
+        key_str(st, sv->v[i]);
+}
+
+static void key_unit(XXH3_state_t *st, const char *kind, const jitop__unit *u)
+{
+    key_str(st, kind);
+    key_u64(st, JITOP__FORMAT_VERSION);
+    key_str(st, u->arch);
+    key_str(st, u->source_name);
+    key_str(st, u->source_path);
+    key_u64(st, u->inline_text != NULL);
+    key_str(st, u->inline_text);
+    key_strv(st, &u->options);
+    key_strv(st, &u->names);
+}
+
+static void key_finish(XXH3_state_t *st, char out[33])
+{
+    jitop__hash_hex(XXH3_128bits_digest(st), out);
+}
+
+void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33])
+{
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    key_unit(&st, "jitop entry key", u);
+    /* The NVRTC library's file name and size, not nvrtcVersion: that would
+     * load NVRTC (8-10 ms) on every hit, and the file already tells one
+     * release from another (see core_private.h). */
+    key_str(&st, jitop__nvrtc_identity());
+    key_u64(&st, d->n);
+    for (size_t i = 0; i < d->n; i++) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, d->v[i].hash);
+        key_str(&st, d->v[i].path);
+        XXH3_128bits_update(&st, c.digest, sizeof c.digest);
+    }
+    key_finish(&st, key);
+}
+
+/* Everything but file contents and the NVRTC version: the manifest then
+ * survives an NVRTC upgrade, and the key is recomputed from it anyway. */
+void jitop__manifest_id(const jitop__unit *u, char id[33])
+{
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    key_unit(&st, "jitop manifest id", u);
+    key_finish(&st, id);
+}
+
+char *jitop__unit_source_label(const jitop__unit *u)
+{
+    return u->source_path ? jitop__strdup(u->source_path)
+                          : jitop__sprintf("inline:%s", u->source_name);
+}

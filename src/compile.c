@@ -1,0 +1,562 @@
+/* NVRTC: option normalization, opening NVRTC on first use, compiling a unit,
+ * its log, name expressions. The only file that calls NVRTC. */
+#include "core_private.h"
+
+#include <cuda.h>
+#include <nvrtc.h>
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How an option takes its value. */
+enum opt_kind {
+    OPT_FLAG,   /* no value: "--use_fast_math" */
+    OPT_JOINED, /* value glued to the canonical spelling: "-DNAME=1", "-I/abs" */
+    OPT_EQUALS  /* "--maxrregcount=32", "-std=c++17" */
+};
+
+/* Spellings NVRTC accepts for the options whose spelling must not change the
+ * key: "-DX", "-D X" and "--define-macro=X" all give "-DX". */
+struct opt_spec {
+    const char *canonical;
+    enum opt_kind kind;
+    const char *spellings[4]; /* NULL-terminated */
+};
+
+static const struct opt_spec opt_specs[] = {
+    {"-D", OPT_JOINED, {"-D", "--define-macro", NULL}},
+    {"-U", OPT_JOINED, {"-U", "--undefine-macro", NULL}},
+    {"-I", OPT_JOINED, {"-I", "--include-path", NULL}},
+    {"-std=", OPT_EQUALS, {"-std", "--std", NULL}},
+    {"--maxrregcount=", OPT_EQUALS, {"-maxrregcount", "--maxrregcount", NULL}},
+    {"--use_fast_math", OPT_FLAG, {"--use_fast_math", "-use_fast_math", "-use-fast-math", NULL}},
+    {"--generate-line-info", OPT_FLAG, {"-lineinfo", "--generate-line-info", NULL}},
+    {"--device-debug", OPT_FLAG, {"-G", "--device-debug", NULL}},
+};
+
+/* "sm_90", "sm_90a", "sm_100f", "compute_90": the forms NVRTC takes. */
+static bool arch_valid(const char *arch)
+{
+    const char *p;
+    if (strncmp(arch, "sm_", 3) == 0)
+        p = arch + 3;
+    else if (strncmp(arch, "compute_", 8) == 0)
+        p = arch + 8;
+    else
+        return false;
+    size_t digits = 0;
+    while (isdigit((unsigned char)p[digits]))
+        digits++;
+    if (digits < 2 || digits > 3)
+        return false;
+    p += digits;
+    if (*p == 'a' || *p == 'f')
+        p++;
+    return *p == '\0';
+}
+
+static bool is_arch_option(const char *opt)
+{
+    return strncmp(opt, "-arch", 5) == 0 || strncmp(opt, "--gpu-architecture", 18) == 0;
+}
+
+/* Matches opt against one spelling. Returns the value (pointing into opt, or
+ * "" when it is the next option) or NULL when the spelling does not match.
+ * Single-dash spellings of one letter take a glued value ("-DX"); every
+ * spelling takes "=value" and a separate next option. */
+static const char *match_spelling(const char *opt, const char *sp, bool *value_is_next)
+{
+    size_t n = strlen(sp);
+    *value_is_next = false;
+    if (strncmp(opt, sp, n) != 0)
+        return NULL;
+    if (opt[n] == '\0') {
+        *value_is_next = true;
+        return "";
+    }
+    bool one_letter = sp[0] == '-' && sp[1] != '-' && n == 2;
+    if (one_letter)
+        return opt + n;
+    if (opt[n] == '=')
+        return opt + n + 1;
+    return NULL;
+}
+
+static bool positive_int(const char *s)
+{
+    if (!*s)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p))
+            return false;
+    return atol(s) > 0;
+}
+
+/* Normalizes options[*i] (and the value after it, if it takes one). */
+static int normalize_option(jitop__unit *u, const char *const *options, size_t noptions, size_t *i)
+{
+    const char *opt = options[*i];
+    if (!opt || !*opt)
+        return jitop__fail(JITOP_EINVAL, "option %zu is empty", *i);
+    if (is_arch_option(opt))
+        return jitop__fail(JITOP_EINVAL,
+                           "option %s: the architecture is chosen by the arch argument "
+                           "(or JITOP_ARCH / --arch), not by an NVRTC option",
+                           opt);
+    for (size_t s = 0; s < sizeof opt_specs / sizeof opt_specs[0]; s++) {
+        const struct opt_spec *spec = &opt_specs[s];
+        for (const char *const *sp = spec->spellings; *sp; sp++) {
+            if (spec->kind == OPT_FLAG) {
+                if (strcmp(opt, *sp) == 0)
+                    return jitop__strv_push(&u->options, spec->canonical) == JITOP_OK
+                               ? JITOP_OK
+                               : jitop__fail(JITOP_ENOMEM, "out of memory");
+                continue;
+            }
+            bool next;
+            const char *value = match_spelling(opt, *sp, &next);
+            if (!value)
+                continue;
+            if (next) {
+                if (*i + 1 >= noptions || !options[*i + 1])
+                    return jitop__fail(JITOP_EINVAL, "option %s needs a value", opt);
+                value = options[++*i];
+            }
+            if (!*value)
+                return jitop__fail(JITOP_EINVAL, "option %s needs a value", opt);
+            if (strcmp(spec->canonical, "--maxrregcount=") == 0 && !positive_int(value))
+                return jitop__fail(JITOP_EINVAL, "option %s: '%s' is not a positive register count",
+                                   opt, value);
+            if (strcmp(spec->canonical, "-I") == 0) {
+                /* Absolute, so that the key and NVRTC do not depend on the
+                 * current directory. */
+                char *abs = jitop__abspath(value);
+                int rc = abs ? jitop__strv_pushf(&u->options, "-I%s", abs) : JITOP_ENOMEM;
+                if (rc == JITOP_OK)
+                    rc = jitop__strv_push(&u->include_dirs, abs);
+                free(abs);
+                return rc == JITOP_OK ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+            }
+            return jitop__strv_pushf(&u->options, "%s%s", spec->canonical, value) == JITOP_OK
+                       ? JITOP_OK
+                       : jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+    }
+    /* Any other NVRTC flag goes through as given; NVRTC itself rejects an
+     * unknown one (JITOP_EINVAL with its message at compile time). */
+    return jitop__strv_push(&u->options, opt) == JITOP_OK ? JITOP_OK
+                                                           : jitop__fail(JITOP_ENOMEM, "out of memory");
+}
+
+static char *dirname_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
+                     const char *const *options, size_t noptions,
+                     const char *const *names, size_t nnames, const char *arch)
+{
+    int status = JITOP_OK;
+    memset(u, 0, sizeof *u);
+    if ((path == NULL) == (inline_text == NULL)) {
+        status = jitop__fail(JITOP_EINVAL, "a unit needs either a source path or inline text");
+        goto out;
+    }
+    if (!arch || !arch_valid(arch) || strlen(arch) >= sizeof u->arch) {
+        status = jitop__fail(JITOP_EINVAL,
+                             "arch '%s' is not valid: expected sm_NN or compute_NN (for example "
+                             "sm_90, sm_90a, compute_90)",
+                             arch ? arch : "(null)");
+        goto out;
+    }
+    if ((noptions && !options) || (nnames && !names)) {
+        status = jitop__fail(JITOP_EINVAL, "options or names: NULL array with a non-zero count");
+        goto out;
+    }
+    snprintf(u->arch, sizeof u->arch, "%s", arch);
+    if (path) {
+        if (!*path) {
+            status = jitop__fail(JITOP_EINVAL, "source path is empty");
+            goto out;
+        }
+        u->source_path = jitop__abspath(path);
+        /* NVRTC prints this name in "file(line): error"; the real path makes
+         * the message clickable and unambiguous. */
+        u->source_name = u->source_path ? jitop__strdup(u->source_path) : NULL;
+        char *dir = u->source_path ? dirname_of(u->source_path) : NULL;
+        if (!u->source_name || !dir || jitop__strv_push(&u->include_dirs, dir) != JITOP_OK) {
+            free(dir);
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        free(dir);
+    } else {
+        u->inline_text = jitop__strdup(inline_text);
+        u->source_name = jitop__strdup("jitop_inline.cu");
+        if (!u->inline_text || !u->source_name) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < noptions; i++) {
+        status = normalize_option(u, options, noptions, &i);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    for (size_t i = 0; i < nnames; i++) {
+        if (!names[i] || !*names[i]) {
+            status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
+            goto out;
+        }
+        if (jitop__strv_push(&u->names, names[i]) != JITOP_OK) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+out:
+    if (status != JITOP_OK)
+        jitop__unit_free(u);
+    return status;
+}
+
+void jitop__unit_free(jitop__unit *u)
+{
+    if (!u)
+        return;
+    free(u->source_path);
+    free(u->source_name);
+    free(u->inline_text);
+    jitop__strv_free(&u->options);
+    jitop__strv_free(&u->include_dirs);
+    jitop__strv_free(&u->names);
+    memset(u, 0, sizeof *u);
+}
+
+/* NVRTC is opened with dlopen on the first real compile, never linked.
+ * libnvrtc.so is 109 MB with ~200k relocations: linked, it costs every
+ * process 8-10 ms at start, while a warm cache hit or a no-op `jitop build`
+ * never compiles. Everything jitop calls goes through this table, whose
+ * types come from <nvrtc.h>. */
+#define JITOP__NVRTC_FUNCS(X)                                                                     \
+    X(nvrtcVersion)                                                                               \
+    X(nvrtcGetErrorString)                                                                        \
+    X(nvrtcCreateProgram)                                                                         \
+    X(nvrtcDestroyProgram)                                                                        \
+    X(nvrtcAddNameExpression)                                                                     \
+    X(nvrtcCompileProgram)                                                                        \
+    X(nvrtcGetProgramLogSize)                                                                     \
+    X(nvrtcGetProgramLog)                                                                         \
+    X(nvrtcGetLoweredName)                                                                        \
+    X(nvrtcGetCUBINSize)                                                                          \
+    X(nvrtcGetCUBIN)                                                                              \
+    X(nvrtcGetPTXSize)                                                                            \
+    X(nvrtcGetPTX)
+
+struct nvrtc_api {
+#define JITOP__NVRTC_SLOT(fn) __typeof__(fn) *fn;
+    JITOP__NVRTC_FUNCS(JITOP__NVRTC_SLOT)
+#undef JITOP__NVRTC_SLOT
+};
+
+/* The soname of the NVRTC whose header we compiled against: its ABI is the
+ * one the table's types describe. */
+#define NVRTC_MAJOR (CUDA_VERSION / 1000)
+
+/* Where NVRTC would be opened from, found without opening it (realpath and
+ * stat only). The toolkit the library was built against comes first, so
+ * that an older NVRTC on the loader's path cannot shadow it; then the
+ * soname through the normal search path (LD_LIBRARY_PATH, ld.so.cache). */
+static pthread_once_t where_once = PTHREAD_ONCE_INIT;
+static char g_soname[32];
+static char g_open_name[PATH_MAX]; /* what dlopen is given */
+static char g_file[PATH_MAX];      /* the resolved file, "" until known */
+static char g_tried[PATH_MAX + 64];
+
+static void set_file(const char *path)
+{
+    char *real = realpath(path, NULL);
+    snprintf(g_file, sizeof g_file, "%s", real ? real : path);
+    free(real);
+}
+
+static void where_init(void)
+{
+    snprintf(g_soname, sizeof g_soname, "libnvrtc.so.%d", NVRTC_MAJOR);
+    snprintf(g_open_name, sizeof g_open_name, "%s", g_soname);
+#ifdef JITOP_CUDA_HOME
+    char candidate[PATH_MAX];
+    snprintf(candidate, sizeof candidate, "%s/lib64/%s", JITOP_CUDA_HOME, g_soname);
+    snprintf(g_tried, sizeof g_tried, "%s, then ", candidate);
+    if (access(candidate, R_OK) == 0) {
+        snprintf(g_open_name, sizeof g_open_name, "%s", candidate);
+        set_file(candidate);
+    }
+#endif
+    size_t n = strlen(g_tried);
+    snprintf(g_tried + n, sizeof g_tried - n, "%s on the library search path", g_soname);
+}
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static struct nvrtc_api g_nv;
+static int g_load_status = JITOP_ENVRTC;
+static char g_load_msg[PATH_MAX + 512];
+
+/* Runs once per process. The handle is never dlclose'd: NVRTC keeps state
+ * for the life of the process, and reopening would cost the load again. */
+static void load_init(void)
+{
+    pthread_once(&where_once, where_init);
+    void *h = dlopen(g_open_name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        snprintf(g_load_msg, sizeof g_load_msg,
+                 "cannot load NVRTC: tried %s (%s); install the CUDA toolkit's NVRTC %d.x or "
+                 "put its lib64 directory on LD_LIBRARY_PATH",
+                 g_tried, why ? why : "not found", NVRTC_MAJOR);
+        return;
+    }
+#define JITOP__NVRTC_LOOKUP(fn)                                                                   \
+    if (!(*(void **)&g_nv.fn = dlsym(h, #fn))) {                                                  \
+        snprintf(g_load_msg, sizeof g_load_msg, "NVRTC at %s has no %s: not a usable NVRTC %d",   \
+                 g_open_name, #fn, NVRTC_MAJOR);                                                  \
+        return;                                                                                   \
+    }
+    JITOP__NVRTC_FUNCS(JITOP__NVRTC_LOOKUP)
+#undef JITOP__NVRTC_LOOKUP
+    if (!g_file[0]) {
+        /* Found by soname: the loader knows which file it took. */
+        Dl_info info;
+        if (dladdr(*(void **)&g_nv.nvrtcVersion, &info) != 0 && info.dli_fname)
+            set_file(info.dli_fname);
+    }
+    g_load_status = JITOP_OK;
+}
+
+/* The table, or JITOP_ENVRTC naming every place tried. */
+static int nvrtc_load(void)
+{
+    pthread_once(&load_once, load_init);
+    return g_load_status == JITOP_OK ? JITOP_OK : jitop__fail(g_load_status, "%s", g_load_msg);
+}
+
+/* The file NVRTC is (or would be) loaded from; "" when it cannot be had. */
+static const char *nvrtc_file(void)
+{
+    pthread_once(&where_once, where_init);
+    if (!g_file[0] && nvrtc_load() != JITOP_OK)
+        jitop__clear_error(); /* no NVRTC: the caller says "unknown" */
+    return g_file;
+}
+
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+static char version_text[32] = "unknown";
+
+/* major.minor from a versioned file name (libnvrtc.so.13.0.88 -> "13.0")
+ * costs nothing; a bare soname (libnvrtc.so.13, as the toolkit ships it)
+ * leaves only nvrtcVersion, which loads NVRTC. Callers are messages, entry
+ * metadata written after a compile, and --version: never the hit path. */
+static void version_init(void)
+{
+    const char *file = nvrtc_file();
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    int major = 0, minor = 0;
+    char rest;
+    if (sscanf(base, "libnvrtc.so.%d.%d%c", &major, &minor, &rest) >= 2) {
+        snprintf(version_text, sizeof version_text, "%d.%d", major, minor);
+        return;
+    }
+    if (nvrtc_load() != JITOP_OK) {
+        jitop__clear_error();
+        return;
+    }
+    if (g_nv.nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
+        snprintf(version_text, sizeof version_text, "%d.%d", major, minor);
+}
+
+const char *jitop__nvrtc_version(void)
+{
+    pthread_once(&version_once, version_init);
+    return version_text;
+}
+
+static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
+static char identity_text[PATH_MAX + 64] = "unknown";
+
+static void identity_init(void)
+{
+    struct stat st;
+    const char *file = nvrtc_file();
+    const char *base = strrchr(file, '/');
+    if (file[0] && stat(file, &st) == 0)
+        snprintf(identity_text, sizeof identity_text, "%s %lld", base ? base + 1 : file,
+                 (long long)st.st_size);
+}
+
+const char *jitop__nvrtc_identity(void)
+{
+    pthread_once(&identity_once, identity_init);
+    return identity_text;
+}
+
+void jitop__binary_free(jitop__binary *b)
+{
+    if (!b)
+        return;
+    free(b->data);
+    jitop__strv_free(&b->names);
+    jitop__strv_free(&b->lowered);
+    memset(b, 0, sizeof *b);
+}
+
+/* NVRTC's log (the caller frees it); NULL when it cannot be had. */
+static char *program_log(nvrtcProgram prog)
+{
+    size_t n = 0;
+    if (g_nv.nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n == 0)
+        return NULL;
+    char *log = malloc(n);
+    if (log && g_nv.nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    return log;
+}
+
+/* Copies the compiled code out; data[size] is always a NUL, so that PTX can
+ * be handed to the driver as a string. For PTX, size excludes that NUL. */
+static int take_code(nvrtcProgram prog, const jitop__unit *u, jitop__binary *out)
+{
+    out->is_ptx = strncmp(u->arch, "compute_", 8) == 0;
+    size_t n = 0;
+    nvrtcResult r = out->is_ptx ? g_nv.nvrtcGetPTXSize(prog, &n) : g_nv.nvrtcGetCUBINSize(prog, &n);
+    if (r != NVRTC_SUCCESS)
+        return jitop__fail(JITOP_ENVRTC, "%s: %s: %s", u->source_name,
+                           out->is_ptx ? "nvrtcGetPTXSize" : "nvrtcGetCUBINSize",
+                           g_nv.nvrtcGetErrorString(r));
+    out->data = malloc(n + 1);
+    if (!out->data)
+        return jitop__fail(JITOP_ENOMEM, "%s: out of memory for a %zu-byte binary",
+                           u->source_name, n);
+    r = out->is_ptx ? g_nv.nvrtcGetPTX(prog, (char *)out->data)
+                    : g_nv.nvrtcGetCUBIN(prog, (char *)out->data);
+    if (r != NVRTC_SUCCESS)
+        return jitop__fail(JITOP_ENVRTC, "%s: %s: %s", u->source_name,
+                           out->is_ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN",
+                           g_nv.nvrtcGetErrorString(r));
+    out->data[n] = '\0';
+    out->size = out->is_ptx && n > 0 ? n - 1 : n;
+    return JITOP_OK;
+}
+
+static int take_lowered_names(nvrtcProgram prog, const jitop__unit *u, jitop__binary *out)
+{
+    for (size_t i = 0; i < u->names.n; i++) {
+        const char *lowered = NULL;
+        nvrtcResult r = g_nv.nvrtcGetLoweredName(prog, u->names.v[i], &lowered);
+        if (r != NVRTC_SUCCESS)
+            return jitop__fail(JITOP_ENVRTC, "%s: nvrtcGetLoweredName(\"%s\"): %s",
+                               u->source_name, u->names.v[i], g_nv.nvrtcGetErrorString(r));
+        if (jitop__strv_push(&out->names, u->names.v[i]) != JITOP_OK ||
+            jitop__strv_push(&out->lowered, lowered) != JITOP_OK)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    return JITOP_OK;
+}
+
+/* The argument vector NVRTC sees: the arch, the source's own directory
+ * (so that <...> includes next to the source resolve, as the dependency
+ * scanner assumes), then the normalized options, which hold every -I. */
+static int compile_args(const jitop__unit *u, jitop__strv *args)
+{
+    if (jitop__strv_pushf(args, "--gpu-architecture=%s", u->arch) != JITOP_OK)
+        return JITOP_ENOMEM;
+    if (u->source_path && u->include_dirs.n > 0 &&
+        jitop__strv_pushf(args, "-I%s", u->include_dirs.v[0]) != JITOP_OK)
+        return JITOP_ENOMEM;
+    for (size_t i = 0; i < u->options.n; i++)
+        if (jitop__strv_push(args, u->options.v[i]) != JITOP_OK)
+            return JITOP_ENOMEM;
+    return JITOP_OK;
+}
+
+int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
+{
+    int status = JITOP_OK;
+    nvrtcProgram prog = NULL;
+    jitop__strv args = {0};
+    char *log = NULL;
+    memset(out, 0, sizeof *out);
+
+    status = nvrtc_load();
+    if (status != JITOP_OK)
+        goto out;
+    if (compile_args(u, &args) != JITOP_OK) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
+    nvrtcResult r = g_nv.nvrtcCreateProgram(&prog, text, u->source_name, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS) {
+        prog = NULL;
+        status = jitop__fail(JITOP_ENVRTC, "%s: nvrtcCreateProgram: %s", u->source_name,
+                             g_nv.nvrtcGetErrorString(r));
+        goto out;
+    }
+    for (size_t i = 0; i < u->names.n; i++) {
+        r = g_nv.nvrtcAddNameExpression(prog, u->names.v[i]);
+        if (r != NVRTC_SUCCESS) {
+            status = jitop__fail(JITOP_ENVRTC, "%s: nvrtcAddNameExpression(\"%s\"): %s",
+                                 u->source_name, u->names.v[i], g_nv.nvrtcGetErrorString(r));
+            goto out;
+        }
+    }
+    r = g_nv.nvrtcCompileProgram(prog, (int)args.n, (const char *const *)args.v);
+    log = program_log(prog);
+    if (r == NVRTC_ERROR_COMPILATION) {
+        status = jitop__fail(JITOP_ECOMPILE, "%s: compile for %s failed:\n%s", u->source_name,
+                             u->arch, log ? log : "(NVRTC gave no log)");
+        goto out;
+    }
+    if (r == NVRTC_ERROR_INVALID_OPTION) {
+        char *joined = jitop__strv_join(&u->options, " ");
+        status = jitop__fail(JITOP_EINVAL, "%s: NVRTC rejected the options [%s]: %s",
+                             u->source_name, joined ? joined : "?",
+                             log && *log ? log : g_nv.nvrtcGetErrorString(r));
+        free(joined);
+        goto out;
+    }
+    if (r != NVRTC_SUCCESS) {
+        status = jitop__fail(JITOP_ENVRTC, "%s: nvrtcCompileProgram: %s%s%s", u->source_name,
+                             g_nv.nvrtcGetErrorString(r), log ? "\n" : "", log ? log : "");
+        goto out;
+    }
+    status = take_lowered_names(prog, u, out);
+    if (status == JITOP_OK)
+        status = take_code(prog, u, out);
+out:
+    if (prog) {
+        r = g_nv.nvrtcDestroyProgram(&prog);
+        if (r != NVRTC_SUCCESS && status == JITOP_OK)
+            status = jitop__fail(JITOP_ENVRTC, "%s: nvrtcDestroyProgram: %s", u->source_name,
+                                 g_nv.nvrtcGetErrorString(r));
+    }
+    if (status != JITOP_OK)
+        jitop__binary_free(out);
+    free(log);
+    jitop__strv_free(&args);
+    return status;
+}

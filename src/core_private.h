@@ -1,0 +1,45 @@
+/* What the core files (deps.c, compile.c, cache.c, build.c) share beyond
+ * internal.h: the freshness window, read-only looks at the cache for
+ * jitop_explain (which must not mark entries used nor remove them), and the
+ * NVRTC library's identity for keys. */
+#ifndef JITOP_CORE_PRIVATE_H
+#define JITOP_CORE_PRIVATE_H
+
+#include "internal.h"
+
+/* A file modified this recently is never trusted by its stat data alone
+ * (deps.c's fast path, build.c's check after a compile). Timestamps have a
+ * granularity: ext4 stamps files from a coarse kernel clock (a few ms), some
+ * network file systems to 1 s, FAT to 2 s. Two writes within one tick, the
+ * second after we looked, leave size and mtime unchanged (git calls this
+ * "racy clean"). 2 s covers the coarsest of these; the cost is one content
+ * hash per load for the first 2 s after an edit. */
+#define JITOP__RECENT_WINDOW_NS ((int64_t)2000000000)
+
+/* Whether a valid entry exists under key. Does not mark it used and leaves
+ * an invalid one in place. */
+int jitop__cache_peek(jitop__cache *c, const char key[33], bool *found);
+
+/* The most recently used valid entry whose first source is source (a
+ * path, or the inline unit's name). *found false when none. Walks the whole
+ * cache: meant for explaining a miss, not for the build path. */
+int jitop__cache_find_recent(jitop__cache *c, const char *source, jitop__entry *out,
+                             char key[33], bool *found);
+
+/* The first line of an entry's sources for a unit: its path, or
+ * "inline:<name>" for inline text. Malloc'd (NULL on ENOMEM). */
+char *jitop__unit_source_label(const jitop__unit *u);
+
+/* The NVRTC library file jitop compiles with, as its resolved file name and
+ * size, for example "libnvrtc.so.13 109338064" (compile.c). It is the NVRTC
+ * part of every key: nvrtcVersion gives major.minor only, while a patch
+ * release may change the code it generates (and its library size differs).
+ * Found by realpath and stat of the file dlopen would open, without loading
+ * NVRTC, so that a hit never pays for the load; only where NVRTC is not in
+ * the toolkit jitop was built against is it loaded to learn which file the
+ * search path gives. "unknown" when there is no NVRTC.
+ * Path and mtime are left out so that a cache prewarmed on one machine hits
+ * on another with the same release. */
+const char *jitop__nvrtc_identity(void);
+
+#endif

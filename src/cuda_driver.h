@@ -1,0 +1,121 @@
+/*
+ * The CUDA driver, opened at run time (cuda.c is the only file that calls
+ * it). libcuda.so.1 is dlopen'ed once per process; every entry point is
+ * resolved with cuGetProcAddress for the ABI version of the toolkit headers
+ * we were compiled with (so "cuMemAlloc" is the _v2 the header's prototype
+ * describes), into a table typed from <cuda.h>. Nothing links -lcuda, so the
+ * library and its tests start, and compile/prewarm work, without a driver.
+ *
+ * Named cuda_driver.h, not cuda.h: that name would shadow the toolkit's
+ * <cuda.h> for every file compiled with -Isrc.
+ */
+#ifndef JITOP_CUDA_DRIVER_H
+#define JITOP_CUDA_DRIVER_H
+
+#include "internal.h"
+
+#include <cuda.h>
+
+/* Every driver call jitop (and its GPU tests and benchmarks) makes, with the
+ * ABI version that the toolkit header's prototype describes. The version is
+ * explicit because asking cuGetProcAddress for CUDA_VERSION returns the
+ * newest ABI, which for some calls takes other arguments (13.0 added
+ * cuCtxSynchronize(CUcontext) and cuCtxGetDevice(CUdevice *, CUcontext)
+ * under the same names). cuda.c checks every pair at compile time against
+ * the PFN_<name>_v<version> typedefs of <cudaTypedefs.h>. The name given is
+ * the unversioned symbol cuGetProcAddress expects; the field has the header's
+ * prototype, so a macro such as cuMemAlloc -> cuMemAlloc_v2 names the same
+ * field in the struct and at the call. */
+#define JITOP__CUDA_FUNCS(X)                                                                       \
+    X(cuInit, 2000)                                                                                \
+    X(cuDriverGetVersion, 2020)                                                                    \
+    X(cuGetErrorName, 6000)                                                                        \
+    X(cuGetErrorString, 6000)                                                                      \
+    X(cuDeviceGet, 2000)                                                                           \
+    X(cuDeviceGetCount, 2000)                                                                      \
+    X(cuDeviceGetAttribute, 2000)                                                                  \
+    X(cuDeviceGetName, 2000)                                                                       \
+    X(cuDevicePrimaryCtxRetain, 7000)                                                              \
+    X(cuDevicePrimaryCtxRelease, 11000)                                                            \
+    X(cuCtxGetCurrent, 4000)                                                                       \
+    X(cuCtxSetCurrent, 4000)                                                                       \
+    X(cuCtxPushCurrent, 4000)                                                                      \
+    X(cuCtxPopCurrent, 4000)                                                                       \
+    X(cuCtxGetDevice, 2000)                                                                        \
+    X(cuCtxSynchronize, 2000)                                                                      \
+    X(cuLibraryLoadData, 12000)                                                                    \
+    X(cuLibraryUnload, 12000)                                                                      \
+    X(cuLibraryGetKernel, 12000)                                                                   \
+    X(cuLibraryGetKernelCount, 12040)                                                              \
+    X(cuLibraryEnumerateKernels, 12040)                                                            \
+    X(cuKernelGetName, 12030)                                                                      \
+    X(cuKernelGetParamInfo, 12040)                                                                 \
+    X(cuKernelGetFunction, 12000)                                                                  \
+    X(cuFuncGetAttribute, 2020)                                                                    \
+    X(cuFuncSetAttribute, 9000)                                                                    \
+    X(cuLaunchKernel, 4000)                                                                        \
+    X(cuLaunchKernelEx, 11060)                                                                     \
+    X(cuOccupancyMaxPotentialBlockSize, 6050)                                                      \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                           \
+    X(cuMemAlloc, 3020)                                                                            \
+    X(cuMemFree, 3020)                                                                             \
+    X(cuMemcpyHtoD, 3020)                                                                          \
+    X(cuMemcpyDtoH, 3020)                                                                          \
+    X(cuMemsetD8, 3020)                                                                            \
+    X(cuStreamCreate, 2000)                                                                        \
+    X(cuStreamDestroy, 4000)                                                                       \
+    X(cuStreamSynchronize, 2000)                                                                   \
+    X(cuEventCreate, 2000)                                                                         \
+    X(cuEventDestroy, 4000)                                                                        \
+    X(cuEventRecord, 2000)                                                                         \
+    X(cuEventSynchronize, 2000)                                                                    \
+    X(cuEventElapsedTime, 12080)
+
+#define JITOP__CUDA_FIELD(fn, version) __typeof__(fn) *fn;
+typedef struct jitop__cuda_api {
+    JITOP__CUDA_FUNCS(JITOP__CUDA_FIELD)
+} jitop__cuda_api;
+#undef JITOP__CUDA_FIELD
+
+/* One context's view of the driver (ctx->driver). Immutable once started. */
+struct jitop__driver {
+    const jitop__cuda_api *api;
+    CUdevice device;
+    CUcontext cu;          /* the context jitop loads and launches in */
+    bool primary;          /* cu is the device's retained primary context */
+    int cc_major, cc_minor;
+    int sm_count;
+    char arch[16];         /* "sm_90" */
+    char device_name[128];
+};
+
+/* Starts the driver for ctx if it is not started: opens libcuda.so.1 (once
+ * per process), cuInit, picks cfg.device (or the device of cfg.cu_context),
+ * retains its primary context unless cfg.cu_context is given, and registers
+ * the release as a context teardown hook. Takes ctx->lock: call it without
+ * holding it. Cheap once started (one atomic load). Without libcuda.so.1,
+ * without a device, or in a compile_only context: JITOP_ENODRIVER with a
+ * message saying which. */
+int jitop__driver_start(jitop_ctx *ctx);
+
+/* ctx->driver, started (NULL until jitop__driver_start succeeded). */
+static inline jitop__driver *jitop__driver_of(const jitop_ctx *ctx)
+{
+    return __atomic_load_n(&ctx->driver, __ATOMIC_ACQUIRE);
+}
+
+/* The process's driver table, or NULL when no context started the driver
+ * yet (GPU tests and benchmarks use it for memory, streams and events, so
+ * that they need not link libcuda and can SKIP where it is missing). */
+const jitop__cuda_api *jitop__cuda(void);
+
+/* Turns a driver result into a status: CUDA_SUCCESS is JITOP_OK; anything
+ * else is JITOP_ECUDA with a message naming the call, the op (may be NULL),
+ * and the driver's name and text for the error. */
+int jitop__cu_check(CUresult r, const char *what, const char *op);
+
+/* Makes ctx's CUcontext current on the calling thread if it is not already
+ * (one cuCtxGetCurrent: a thread-local read in the driver). */
+int jitop__driver_make_current(const jitop__driver *d);
+
+#endif

@@ -1,0 +1,428 @@
+/* A unit's dependency list: include scanning, stat data, content hashes and
+ * the stat fast path. */
+#include "core_private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t mtime_ns_of(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Reads a file and records its stat data. The stat is taken on the open
+ * descriptor BEFORE reading: if the file changes while it is read, the
+ * recorded stat is the older one and the next fast-path check sees a
+ * difference and hashes again. The other order could record a new stat
+ * beside old contents and trust them forever. */
+static int read_dep(const char *path, jitop__dep *dep, char **data, size_t *len)
+{
+    int status = JITOP_OK;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return jitop__fail(errno == ENOENT ? JITOP_ENOTFOUND : JITOP_EIO, "%s: %s", path,
+                           strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        status = jitop__fail(JITOP_EIO, "%s: fstat: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        status = jitop__fail(JITOP_EIO, "%s: not a regular file", path);
+        goto out;
+    }
+    cap = (size_t)st.st_size + 1;
+    buf = malloc(cap);
+    if (!buf) {
+        status = jitop__fail(JITOP_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    for (;;) {
+        if (n + 1 >= cap) { /* the file grew while it was read */
+            cap = cap * 2;
+            char *p = realloc(buf, cap);
+            if (!p) {
+                status = jitop__fail(JITOP_ENOMEM, "%s: out of memory", path);
+                goto out;
+            }
+            buf = p;
+        }
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            status = jitop__fail(JITOP_EIO, "%s: read: %s", path, strerror(errno));
+            goto out;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    dep->size = (int64_t)st.st_size;
+    dep->mtime_ns = mtime_ns_of(&st);
+    dep->ino = (uint64_t)st.st_ino;
+    dep->dev = (uint64_t)st.st_dev;
+    dep->hash = XXH3_128bits(buf, n);
+    *data = buf;
+    *len = n;
+    buf = NULL;
+out:
+    free(buf);
+    if (close(fd) != 0 && status == JITOP_OK)
+        status = jitop__fail(JITOP_EIO, "%s: close: %s", path, strerror(errno));
+    return status;
+}
+
+/* One #include directive found by the scanner. */
+struct include {
+    char *name;
+    bool quoted; /* "..." rather than <...> */
+};
+
+struct include_list {
+    struct include *v;
+    size_t n, cap;
+};
+
+static void include_list_free(struct include_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].name);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int include_list_add(struct include_list *l, const char *name, size_t len, bool quoted)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        struct include *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return JITOP_ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    char *s = malloc(len + 1);
+    if (!s)
+        return JITOP_ENOMEM;
+    memcpy(s, name, len);
+    s[len] = '\0';
+    l->v[l->n].name = s;
+    l->v[l->n].quoted = quoted;
+    l->n++;
+    return JITOP_OK;
+}
+
+/* Parses the directive after a '#' at the start of a line; p points just
+ * past the '#'. Adds the header name if it is an #include with a literal
+ * name (#include MACRO cannot be resolved without preprocessing: skipped). */
+static int parse_directive(const char *p, const char *end, struct include_list *out)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    if ((size_t)(end - p) < 7 || strncmp(p, "include", 7) != 0)
+        return JITOP_OK;
+    p += 7;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    if (p >= end || (*p != '"' && *p != '<'))
+        return JITOP_OK;
+    char close = *p == '"' ? '"' : '>';
+    const char *name = ++p;
+    while (p < end && *p != close && *p != '\n')
+        p++;
+    if (p >= end || *p != close || p == name)
+        return JITOP_OK;
+    return include_list_add(out, name, (size_t)(p - name), close == '"');
+}
+
+/* Finds the #include directives of a text. Comments, string and character
+ * literals are skipped, so that a commented-out include or "#include" inside
+ * a string is not a dependency. Directives inside #if 0 blocks are still
+ * taken: a few extra headers only make the key more conservative. */
+static int scan_includes(const char *text, size_t len, struct include_list *out)
+{
+    const char *p = text, *end = text + len;
+    bool line_start = true;
+    while (p < end) {
+        char c = *p;
+        if (c == '\n') {
+            line_start = true;
+            p++;
+        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+            p++;
+        } else if (c == '\\' && p + 1 < end && p[1] == '\n') {
+            p += 2; /* a line continuation keeps the logical line */
+        } else if (c == '/' && p + 1 < end && p[1] == '/') {
+            while (p < end && *p != '\n')
+                p++;
+        } else if (c == '/' && p + 1 < end && p[1] == '*') {
+            /* A block comment counts as whitespace: line_start is kept, so
+             * that a directive after a comment on the same line is found. */
+            p += 2;
+            while (p + 1 < end && !(p[0] == '*' && p[1] == '/')) {
+                if (*p == '\n')
+                    line_start = true;
+                p++;
+            }
+            p = p + 1 < end ? p + 2 : end;
+        } else if (c == '"' || c == '\'') {
+            p++;
+            while (p < end && *p != c && *p != '\n') {
+                if (*p == '\\' && p + 1 < end)
+                    p++;
+                p++;
+            }
+            if (p < end && *p == c)
+                p++;
+            line_start = false;
+        } else if (c == '#' && line_start) {
+            int rc = parse_directive(p + 1, end, out);
+            if (rc != JITOP_OK)
+                return rc;
+            while (p < end && *p != '\n')
+                p++;
+        } else {
+            line_start = false;
+            p++;
+        }
+    }
+    return JITOP_OK;
+}
+
+static bool is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Where the preprocessor would find name: "..." first beside the including
+ * file, then in the include dirs; <...> in the include dirs. NULL: nowhere
+ * (one of NVRTC's built-in headers, covered by the NVRTC version in the key).
+ * On ENOMEM returns NULL too and sets *oom. */
+static char *resolve_include(const struct include *inc, const char *cur_dir,
+                             const jitop__strv *dirs, bool *oom)
+{
+    if (inc->name[0] == '/') {
+        if (!is_regular_file(inc->name))
+            return NULL;
+        char *abs = jitop__abspath(inc->name);
+        *oom = abs == NULL;
+        return abs;
+    }
+    size_t ndirs = dirs->n + (inc->quoted && cur_dir ? 1 : 0);
+    for (size_t i = 0; i < ndirs; i++) {
+        const char *dir = inc->quoted && cur_dir ? (i == 0 ? cur_dir : dirs->v[i - 1]) : dirs->v[i];
+        char *joined = jitop__sprintf("%s/%s", dir, inc->name);
+        if (!joined) {
+            *oom = true;
+            return NULL;
+        }
+        if (is_regular_file(joined)) {
+            char *abs = jitop__abspath(joined);
+            free(joined);
+            *oom = abs == NULL;
+            return abs;
+        }
+        free(joined);
+    }
+    return NULL;
+}
+
+static bool deps_contain(const jitop__deps *d, const char *path)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(d->v[i].path, path) == 0)
+            return true;
+    return false;
+}
+
+/* Appends a dep with only its path set (ownership of path moves). */
+static int deps_append(jitop__deps *d, size_t *cap, char *path)
+{
+    if (d->n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 8;
+        jitop__dep *v = realloc(d->v, ncap * sizeof *v);
+        if (!v) {
+            free(path);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+        d->v = v;
+        *cap = ncap;
+    }
+    memset(&d->v[d->n], 0, sizeof d->v[d->n]);
+    d->v[d->n++].path = path;
+    return JITOP_OK;
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* Resolves the includes of one text (whose own directory is cur_dir, NULL
+ * for inline text) and appends every new header to d. The list doubles as
+ * the visited set: a header is scanned once however often it is included,
+ * which also ends include cycles. */
+static int add_includes(const jitop__unit *u, const char *text, size_t len, const char *cur_dir,
+                        jitop__deps *d, size_t *cap)
+{
+    struct include_list incs = {0};
+    int status = scan_includes(text, len, &incs);
+    if (status != JITOP_OK) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < incs.n; i++) {
+        bool oom = false;
+        char *path = resolve_include(&incs.v[i], cur_dir, &u->include_dirs, &oom);
+        if (oom) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        if (!path)
+            continue;
+        if (deps_contain(d, path)) {
+            free(path);
+            continue;
+        }
+        status = deps_append(d, cap, path);
+        if (status != JITOP_OK)
+            goto out;
+    }
+out:
+    include_list_free(&incs);
+    return status;
+}
+
+int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text)
+{
+    int status = JITOP_OK;
+    jitop__deps d = {0};
+    size_t cap = 0;
+    char *source_text = NULL;
+    memset(out, 0, sizeof *out);
+    *text = NULL;
+
+    size_t next = 0; /* the first dep whose includes are not scanned yet */
+    if (u->source_path) {
+        char *p = jitop__strdup(u->source_path);
+        status = p ? deps_append(&d, &cap, p) : jitop__fail(JITOP_ENOMEM, "out of memory");
+        if (status != JITOP_OK)
+            goto out;
+    } else {
+        source_text = jitop__strdup(u->inline_text ? u->inline_text : "");
+        if (!source_text) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        status = add_includes(u, source_text, strlen(source_text), NULL, &d, &cap);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    for (; next < d.n; next++) {
+        char *data = NULL, *dir = NULL;
+        size_t len = 0;
+        status = read_dep(d.v[next].path, &d.v[next], &data, &len);
+        if (status != JITOP_OK) {
+            if (next > 0 || !u->source_path)
+                jitop__fail_prefix(status, "header of %s",
+                                   u->source_path ? u->source_path : u->source_name);
+            goto out;
+        }
+        dir = dir_of(d.v[next].path);
+        status = dir ? add_includes(u, data, len, dir, &d, &cap)
+                     : jitop__fail(JITOP_ENOMEM, "out of memory");
+        free(dir);
+        if (next == 0 && u->source_path)
+            source_text = data;
+        else
+            free(data);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    *out = d;
+    memset(&d, 0, sizeof d);
+    *text = source_text;
+    source_text = NULL;
+out:
+    jitop__deps_free(&d);
+    free(source_text);
+    return status;
+}
+
+int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why)
+{
+    *fresh = false;
+    if (why)
+        *why = NULL;
+    char *reason = NULL;
+    int64_t recent = now_ns() - JITOP__RECENT_WINDOW_NS;
+    for (size_t i = 0; i < d->n && !reason; i++) {
+        const jitop__dep *dep = &d->v[i];
+        struct stat st;
+        if (stat(dep->path, &st) != 0) {
+            reason = errno == ENOENT ? jitop__sprintf("%s: removed", dep->path)
+                                     : jitop__sprintf("%s: stat: %s", dep->path, strerror(errno));
+            if (!reason)
+                return jitop__fail(JITOP_ENOMEM, "out of memory");
+            break;
+        }
+        int64_t mtime = mtime_ns_of(&st);
+        if ((int64_t)st.st_size != dep->size)
+            reason = jitop__sprintf("%s: size changed (%lld -> %lld bytes)", dep->path,
+                                    (long long)dep->size, (long long)st.st_size);
+        else if (mtime != dep->mtime_ns)
+            reason = jitop__sprintf("%s: modification time changed", dep->path);
+        else if ((uint64_t)st.st_ino != dep->ino || (uint64_t)st.st_dev != dep->dev)
+            reason = jitop__sprintf("%s: replaced by another file (inode changed)", dep->path);
+        else if (mtime >= recent)
+            reason = jitop__sprintf("%s: modified within 2 s of now (timestamp granularity), "
+                                    "so its contents are checked",
+                                    dep->path);
+        else
+            continue;
+        if (!reason)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    *fresh = reason == NULL;
+    if (why)
+        *why = reason;
+    else
+        free(reason);
+    return JITOP_OK;
+}
+
+void jitop__deps_free(jitop__deps *d)
+{
+    if (!d)
+        return;
+    for (size_t i = 0; i < d->n; i++)
+        free(d->v[i].path);
+    free(d->v);
+    d->v = NULL;
+    d->n = 0;
+}

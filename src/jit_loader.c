@@ -1,0 +1,752 @@
+/* Modules: load through the cache, the per-context table, images, reload
+ * (prepare / commit / reap) and teardown. Ops and launches are jit_ops.c. */
+#include "cuda_driver.h"
+#include "loader.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ images */
+
+static void free_kernels(jitop__kernel *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(k[i].name);
+    free(k);
+}
+
+void jitop__image_free(const jitop__driver *drv, jitop__image *img)
+{
+    if (!img)
+        return;
+    if (img->lib && drv) {
+        /* A failure here leaves nothing to recover: the handle is gone. */
+        CUresult r = drv->api->cuLibraryUnload(img->lib);
+        if (r != CUDA_SUCCESS)
+            jitop__cu_check(r, "cuLibraryUnload", NULL);
+    }
+    free_kernels(img->kernels, img->nkernels);
+    free(img);
+}
+
+const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name)
+{
+    for (size_t i = 0; img && i < img->nkernels; i++)
+        if (strcmp(img->kernels[i].name, name) == 0)
+            return &img->kernels[i];
+    return NULL;
+}
+
+static int enumerate_kernels(const jitop__driver *drv, jitop__image *img, const char *what)
+{
+    const jitop__cuda_api *api = drv->api;
+    unsigned count = 0;
+    CUkernel *ks = NULL;
+    int status = jitop__cu_check(api->cuLibraryGetKernelCount(&count, img->lib),
+                                 "cuLibraryGetKernelCount", what);
+    if (status != JITOP_OK || count == 0)
+        goto out;
+    ks = calloc(count, sizeof *ks);
+    img->kernels = calloc(count, sizeof *img->kernels);
+    if (!ks || !img->kernels) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
+    status = jitop__cu_check(api->cuLibraryEnumerateKernels(ks, count, img->lib),
+                             "cuLibraryEnumerateKernels", what);
+    for (unsigned i = 0; status == JITOP_OK && i < count; i++) {
+        const char *name = NULL;
+        status = jitop__cu_check(api->cuKernelGetName(&name, ks[i]), "cuKernelGetName", what);
+        if (status != JITOP_OK)
+            break;
+        img->kernels[i].kernel = ks[i];
+        if (!(img->kernels[i].name = jitop__strdup(name)))
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        else
+            img->nkernels++;
+    }
+out:
+    free(ks);
+    return status;
+}
+
+int jitop__image_load(jitop_module *m, const jitop__built *b, const char *what, jitop__image **out)
+{
+    const jitop__driver *drv = m->drv;
+    jitop__image *img = calloc(1, sizeof *img);
+    int status = JITOP_OK;
+    *out = NULL;
+    if (!img)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    atomic_init(&img->inflight, 0);
+    memcpy(img->key, b->key, sizeof img->key);
+    /* Loading is context-independent, but the kernels are then looked up in
+     * m's context: make it current (a reload may run on any thread). */
+    status = jitop__driver_make_current(drv);
+    if (status != JITOP_OK)
+        goto out;
+    /* The driver copies the image, so the entry can be freed afterwards. */
+    CUresult r = drv->api->cuLibraryLoadData(&img->lib, b->entry.bin.data, NULL, NULL, 0, NULL,
+                                             NULL, 0);
+    if (r != CUDA_SUCCESS) {
+        img->lib = NULL;
+        status = jitop__cu_check(r, "cuLibraryLoadData", what);
+        if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
+            r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+            jitop__fail_prefix(status, "module %s: %s was built for %s but device %d is %s (%s)",
+                               m->name, what, m->arch, (int)drv->device, drv->arch,
+                               drv->device_name);
+        goto out;
+    }
+    status = enumerate_kernels(drv, img, what);
+out:
+    if (status != JITOP_OK)
+        jitop__image_free(drv, img);
+    else
+        *out = img;
+    return status;
+}
+
+/* ------------------------------------------------------------ units */
+
+void jitop__modunit_free(jitop__modunit *mu)
+{
+    if (!mu)
+        return;
+    jitop__unit_free(&mu->unit);
+    jitop__deps_free(&mu->deps);
+    free(mu->lowered);
+    memset(mu, 0, sizeof *mu);
+}
+
+static const char *unit_label(const jitop__unit *u)
+{
+    return u->source_path ? u->source_path : u->source_name ? u->source_name : "inline source";
+}
+
+/* Builds mu->unit (already initialized) and loads its image; the deps move
+ * into mu. */
+static int build_and_load(jitop_module *m, jitop__modunit *mu, jitop__image **img,
+                          jitop__deps *deps, char **lowered)
+{
+    jitop__built built;
+    memset(&built, 0, sizeof built);
+    int status = jitop__build_unit(m->ctx, &mu->unit, &built);
+    if (status != JITOP_OK)
+        goto out;
+    if (mu->unit.names.n > 0) {
+        if (built.entry.bin.lowered.n < 1 || !built.entry.bin.lowered.v[0]) {
+            status = jitop__fail(JITOP_ENVRTC, "module %s: NVRTC gave no lowered name for %s",
+                                 m->name, mu->unit.names.v[0]);
+            goto out;
+        }
+        if (!(*lowered = jitop__strdup(built.entry.bin.lowered.v[0]))) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+    status = jitop__image_load(m, &built, unit_label(&mu->unit), img);
+    if (status != JITOP_OK) {
+        free(*lowered);
+        *lowered = NULL;
+        goto out;
+    }
+    *deps = built.deps;
+    memset(&built.deps, 0, sizeof built.deps);
+out:
+    jitop__built_free(&built);
+    return status;
+}
+
+int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
+                         const char *const *names, size_t nnames, jitop__modunit *mu)
+{
+    memset(mu, 0, sizeof *mu);
+    int status = jitop__unit_init(&mu->unit, path, text, (const char *const *)m->options.v,
+                                  m->options.n, names, nnames, m->arch);
+    if (status != JITOP_OK) {
+        memset(mu, 0, sizeof *mu);
+        return jitop__fail_prefix(status, "module %s", m->name);
+    }
+    status = build_and_load(m, mu, &mu->image, &mu->deps, &mu->lowered);
+    if (status != JITOP_OK)
+        jitop__modunit_free(mu);
+    return status;
+}
+
+/* ------------------------------------------------------------ modules */
+
+static void module_free(jitop_module *m)
+{
+    if (!m)
+        return;
+    jitop__ops_free(m);
+    for (size_t i = 0; i < m->nunits; i++)
+        jitop__modunit_free(&m->units[i]);
+    free(m->units);
+    for (size_t i = 0; i < m->ninstances; i++) {
+        jitop__modunit_free(m->instances[i]);
+        free(m->instances[i]);
+    }
+    free(m->instances);
+    jitop__image *img = m->images;
+    while (img) {
+        jitop__image *next = img->next;
+        jitop__image_free(m->drv, img);
+        img = next;
+    }
+    jitop__strv_free(&m->options);
+    pthread_mutex_destroy(&m->lock);
+    free(m->name);
+    free(m);
+}
+
+/* What makes two loads the same module: the name (two modules with one name
+ * and different sources stay apart, and so do two names for one source),
+ * the arch, each source's absolute path or inline text, and the options. */
+static void module_id(const char *name, const char *arch, const jitop__strv *paths,
+                      const char *text, const char *const *options, size_t noptions, char id[33])
+{
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    /* Each field with its terminating NUL, so that fields cannot run into
+     * each other; counts and kinds tag the lists. */
+    XXH3_128bits_update(&st, name, strlen(name) + 1);
+    XXH3_128bits_update(&st, arch, strlen(arch) + 1);
+    XXH3_128bits_update(&st, &paths->n, sizeof paths->n);
+    for (size_t i = 0; i < paths->n; i++)
+        XXH3_128bits_update(&st, paths->v[i], strlen(paths->v[i]) + 1);
+    XXH3_128bits_update(&st, text ? "T" : "F", 1);
+    if (text)
+        XXH3_128bits_update(&st, text, strlen(text) + 1);
+    XXH3_128bits_update(&st, &noptions, sizeof noptions);
+    for (size_t i = 0; i < noptions; i++)
+        XXH3_128bits_update(&st, options[i], strlen(options[i]) + 1);
+    jitop__hash_hex(XXH3_128bits_digest(&st), id);
+}
+
+static jitop_module *find_module(jitop_ctx *ctx, const char id[33])
+{
+    for (jitop_module *m = ctx->modules; m; m = m->next)
+        if (memcmp(m->id, id, 32) == 0)
+            return m;
+    return NULL;
+}
+
+/* True when every file of every unit and instance passes the stat fast path. */
+static int module_fresh(jitop_module *m, bool *fresh)
+{
+    int status = JITOP_OK;
+    *fresh = true;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; *fresh && status == JITOP_OK && i < m->nunits + m->ninstances; i++) {
+        jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
+        char *why = NULL;
+        status = jitop__deps_fresh(&mu->deps, fresh, &why);
+        if (why && !*fresh)
+            jitop__log(m->ctx, "module %s: %s changed since it was loaded", m->name, why);
+        free(why);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}
+
+static int module_new(jitop_ctx *ctx, const char *name, const char *arch, const char id[33],
+                      const char *const *options, size_t noptions, jitop_module **out)
+{
+    jitop_module *m = calloc(1, sizeof *m);
+    *out = NULL;
+    if (!m)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (pthread_mutex_init(&m->lock, NULL) != 0) {
+        free(m);
+        return jitop__fail(JITOP_ENOMEM, "cannot create a mutex");
+    }
+    m->ctx = ctx;
+    m->drv = jitop__driver_of(ctx);
+    memcpy(m->id, id, sizeof m->id);
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+    atomic_init(&m->optab, NULL);
+    atomic_init(&m->generation, 0);
+    int status = JITOP_OK;
+    if (!(m->name = jitop__strdup(name)))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (size_t i = 0; status == JITOP_OK && i < noptions; i++)
+        status = jitop__strv_push(&m->options, options[i]);
+    if (status != JITOP_OK) {
+        module_free(m);
+        return status;
+    }
+    *out = m;
+    return JITOP_OK;
+}
+
+/* Builds and loads every unit of a new module (no lock held: loads of
+ * different modules compile in parallel). */
+static int module_build(jitop_module *m, const jitop__strv *paths, const char *text)
+{
+    size_t n = text ? 1 : paths->n;
+    m->units = calloc(n, sizeof *m->units);
+    if (!m->units)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0,
+                                          &m->units[i]);
+        if (status != JITOP_OK)
+            return status;
+        m->units[i].image->next = m->images;
+        m->images = m->units[i].image;
+        m->nunits++;
+    }
+    return JITOP_OK;
+}
+
+static int load_common(jitop_ctx *ctx, const char *name, const char *const *sources,
+                       size_t nsources, const char *text, const char *const *options,
+                       size_t noptions, jitop_module **out)
+{
+    int status = JITOP_OK;
+    jitop__strv paths = {0};
+    jitop_module *m = NULL, *found = NULL;
+    const char *arch = NULL;
+    char id[33];
+
+    if (!ctx || !out)
+        return jitop__fail(JITOP_EINVAL, "jitop_load: ctx and out must not be NULL");
+    if (!name)
+        name = "module";
+    if (noptions && !options)
+        return jitop__fail(JITOP_EINVAL, "module %s: options is NULL but noptions is %zu", name,
+                           noptions);
+    status = jitop__driver_start(ctx);
+    if (status != JITOP_OK)
+        return jitop__fail_prefix(status, "loading module %s", name);
+    status = jitop_ctx_arch(ctx, &arch);
+    if (status != JITOP_OK)
+        return status;
+    for (size_t i = 0; status == JITOP_OK && i < nsources; i++) {
+        char *abs = sources[i] ? jitop__abspath(sources[i]) : NULL;
+        if (!abs) {
+            status = sources[i] ? jitop__fail(JITOP_ENOMEM, "out of memory")
+                                : jitop__fail(JITOP_EINVAL, "module %s: source %zu is NULL",
+                                              name, i);
+            break;
+        }
+        status = jitop__strv_push(&paths, abs);
+        free(abs);
+    }
+    if (status != JITOP_OK)
+        goto out;
+    module_id(name, arch, &paths, text, options, noptions, id);
+
+    pthread_mutex_lock(&ctx->lock);
+    found = find_module(ctx, id);
+    pthread_mutex_unlock(&ctx->lock);
+    if (found) {
+        /* Loaded before: only the stat fast path touches the disk. A file
+         * that changed since is rebuilt in place, so handles stay valid. */
+        bool fresh = false;
+        status = module_fresh(found, &fresh);
+        if (status == JITOP_OK && !fresh)
+            status = jitop_module_reload(found);
+        if (status == JITOP_OK)
+            *out = found;
+        goto out;
+    }
+
+    status = module_new(ctx, name, arch, id, options, noptions, &m);
+    if (status == JITOP_OK)
+        status = module_build(m, &paths, text);
+    if (status != JITOP_OK)
+        goto out;
+    pthread_mutex_lock(&ctx->lock);
+    found = find_module(ctx, id); /* another thread may have loaded it meanwhile */
+    if (!found) {
+        status = jitop__ctx_on_destroy(ctx, jitop__loader_ctx_destroy);
+        if (status == JITOP_OK) {
+            m->next = ctx->modules;
+            ctx->modules = m;
+            *out = m;
+            m = NULL;
+        }
+    } else {
+        *out = found;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+out:
+    module_free(m);
+    jitop__strv_free(&paths);
+    return status;
+}
+
+int jitop_load(jitop_ctx *ctx, const char *name, const char *const *sources, size_t nsources,
+               const char *const *options, size_t noptions, jitop_module **out)
+{
+    if (!sources || nsources == 0)
+        return jitop__fail(JITOP_EINVAL, "jitop_load %s: no sources given", name ? name : "");
+    return load_common(ctx, name, sources, nsources, NULL, options, noptions, out);
+}
+
+int jitop_load_inline(jitop_ctx *ctx, const char *name, const char *source_text,
+                      const char *const *options, size_t noptions, jitop_module **out)
+{
+    if (!source_text)
+        return jitop__fail(JITOP_EINVAL, "jitop_load_inline %s: source_text is NULL",
+                           name ? name : "");
+    return load_common(ctx, name, NULL, 0, source_text, options, noptions, out);
+}
+
+const char *jitop_module_name(const jitop_module *m)
+{
+    return m ? m->name : NULL;
+}
+
+uint64_t jitop_module_generation(const jitop_module *m)
+{
+    return m ? atomic_load_explicit(&m->generation, memory_order_acquire) : 0;
+}
+
+/* ------------------------------------------------------------ reload */
+
+typedef struct pending_item {
+    jitop__modunit *mu;
+    char old_key[33];
+    jitop__deps deps;       /* fresh stat data, moved into mu at commit */
+    jitop__image *image;    /* NULL: the key did not change */
+    char *lowered;
+} pending_item;
+
+struct jitop__pending {
+    jitop_module *m;
+    pending_item *items;
+    size_t n;
+    bool changed;
+};
+
+void jitop__pending_free(jitop__pending *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n; i++) {
+        jitop__deps_free(&p->items[i].deps);
+        /* A prepared image was never published: nothing can launch it. */
+        jitop__image_free(p->m->drv, p->items[i].image);
+        free(p->items[i].lowered);
+    }
+    free(p->items);
+    free(p);
+}
+
+int jitop__pending_changed(const jitop__pending *p)
+{
+    return p && p->changed;
+}
+
+int jitop__module_prepare(jitop_module *m, jitop__pending **out)
+{
+    int status = JITOP_OK;
+    jitop__pending *p = NULL;
+    if (!m || !out)
+        return jitop__fail(JITOP_EINVAL, "jitop__module_prepare: NULL argument");
+    *out = NULL;
+    if (!(p = calloc(1, sizeof *p)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    p->m = m;
+
+    /* Snapshot the units under the lock; they never move or change, only
+     * their image and deps (which commit replaces) do. */
+    pthread_mutex_lock(&m->lock);
+    size_t n = m->nunits + m->ninstances;
+    p->items = calloc(n, sizeof *p->items);
+    if (p->items) {
+        p->n = n;
+        for (size_t i = 0; i < n; i++) {
+            jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
+            p->items[i].mu = mu;
+            memcpy(p->items[i].old_key, mu->image->key, sizeof p->items[i].old_key);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (!p->items) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
+
+    for (size_t i = 0; i < p->n; i++) {
+        pending_item *it = &p->items[i];
+        jitop__built built;
+        memset(&built, 0, sizeof built);
+        status = jitop__build_unit(m->ctx, &it->mu->unit, &built);
+        if (status != JITOP_OK) {
+            jitop__fail_prefix(status, "reloading module %s", m->name);
+            jitop__built_free(&built);
+            goto out;
+        }
+        it->deps = built.deps;
+        memset(&built.deps, 0, sizeof built.deps);
+        if (strcmp(built.key, it->old_key) != 0) {
+            if (it->mu->unit.names.n > 0 && built.entry.bin.lowered.n > 0 &&
+                !(it->lowered = jitop__strdup(built.entry.bin.lowered.v[0])))
+                status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            if (status == JITOP_OK)
+                status = jitop__image_load(m, &built, unit_label(&it->mu->unit), &it->image);
+            p->changed = true;
+        }
+        jitop__built_free(&built);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    *out = p;
+    p = NULL;
+out:
+    jitop__pending_free(p);
+    return status;
+}
+
+int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
+                       jitop__image **img, CUkernel *k)
+{
+    for (size_t i = 0; i < m->nunits; i++) {
+        jitop__image *cand = images ? images[i] : m->units[i].image;
+        const jitop__kernel *kk = jitop__image_find(cand, name);
+        if (kk) {
+            *img = cand;
+            *k = kk->kernel;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Where op's kernel lives once p is swapped in. *unchanged: op keeps its
+ * binding (same image, or still stale, or an instance newer than p). */
+static int commit_target(jitop_module *m, jitop__pending *p, jitop__image *const *images,
+                         jitop_op *op, jitop__image **img, CUkernel *k, const char **lowered,
+                         bool *unchanged)
+{
+    jitop__binding *cur = atomic_load_explicit(&op->cur, memory_order_relaxed);
+    int found = 0;
+    *unchanged = false;
+    *lowered = op->name;
+    if (op->instance == SIZE_MAX) {
+        found = jitop__find_kernel(m, images, op->name, img, k);
+    } else {
+        size_t idx = m->nunits + op->instance;
+        if (idx >= p->n) {
+            *unchanged = true; /* instantiated after prepare: built from newer files already */
+            return 0;
+        }
+        jitop__modunit *mu = m->instances[op->instance];
+        *img = images[idx];
+        *lowered = p->items[idx].lowered ? p->items[idx].lowered : mu->lowered;
+        const jitop__kernel *kk = jitop__image_find(*img, *lowered);
+        if (kk) {
+            *k = kk->kernel;
+            found = 1;
+        }
+    }
+    if ((found && *img == cur->image) || (!found && !cur->image))
+        *unchanged = true;
+    if (!found)
+        *img = NULL;
+    return found;
+}
+
+int jitop__module_commit(jitop_module *m, jitop__pending *p)
+{
+    int status = JITOP_OK;
+    jitop__image **images = NULL;
+    jitop__binding **fresh = NULL;
+    size_t nops = 0;
+    if (!m || !p || p->m != m) {
+        jitop__pending_free(p);
+        return jitop__fail(JITOP_EINVAL,
+                           "jitop__module_commit: no module, or a rebuild of another module");
+    }
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->items[i].mu->image->key, p->items[i].old_key) != 0) {
+            status = jitop__fail(JITOP_ESTALE,
+                                 "module %s changed since this rebuild was prepared (another "
+                                 "reload won): prepare again",
+                                 m->name);
+            goto out;
+        }
+    if (p->changed) {
+        for (jitop_op *op = m->ops; op; op = op->next)
+            nops++;
+        images = calloc(p->n ? p->n : 1, sizeof *images);
+        fresh = calloc(nops ? nops : 1, sizeof *fresh);
+        if (!images || !fresh) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < p->n; i++)
+            images[i] = p->items[i].image ? p->items[i].image : p->items[i].mu->image;
+        /* Every new binding is made before anything is published, so that a
+         * failure leaves the module exactly as it was. */
+        size_t j = 0;
+        for (jitop_op *op = m->ops; op && status == JITOP_OK; op = op->next, j++) {
+            jitop__image *img = NULL;
+            CUkernel k = NULL;
+            const char *lowered = NULL;
+            bool unchanged = false;
+            int found = commit_target(m, p, images, op, &img, &k, &lowered, &unchanged);
+            if (unchanged)
+                continue;
+            status = found ? jitop__binding_make(m, img, k, lowered, &fresh[j])
+                           : jitop__binding_stale(op->name, &fresh[j]);
+        }
+        if (status != JITOP_OK)
+            goto out;
+    }
+
+    for (size_t i = 0; i < p->n; i++) {
+        pending_item *it = &p->items[i];
+        jitop__deps_free(&it->mu->deps);
+        it->mu->deps = it->deps;
+        memset(&it->deps, 0, sizeof it->deps);
+        if (!it->image)
+            continue;
+        it->mu->image->retired = true;
+        it->mu->image = it->image;
+        it->image->next = m->images;
+        m->images = it->image;
+        it->image = NULL;
+        if (it->lowered) {
+            free(it->mu->lowered);
+            it->mu->lowered = it->lowered;
+            it->lowered = NULL;
+        }
+    }
+    if (p->changed) {
+        uint64_t gen = atomic_load_explicit(&m->generation, memory_order_relaxed) + 1;
+        size_t j = 0;
+        for (jitop_op *op = m->ops; op; op = op->next, j++) {
+            if (!fresh[j])
+                continue;
+            fresh[j]->older = atomic_load_explicit(&op->cur, memory_order_relaxed);
+            /* seq_cst: pairs with the launch's in-flight increment and
+             * re-check (see loader.h), so the reaper never unloads an image
+             * a launch is about to use. */
+            atomic_store_explicit(&op->cur, fresh[j], memory_order_seq_cst);
+            atomic_store_explicit(&op->changed_gen, gen, memory_order_relaxed);
+            fresh[j] = NULL;
+        }
+        atomic_store_explicit(&m->generation, gen, memory_order_release);
+        jitop__log(m->ctx, "module %s: generation %llu swapped in", m->name,
+                   (unsigned long long)gen);
+    }
+out:
+    pthread_mutex_unlock(&m->lock);
+    for (size_t j = 0; fresh && j < nops; j++)
+        jitop__binding_free_chain(fresh[j]);
+    free(fresh);
+    free(images);
+    jitop__pending_free(p);
+    return status;
+}
+
+int jitop__module_reap(jitop_module *m, bool wait, size_t *left)
+{
+    int status = JITOP_OK;
+    size_t idle = 0, still = 0;
+    if (!m)
+        return jitop__fail(JITOP_EINVAL, "jitop__module_reap: m is NULL");
+    pthread_mutex_lock(&m->lock);
+    for (jitop__image *img = m->images; img; img = img->next)
+        if (img->retired && img->lib &&
+            atomic_load_explicit(&img->inflight, memory_order_seq_cst) == 0)
+            idle++;
+    if (wait && idle > 0) {
+        /* Kernels already queued may still run from these images: wait for
+         * every stream of the context before unloading. */
+        status = jitop__driver_make_current(m->drv);
+        if (status == JITOP_OK)
+            status = jitop__cu_check(m->drv->api->cuCtxSynchronize(),
+                                     "cuCtxSynchronize before unloading an old image", m->name);
+        for (jitop__image *img = m->images; status == JITOP_OK && img; img = img->next) {
+            if (!img->retired || !img->lib ||
+                atomic_load_explicit(&img->inflight, memory_order_seq_cst) != 0)
+                continue;
+            status = jitop__cu_check(m->drv->api->cuLibraryUnload(img->lib), "cuLibraryUnload",
+                                     m->name);
+            img->lib = NULL;
+            free_kernels(img->kernels, img->nkernels);
+            img->kernels = NULL;
+            img->nkernels = 0;
+        }
+    }
+    for (jitop__image *img = m->images; img; img = img->next)
+        if (img->retired && img->lib)
+            still++;
+    pthread_mutex_unlock(&m->lock);
+    if (left)
+        *left = still;
+    return status;
+}
+
+int jitop_module_reload(jitop_module *m)
+{
+    jitop__pending *p = NULL;
+    if (!m)
+        return jitop__fail(JITOP_EINVAL, "jitop_module_reload: m is NULL");
+    int status = jitop__module_prepare(m, &p);
+    if (status == JITOP_OK)
+        status = jitop__module_commit(m, p);
+    if (status == JITOP_OK)
+        status = jitop__module_reap(m, true, NULL);
+    return status;
+}
+
+static int push_unique(jitop__strv *paths, const char *path)
+{
+    for (size_t i = 0; i < paths->n; i++)
+        if (strcmp(paths->v[i], path) == 0)
+            return JITOP_OK;
+    return jitop__strv_push(paths, path);
+}
+
+int jitop__module_files(jitop_module *m, jitop__strv *paths)
+{
+    int status = JITOP_OK;
+    if (!m || !paths)
+        return jitop__fail(JITOP_EINVAL, "jitop__module_files: NULL argument");
+    pthread_mutex_lock(&m->lock);
+    /* Sources first (deps[0] of a file unit), then every header. */
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits; i++)
+        if (m->units[i].unit.source_path)
+            status = push_unique(paths, m->units[i].unit.source_path);
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits + m->ninstances; i++) {
+        const jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
+        for (size_t j = 0; status == JITOP_OK && j < mu->deps.n; j++)
+            status = push_unique(paths, mu->deps.v[j].path);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}
+
+/* ------------------------------------------------------------ teardown */
+
+void jitop__loader_ctx_destroy(jitop_ctx *ctx)
+{
+    jitop_module *m = ctx->modules;
+    ctx->modules = NULL;
+    const jitop__driver *drv = jitop__driver_of(ctx);
+    if (m && drv) {
+        /* Queued kernels may still run from these images. */
+        int status = jitop__driver_make_current(drv);
+        if (status == JITOP_OK)
+            status = jitop__cu_check(drv->api->cuCtxSynchronize(),
+                                     "cuCtxSynchronize at jitop_ctx_destroy", NULL);
+        if (status != JITOP_OK)
+            jitop__log(ctx, "%s", jitop_errmsg(ctx));
+    }
+    while (m) {
+        jitop_module *next = m->next;
+        module_free(m);
+        m = next;
+    }
+}

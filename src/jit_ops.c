@@ -1,0 +1,705 @@
+/* Ops: the lock-free op table, op lookup (template instances compiled on
+ * demand), bindings, describing and listing kernels, and launches. */
+#include "cuda_driver.h"
+#include "loader.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Above this much dynamic shared memory a kernel needs its limit raised. */
+#define JITOP__SMEM_DEFAULT_LIMIT (48u * 1024u)
+
+/* ------------------------------------------------------------ bindings */
+
+void jitop__binding_free_chain(jitop__binding *b)
+{
+    while (b) {
+        jitop__binding *older = b->older;
+        free(b->lowered);
+        free(b);
+        b = older;
+    }
+}
+
+int jitop__binding_stale(const char *lowered, jitop__binding **out)
+{
+    jitop__binding *b = calloc(1, sizeof *b);
+    *out = NULL;
+    if (!b || !(b->lowered = jitop__strdup(lowered))) {
+        free(b);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    atomic_init(&b->smem_raised, 0);
+    *out = b;
+    return JITOP_OK;
+}
+
+/* The parameter layout of k. The driver has no parameter count call: ask
+ * for each index until it says the index is past the end. */
+static int param_layout(const jitop__cuda_api *api, CUkernel k, const char *what,
+                        jitop_op_info *info)
+{
+    int status = JITOP_OK;
+    info->nparams = 0;
+    for (size_t i = 0; status == JITOP_OK; i++) {
+        size_t off = 0, size = 0;
+        CUresult r = api->cuKernelGetParamInfo(k, i, &off, &size);
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            break;
+        if (r != CUDA_SUCCESS) {
+            status = jitop__cu_check(r, "cuKernelGetParamInfo", what);
+        } else if (i == JITOP_MAX_PARAMS) {
+            status = jitop__fail(JITOP_ENOTSUP, "op %s has more than %d parameters", what,
+                                 JITOP_MAX_PARAMS);
+        } else {
+            info->param_offset[i] = off;
+            info->param_size[i] = size;
+            info->nparams = i + 1;
+        }
+    }
+    return status;
+}
+
+/* The function of k in m's context, its parameter layout and attributes. */
+static int describe_kernel(const jitop_module *m, CUkernel k, const char *what, CUfunction *fn,
+                           jitop_op_info *info)
+{
+    const jitop__cuda_api *api = m->drv->api;
+    int threads = 0, regs = 0, sshared = 0;
+    int status = jitop__driver_make_current(m->drv);
+    if (status == JITOP_OK)
+        status = jitop__cu_check(api->cuKernelGetFunction(fn, k), "cuKernelGetFunction", what);
+    if (status == JITOP_OK)
+        status = param_layout(api, k, what, info);
+    if (status == JITOP_OK)
+        status = jitop__cu_check(
+            api->cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, *fn),
+            "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)", what);
+    if (status == JITOP_OK)
+        status = jitop__cu_check(api->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, *fn),
+                                 "cuFuncGetAttribute(NUM_REGS)", what);
+    if (status == JITOP_OK)
+        status = jitop__cu_check(
+            api->cuFuncGetAttribute(&sshared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, *fn),
+            "cuFuncGetAttribute(SHARED_SIZE_BYTES)", what);
+    info->max_threads_per_block = threads;
+    info->num_regs = regs;
+    info->static_shared_bytes = (size_t)sshared;
+    return status;
+}
+
+int jitop__binding_make(jitop_module *m, jitop__image *img, CUkernel k, const char *lowered,
+                        jitop__binding **out)
+{
+    jitop_op_info info;
+    jitop__binding *b = calloc(1, sizeof *b);
+    *out = NULL;
+    if (!b)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    atomic_init(&b->smem_raised, 0);
+    int status = describe_kernel(m, k, lowered, &b->fn, &info);
+    if (status == JITOP_OK && !(b->lowered = jitop__strdup(lowered)))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status != JITOP_OK) {
+        jitop__binding_free_chain(b);
+        return status;
+    }
+    b->image = img;
+    b->nparams = info.nparams;
+    memcpy(b->param_offset, info.param_offset, sizeof b->param_offset);
+    memcpy(b->param_size, info.param_size, sizeof b->param_size);
+    b->max_threads_per_block = info.max_threads_per_block;
+    b->num_regs = info.num_regs;
+    b->static_shared_bytes = info.static_shared_bytes;
+    *out = b;
+    return JITOP_OK;
+}
+
+/* ------------------------------------------------------------ op table */
+
+static uint64_t name_hash(const char *name)
+{
+    return XXH3_64bits(name, strlen(name));
+}
+
+/* Lock-free: slots are written once (release) and never cleared; a probe
+ * ends at the first empty slot, and the table is at most half full. */
+static jitop_op *optab_find(const jitop__optab *t, const char *name, uint64_t h)
+{
+    if (!t)
+        return NULL;
+    for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+        jitop_op *op = atomic_load_explicit(&t->slots[i], memory_order_acquire);
+        if (!op || strcmp(op->name, name) == 0)
+            return op;
+    }
+}
+
+static void optab_put(jitop__optab *t, jitop_op *op)
+{
+    size_t i = name_hash(op->name) & (t->cap - 1);
+    while (atomic_load_explicit(&t->slots[i], memory_order_relaxed))
+        i = (i + 1) & (t->cap - 1);
+    atomic_store_explicit(&t->slots[i], op, memory_order_release);
+    t->count++;
+}
+
+/* Under m->lock. Grows by publishing a bigger table; readers still probing
+ * the old one find everything it had, and the old one lives until the
+ * module is freed. */
+static int optab_insert(jitop_module *m, jitop_op *op)
+{
+    jitop__optab *t = atomic_load_explicit(&m->optab, memory_order_relaxed);
+    if (t && (t->count + 1) * 2 <= t->cap) {
+        optab_put(t, op);
+        return JITOP_OK;
+    }
+    size_t cap = t ? t->cap * 2 : 16;
+    jitop__optab *n = calloc(1, sizeof *n);
+    if (n)
+        n->slots = calloc(cap, sizeof *n->slots);
+    if (!n || !n->slots) {
+        free(n);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    n->cap = cap;
+    for (size_t i = 0; i < cap; i++)
+        atomic_init(&n->slots[i], NULL);
+    for (jitop_op *o = m->ops; o; o = o->next)
+        optab_put(n, o);
+    optab_put(n, op);
+    n->older = t;
+    atomic_store_explicit(&m->optab, n, memory_order_release);
+    return JITOP_OK;
+}
+
+void jitop__ops_free(jitop_module *m)
+{
+    jitop_op *op = m->ops;
+    while (op) {
+        jitop_op *next = op->next;
+        jitop__binding_free_chain(atomic_load_explicit(&op->cur, memory_order_relaxed));
+        free(op->name);
+        free(op);
+        op = next;
+    }
+    m->ops = NULL;
+    jitop__optab *t = atomic_load_explicit(&m->optab, memory_order_relaxed);
+    while (t) {
+        jitop__optab *older = t->older;
+        free(t->slots);
+        free(t);
+        t = older;
+    }
+    atomic_store_explicit(&m->optab, NULL, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ op lookup */
+
+/* The kernels the module holds and the instances made so far, for the
+ * "no such op" message. Under m->lock. */
+static char *list_ops(const jitop_module *m)
+{
+    jitop__strv names = {0};
+    int status = JITOP_OK;
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits; i++) {
+        const jitop__image *img = m->units[i].image;
+        for (size_t j = 0; status == JITOP_OK && j < img->nkernels; j++)
+            status = jitop__strv_push(&names, img->kernels[j].name);
+    }
+    for (size_t i = 0; status == JITOP_OK && i < m->ninstances; i++)
+        status = jitop__strv_push(&names, m->instances[i]->unit.names.v[0]);
+    char *s = status == JITOP_OK ? jitop__strv_join(&names, ", ") : NULL;
+    jitop__strv_free(&names);
+    return s;
+}
+
+static int not_found(const jitop_module *m, const char *name, const char *extra)
+{
+    char *list = list_ops(m);
+    int status = jitop__fail(JITOP_ENOTFOUND,
+                             "module %s has no op '%s'%s; its ops: %s (a template instance is "
+                             "asked for as 'name<args>')",
+                             m->name, name, extra, list && *list ? list : "(none)");
+    free(list);
+    return status;
+}
+
+static bool is_ident_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_';
+}
+
+/* The template's identifier in a name expression: "ns::fwd<float, 4>" ->
+ * "fwd". Empty when there is none. */
+static void template_ident(const char *name, char *out, size_t cap)
+{
+    size_t end = strcspn(name, "<(");
+    while (end > 0 && (name[end - 1] == ' ' || name[end - 1] == '\t'))
+        end--;
+    size_t start = end;
+    while (start > 0 && is_ident_char(name[start - 1]))
+        start--;
+    size_t n = end - start < cap - 1 ? end - start : cap - 1;
+    memcpy(out, name + start, n);
+    out[n] = '\0';
+}
+
+static bool mentions_word(const char *text, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = text; n && (p = strstr(p, word)); p += n)
+        if ((p == text || !is_ident_char(p[-1])) && !is_ident_char(p[n]))
+            return true;
+    return false;
+}
+
+/* The unit whose text mentions the template's identifier (a module of
+ * several sources compiles the instance from the one that defines it). */
+static int pick_unit(jitop_module *m, const char *ident, const jitop__unit **unit)
+{
+    int status = JITOP_OK;
+    *unit = NULL;
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits && !*unit; i++) {
+        const jitop__unit *u = &m->units[i].unit;
+        char *text = NULL;
+        size_t len = 0;
+        if (u->inline_text) {
+            if (mentions_word(u->inline_text, ident))
+                *unit = u;
+            continue;
+        }
+        status = jitop__read_file(u->source_path, &text, &len);
+        if (status == JITOP_OK && mentions_word(text, ident))
+            *unit = u;
+        free(text);
+    }
+    return status;
+}
+
+static int op_new(jitop_module *m, const char *name, size_t instance, jitop__binding *b,
+                  jitop_op **out)
+{
+    jitop_op *op = calloc(1, sizeof *op);
+    if (!op || !(op->name = jitop__strdup(name))) {
+        free(op);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    op->module = m;
+    op->instance = instance;
+    atomic_init(&op->cur, b);
+    atomic_init(&op->changed_gen, atomic_load_explicit(&m->generation, memory_order_relaxed));
+    int status = optab_insert(m, op);
+    if (status != JITOP_OK) {
+        free(op->name);
+        free(op);
+        return status;
+    }
+    op->next = m->ops;
+    m->ops = op;
+    *out = op;
+    return JITOP_OK;
+}
+
+static int not_found_locked(jitop_module *m, const char *name, const char *extra)
+{
+    pthread_mutex_lock(&m->lock);
+    int status = not_found(m, name, extra);
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}
+
+/* Adds a built instance to m as the op name, unless another thread added
+ * the same name meanwhile (*out is then that op). *taken: mu now belongs to
+ * m. */
+static int instance_publish(jitop_module *m, const char *name, jitop__modunit *mu,
+                            jitop_op **out, bool *taken)
+{
+    int status = JITOP_OK;
+    jitop__binding *b = NULL;
+    const jitop__kernel *k = jitop__image_find(mu->image, mu->lowered);
+    *taken = false;
+    pthread_mutex_lock(&m->lock);
+    if (!k) {
+        status = jitop__fail(JITOP_ENOTFOUND,
+                             "module %s: %s compiled to %s, which is not a kernel of its image "
+                             "(is it __global__?)",
+                             m->name, name, mu->lowered);
+        goto out;
+    }
+    jitop_op *raced = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name,
+                                 name_hash(name));
+    if (raced) {
+        *out = raced;
+        goto out;
+    }
+    if (m->ninstances == m->cap_instances) {
+        size_t cap = m->cap_instances ? m->cap_instances * 2 : 4;
+        jitop__modunit **v = realloc(m->instances, cap * sizeof *v);
+        if (!v) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        m->instances = v;
+        m->cap_instances = cap;
+    }
+    status = jitop__binding_make(m, mu->image, k->kernel, mu->lowered, &b);
+    if (status == JITOP_OK)
+        status = op_new(m, name, m->ninstances, b, out);
+    if (status == JITOP_OK) {
+        b = NULL;
+        m->instances[m->ninstances++] = mu;
+        mu->image->next = m->images;
+        m->images = mu->image;
+        *taken = true;
+    }
+out:
+    pthread_mutex_unlock(&m->lock);
+    jitop__binding_free_chain(b);
+    return status;
+}
+
+/* Compiles name as a name expression from the unit that mentions it and
+ * makes it an op. Compiling runs without m->lock (it may take long, and the
+ * build may take ctx->lock). */
+static int instantiate(jitop_module *m, const char *name, jitop_op **out)
+{
+    const jitop__unit *u = NULL;
+    jitop__modunit *mu = NULL;
+    char ident[256];
+    bool is_template = strchr(name, '<') != NULL, taken = false;
+    int status = JITOP_OK;
+
+    template_ident(name, ident, sizeof ident);
+    if (ident[0])
+        status = pick_unit(m, ident, &u);
+    if (status == JITOP_OK && !u)
+        status = not_found_locked(m, name, "");
+    if (status == JITOP_OK && !(mu = calloc(1, sizeof *mu)))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status == JITOP_OK) {
+        const char *names[1] = {name};
+        status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, mu);
+        /* A plain word that merely occurs in the source is a typo more often
+         * than a C++ kernel: say what exists. */
+        if (status == JITOP_ECOMPILE && !is_template)
+            status = not_found_locked(m, name, " (and it does not compile as a name expression)");
+        if (status != JITOP_OK) {
+            free(mu); /* modunit_build left it empty */
+            mu = NULL;
+        }
+    }
+    if (status == JITOP_OK)
+        status = instance_publish(m, name, mu, out, &taken);
+    if (mu && !taken) {
+        jitop__image_free(m->drv, mu->image);
+        jitop__modunit_free(mu);
+        free(mu);
+    }
+    return status;
+}
+
+/* The slow path of jitop_op_get: an extern "C" kernel of the sources made
+ * an op under m->lock, or else a name expression compiled on demand. */
+static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **op)
+{
+    int status = JITOP_OK;
+    jitop__binding *b = NULL;
+    jitop__image *img = NULL;
+    CUkernel k = NULL;
+    bool compile = false;
+    pthread_mutex_lock(&m->lock);
+    *op = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, h);
+    if (!*op && jitop__find_kernel(m, NULL, name, &img, &k)) {
+        status = jitop__binding_make(m, img, k, name, &b);
+        if (status == JITOP_OK)
+            status = op_new(m, name, SIZE_MAX, b, op);
+        if (status == JITOP_OK)
+            b = NULL;
+    } else if (!*op) {
+        compile = true;
+    }
+    pthread_mutex_unlock(&m->lock);
+    jitop__binding_free_chain(b);
+    if (compile)
+        status = instantiate(m, name, op);
+    return status;
+}
+
+int jitop_op_get(jitop_module *m, const char *name, jitop_op **out)
+{
+    int status = JITOP_OK;
+    if (!m || !name || !out)
+        return jitop__fail(JITOP_EINVAL, "jitop_op_get: NULL argument");
+    uint64_t h = name_hash(name);
+    jitop_op *op = optab_find(atomic_load_explicit(&m->optab, memory_order_acquire), name, h);
+    if (!op)
+        status = op_create(m, name, h, &op);
+    if (status == JITOP_OK)
+        *out = op;
+    return status;
+}
+
+/* ------------------------------------------------------------ bindings in use */
+
+static int stale(const jitop_op *op)
+{
+    return jitop__fail(JITOP_ESTALE,
+                       "op %s: its kernel no longer exists in module %s after reload "
+                       "(generation %llu)",
+                       op->name, op->module->name,
+                       (unsigned long long)atomic_load(&op->module->generation));
+}
+
+/* Takes the op's current binding and holds its image against unloading
+ * (see loader.h for why the re-check makes this safe). */
+static inline int binding_hold(jitop_op *op, jitop__binding **out)
+{
+    for (;;) {
+        jitop__binding *b = atomic_load_explicit(&op->cur, memory_order_seq_cst);
+        jitop__image *img = b->image;
+        if (!img)
+            return stale(op);
+        atomic_fetch_add_explicit(&img->inflight, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&op->cur, memory_order_seq_cst) == b) {
+            *out = b;
+            return JITOP_OK;
+        }
+        atomic_fetch_sub_explicit(&img->inflight, 1, memory_order_release);
+    }
+}
+
+static inline void binding_drop(jitop__binding *b)
+{
+    atomic_fetch_sub_explicit(&b->image->inflight, 1, memory_order_release);
+}
+
+int jitop_op_info_get(jitop_op *op, jitop_op_info *info)
+{
+    jitop__binding *b = NULL;
+    if (!op || !info)
+        return jitop__fail(JITOP_EINVAL, "jitop_op_info_get: NULL argument");
+    int status = binding_hold(op, &b);
+    if (status != JITOP_OK)
+        return status;
+    memset(info, 0, sizeof *info);
+    info->name = op->name;
+    info->lowered = b->lowered;
+    info->nparams = b->nparams;
+    memcpy(info->param_offset, b->param_offset, sizeof info->param_offset);
+    memcpy(info->param_size, b->param_size, sizeof info->param_size);
+    info->max_threads_per_block = b->max_threads_per_block;
+    info->num_regs = b->num_regs;
+    info->static_shared_bytes = b->static_shared_bytes;
+    binding_drop(b);
+    return JITOP_OK;
+}
+
+static bool listed_before(const jitop_module *m, size_t unit, size_t kernel)
+{
+    const char *name = m->units[unit].image->kernels[kernel].name;
+    for (size_t i = 0; i <= unit; i++) {
+        const jitop__image *img = m->units[i].image;
+        size_t end = i == unit ? kernel : img->nkernels;
+        for (size_t j = 0; j < end; j++)
+            if (strcmp(img->kernels[j].name, name) == 0)
+                return true;
+    }
+    return false;
+}
+
+int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *count)
+{
+    int status = JITOP_OK;
+    size_t n = 0;
+    if (!m || !count || (cap && !infos))
+        return jitop__fail(JITOP_EINVAL, "jitop_module_ops: NULL argument");
+    pthread_mutex_lock(&m->lock);
+    /* Kernels of the sources (first definition wins, as for jitop_op_get),
+     * then the template instances made so far. Strings are owned by the
+     * module's images and live as long as the module. */
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits + m->ninstances; i++) {
+        jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
+        for (size_t j = 0; status == JITOP_OK && j < mu->image->nkernels; j++) {
+            const jitop__kernel *k = &mu->image->kernels[j];
+            if (i >= m->nunits ? strcmp(k->name, mu->lowered) != 0 : listed_before(m, i, j))
+                continue;
+            if (n < cap) {
+                CUfunction fn;
+                jitop_op_info *info = &infos[n];
+                memset(info, 0, sizeof *info);
+                info->name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
+                info->lowered = k->name;
+                status = describe_kernel(m, k->kernel, k->name, &fn, info);
+            }
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (status == JITOP_OK)
+        *count = n;
+    return status;
+}
+
+/* ------------------------------------------------------------ launch */
+
+static int check_args(const jitop_op *op, const jitop__binding *b, void **args,
+                      const size_t *arg_sizes, size_t nargs)
+{
+    if ((arg_sizes || nargs) && nargs != b->nparams)
+        return jitop__fail(JITOP_EARGS, "op %s takes %zu parameters, %zu arguments given",
+                           op->name, b->nparams, nargs);
+    if (b->nparams && !args)
+        return jitop__fail(JITOP_EARGS, "op %s takes %zu parameters, args is NULL", op->name,
+                           b->nparams);
+    for (size_t i = 0; arg_sizes && i < nargs; i++)
+        if (arg_sizes[i] != b->param_size[i])
+            return jitop__fail(JITOP_EARGS,
+                               "op %s: parameter %zu (at byte offset %zu) is %zu bytes, but "
+                               "argument %zu is %zu bytes",
+                               op->name, i, b->param_offset[i], b->param_size[i], i, arg_sizes[i]);
+    return JITOP_OK;
+}
+
+/* Raises the binding's dynamic shared memory limit once (not per launch). */
+static int raise_smem(jitop_op *op, jitop__binding *b, size_t bytes)
+{
+    int status = JITOP_OK;
+    jitop_module *m = op->module;
+    pthread_mutex_lock(&m->lock);
+    if (bytes > atomic_load_explicit(&b->smem_raised, memory_order_relaxed)) {
+        CUresult r = m->drv->api->cuFuncSetAttribute(
+            b->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes);
+        if (r == CUDA_SUCCESS) {
+            atomic_store_explicit(&b->smem_raised, bytes, memory_order_release);
+        } else {
+            int optin = 0;
+            if (m->drv->api->cuDeviceGetAttribute(
+                    &optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                    m->drv->device) != CUDA_SUCCESS)
+                optin = -1;
+            status = jitop__cu_check(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                                     op->name);
+            jitop__fail_prefix(status,
+                               "op %s asks for %zu bytes of dynamic shared memory; the device "
+                               "allows %d per block, of which the kernel uses %zu statically",
+                               op->name, bytes, optin, b->static_shared_bytes);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}
+
+/* Everything a launch checks before calling the driver. */
+static inline int launch_prepare(jitop_op *op, jitop__binding *b, size_t shared_bytes,
+                                 void **args, const size_t *arg_sizes, size_t nargs)
+{
+    int status = JITOP_OK;
+    if ((arg_sizes || nargs || !args) &&
+        (status = check_args(op, b, args, arg_sizes, nargs)) != JITOP_OK)
+        return status;
+    /* The default 48 KiB covers static and dynamic shared memory together
+     * (the function's dynamic limit starts at 48 KiB minus its static part). */
+    if (shared_bytes + b->static_shared_bytes > JITOP__SMEM_DEFAULT_LIMIT &&
+        shared_bytes > atomic_load_explicit(&b->smem_raised, memory_order_acquire)) {
+        if (shared_bytes > INT_MAX)
+            return jitop__fail(JITOP_EINVAL, "op %s: shared_bytes %zu is too large", op->name,
+                               shared_bytes);
+        status = raise_smem(op, b, shared_bytes);
+        if (status != JITOP_OK)
+            return status;
+    }
+    /* One thread-local read in the driver; a switch only when the calling
+     * thread has another context current. */
+    const jitop__driver *d = op->module->drv;
+    CUcontext cur = NULL;
+    if (d->api->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != d->cu)
+        status = jitop__driver_make_current(d);
+    return status;
+}
+
+int jitop_launch(jitop_op *op, jitop_dim3 grid, jitop_dim3 block, size_t shared_bytes,
+                 void *stream, void **args, const size_t *arg_sizes, size_t nargs)
+{
+    jitop__binding *b = NULL;
+    if (!op)
+        return jitop__fail(JITOP_EINVAL, "jitop_launch: op is NULL");
+    int status = binding_hold(op, &b);
+    if (status != JITOP_OK)
+        return status;
+    status = launch_prepare(op, b, shared_bytes, args, arg_sizes, nargs);
+    if (status == JITOP_OK) {
+        CUresult r = op->module->drv->api->cuLaunchKernel(
+            b->fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_bytes,
+            (CUstream)stream, args, NULL);
+        if (r != CUDA_SUCCESS)
+            status = jitop__cu_check(r, "cuLaunchKernel", op->name);
+    }
+    binding_drop(b);
+    return status;
+}
+
+int jitop_launch_ex(jitop_op *op, const jitop_launch_config *cfg, void **args,
+                    const size_t *arg_sizes, size_t nargs)
+{
+    jitop__binding *b = NULL;
+    if (!op || !cfg)
+        return jitop__fail(JITOP_EINVAL, "jitop_launch_ex: NULL argument");
+    int status = binding_hold(op, &b);
+    if (status != JITOP_OK)
+        return status;
+    status = launch_prepare(op, b, cfg->shared_bytes, args, arg_sizes, nargs);
+    if (status == JITOP_OK) {
+        CUlaunchAttribute attrs[2];
+        unsigned nattrs = 0;
+        memset(attrs, 0, sizeof attrs);
+        if (cfg->cluster.x || cfg->cluster.y || cfg->cluster.z) {
+            attrs[nattrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[nattrs].value.clusterDim.x = cfg->cluster.x ? cfg->cluster.x : 1;
+            attrs[nattrs].value.clusterDim.y = cfg->cluster.y ? cfg->cluster.y : 1;
+            attrs[nattrs].value.clusterDim.z = cfg->cluster.z ? cfg->cluster.z : 1;
+            nattrs++;
+        }
+        if (cfg->cooperative) {
+            attrs[nattrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[nattrs].value.cooperative = 1;
+            nattrs++;
+        }
+        CUlaunchConfig lc = {
+            .gridDimX = cfg->grid.x, .gridDimY = cfg->grid.y, .gridDimZ = cfg->grid.z,
+            .blockDimX = cfg->block.x, .blockDimY = cfg->block.y, .blockDimZ = cfg->block.z,
+            .sharedMemBytes = (unsigned)cfg->shared_bytes, .hStream = (CUstream)cfg->stream,
+            .attrs = nattrs ? attrs : NULL, .numAttrs = nattrs,
+        };
+        CUresult r = op->module->drv->api->cuLaunchKernelEx(&lc, b->fn, args, NULL);
+        if (r != CUDA_SUCCESS)
+            status = jitop__cu_check(r, "cuLaunchKernelEx", op->name);
+    }
+    binding_drop(b);
+    return status;
+}
+
+int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size, int *min_grid)
+{
+    jitop__binding *b = NULL;
+    if (!op || !block_size || !min_grid)
+        return jitop__fail(JITOP_EINVAL, "jitop_occupancy: NULL argument");
+    int status = binding_hold(op, &b);
+    if (status != JITOP_OK)
+        return status;
+    int grid = 0, block = 0;
+    status = jitop__driver_make_current(op->module->drv);
+    if (status == JITOP_OK)
+        status = jitop__cu_check(op->module->drv->api->cuOccupancyMaxPotentialBlockSize(
+                                     &grid, &block, b->fn, NULL, shared_bytes, 0),
+                                 "cuOccupancyMaxPotentialBlockSize", op->name);
+    binding_drop(b);
+    if (status == JITOP_OK) {
+        *block_size = block;
+        *min_grid = grid;
+    }
+    return status;
+}

@@ -1,0 +1,489 @@
+/*
+ * LayerNorm's C entry points: pick the instance of kernels/layernorm.cu for
+ * (dtype, N, affine, alignment), get it through the op API (compiled on first
+ * use, through the cache), pick the launch shape, launch.
+ *
+ * Per-context state (ctx->ops->layernorm): the loaded module, the instances
+ * already got (a short list searched under a mutex: one uncontended lock and
+ * a few string compares per call, next to a ~3 us launch), and the float32
+ * workspace for the backward's dgamma/dbeta partial rows, one per stream so
+ * that backward calls on different streams never share it.
+ *
+ * The launch-shape rule is the one documented at the top of layernorm.cu;
+ * bench/layernorm_dev.py holds the same rule and the measurements behind the
+ * two knobs below.
+ */
+#include "internal.h"
+
+#include "cuda_driver.h"
+#include "ops_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of a row each thread holds per tensor, and the largest block for one
+ * row, in the forward and the backward (as kernels/layernorm.cu's defaults;
+ * measured on an H100: the forward gains up to 128 bytes per thread; the
+ * backward holds two tensors in at most 64 registers per thread, so that
+ * 1024 threads per SM stay resident, and keeps its accumulators in shared
+ * memory). */
+#define LN_FWD_MAX_BYTES 128
+#define LN_FWD_MAX_TPR 1024
+#define LN_BWD_MAX_BYTES 32
+#define LN_BWD_MAX_TPR 1024
+/* float32 rows over 64 KiB: 64 bytes per thread (a 2-block cluster for
+ * N = 32768 ran at 78% of copy, the 4-block one at 49%). 16-bit rows stay at
+ * 32 bytes so that the shared-memory accumulators (2 floats per element held)
+ * fit in a block's 227 KiB. */
+#define LN_BWD_LONG_ROW_BYTES 65536
+#define LN_BWD_LONG_MAX_BYTES 64
+#define LN_GENERIC_THREADS 512
+#define LN_MAX_CLUSTER 8
+
+typedef struct ln_inst {
+    char name[128];
+    jitop_op *op;
+    int regs;
+    size_t smem;
+    struct ln_inst *next;
+} ln_inst;
+
+typedef struct ln_ws {
+    void *stream;
+    CUdeviceptr ptr;
+    size_t bytes;
+    struct ln_ws *next;
+} ln_ws;
+
+struct jitop__layernorm_state {
+    pthread_mutex_t lock;
+    jitop_module *module;
+    ln_inst *insts;
+    ln_ws *ws;
+};
+
+/* ------------------------------------------------------------- state */
+
+static void ln_state_destroy(jitop_ctx *ctx)
+{
+    if (ctx->ops == NULL || ctx->ops->layernorm == NULL)
+        return;
+    struct jitop__layernorm_state *s = ctx->ops->layernorm;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    for (ln_inst *i = s->insts, *n; i != NULL; i = n) {
+        n = i->next;
+        free(i);
+    }
+    for (ln_ws *w = s->ws, *n; w != NULL; w = n) {
+        n = w->next;
+        /* Teardown: nothing to report to; the driver releases the context
+         * right after (hooks run in reverse order), which frees it anyway. */
+        if (d != NULL && w->ptr != 0 && jitop__driver_make_current(d) == JITOP_OK)
+            (void)d->api->cuMemFree(w->ptr);
+        free(w);
+    }
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    ctx->ops->layernorm = NULL;
+}
+
+/* The state with the module loaded (first call: loads kernels/layernorm.cu,
+ * which starts the driver). */
+static int ln_state(jitop_ctx *ctx, struct jitop__layernorm_state **out)
+{
+    struct jitop__layernorm_state *s = NULL;
+    jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
+    if (ops != NULL && (s = __atomic_load_n(&ops->layernorm, __ATOMIC_ACQUIRE)) != NULL) {
+        *out = s;
+        return JITOP_OK;
+    }
+    int rc;
+    char *path = jitop__sprintf("%s/layernorm.cu", ctx->kernel_dir ? ctx->kernel_dir : ".");
+    jitop_module *m = NULL;
+    if (path == NULL)
+        return jitop__fail(JITOP_ENOMEM, "layernorm: out of memory");
+    const char *srcs[1] = {path};
+    rc = jitop_load(ctx, "layernorm", srcs, 1, NULL, 0, &m); /* starts the driver; cached */
+    free(path);
+    if (rc != JITOP_OK)
+        return jitop__fail_prefix(rc, "layernorm: loading kernels/layernorm.cu");
+
+    pthread_mutex_lock(&ctx->lock);
+    rc = jitop__ops_state_get(ctx, &ops);
+    if (rc == JITOP_OK && ops->layernorm == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL) {
+            rc = jitop__fail(JITOP_ENOMEM, "layernorm: out of memory");
+        } else if (pthread_mutex_init(&s->lock, NULL) != 0) {
+            free(s);
+            s = NULL;
+            rc = jitop__fail(JITOP_ENOMEM, "layernorm: pthread_mutex_init failed");
+        } else if ((rc = jitop__ctx_on_destroy(ctx, ln_state_destroy)) != JITOP_OK) {
+            pthread_mutex_destroy(&s->lock);
+            free(s);
+            s = NULL;
+        } else {
+            s->module = m;
+            __atomic_store_n(&ops->layernorm, s, __ATOMIC_RELEASE);
+        }
+    }
+    if (rc == JITOP_OK)
+        s = ops->layernorm;
+    pthread_mutex_unlock(&ctx->lock);
+    if (rc == JITOP_OK)
+        *out = s;
+    return rc;
+}
+
+static int ln_get(struct jitop__layernorm_state *s, const char *name, ln_inst **out)
+{
+    int rc = JITOP_OK;
+    pthread_mutex_lock(&s->lock);
+    ln_inst *i = s->insts;
+    while (i != NULL && strcmp(i->name, name) != 0)
+        i = i->next;
+    if (i == NULL) {
+        jitop_op *op = NULL;
+        jitop_op_info info;
+        rc = jitop_op_get(s->module, name, &op); /* compiles the instance on first use */
+        if (rc == JITOP_OK)
+            rc = jitop_op_info_get(op, &info);
+        ln_inst *fresh = NULL;
+        if (rc == JITOP_OK && strlen(name) >= sizeof fresh->name)
+            rc = jitop__fail(JITOP_EINVAL, "layernorm: op name %s too long", name);
+        if (rc == JITOP_OK && (fresh = calloc(1, sizeof *fresh)) == NULL)
+            rc = jitop__fail(JITOP_ENOMEM, "layernorm: out of memory");
+        if (fresh != NULL) {
+            i = fresh;
+            memcpy(i->name, name, strlen(name) + 1);
+            i->op = op;
+            i->regs = info.num_regs;
+            i->smem = info.static_shared_bytes;
+            i->next = s->insts;
+            s->insts = i;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc == JITOP_OK)
+        *out = i;
+    return rc;
+}
+
+/* The stream's workspace, at least bytes long. Growing frees the old buffer
+ * only after the stream's queued work (which may still read it) is done. */
+static int ln_workspace(jitop_ctx *ctx, struct jitop__layernorm_state *s, void *stream,
+                        size_t bytes, CUdeviceptr *out)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    int rc = JITOP_OK;
+    pthread_mutex_lock(&s->lock);
+    ln_ws *w = s->ws;
+    while (w != NULL && w->stream != stream)
+        w = w->next;
+    if (w == NULL) {
+        if ((w = calloc(1, sizeof *w)) == NULL) {
+            rc = jitop__fail(JITOP_ENOMEM, "layernorm: out of memory");
+            goto out;
+        }
+        w->stream = stream;
+        w->next = s->ws;
+        s->ws = w;
+    }
+    if (w->bytes < bytes) {
+        CUdeviceptr p = 0;
+        size_t want = bytes + bytes / 2;
+        rc = jitop__driver_make_current(d);
+        if (rc == JITOP_OK && w->ptr != 0)
+            rc = jitop__cu_check(d->api->cuStreamSynchronize((CUstream)stream),
+                                 "cuStreamSynchronize", "layernorm workspace");
+        if (rc == JITOP_OK && w->ptr != 0) {
+            rc = jitop__cu_check(d->api->cuMemFree(w->ptr), "cuMemFree", "layernorm workspace");
+            w->ptr = 0;
+            w->bytes = 0;
+        }
+        if (rc == JITOP_OK)
+            rc = jitop__cu_check(d->api->cuMemAlloc(&p, want), "cuMemAlloc", "layernorm workspace");
+        if (rc != JITOP_OK)
+            goto out;
+        w->ptr = p;
+        w->bytes = want;
+    }
+    *out = w->ptr;
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------- shapes */
+
+static const char *ln_ctype(jitop_dtype dt)
+{
+    switch (dt) {
+    case JITOP_FLOAT32: return "float";
+    case JITOP_FLOAT16: return "__half";
+    case JITOP_BFLOAT16: return "__nv_bfloat16";
+    default: return NULL;
+    }
+}
+
+/* Widest vector (elements) that divides n and to whose size every pointer
+ * is aligned (NULL pointers do not count). */
+static int ln_vec(int n, size_t es, const void *const *ptrs, size_t np)
+{
+    int v = (int)(16 / es);
+    for (; v > 1; v /= 2) {
+        int ok = n % v == 0;
+        for (size_t i = 0; ok && i < np; i++)
+            ok = ((uintptr_t)ptrs[i] % ((size_t)v * es)) == 0;
+        if (ok)
+            break;
+    }
+    return v;
+}
+
+/* Threads per row (TPR) and cluster size (CL); 0 when the row is too long
+ * for registers and the generic kernel takes it. */
+static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int max_cl, int *tpr,
+                    int *cl)
+{
+    long long row_bytes = (long long)n * (long long)es, tt = 1, pow_nvec = 1;
+    while (tt * max_bytes < row_bytes)
+        tt *= 2;
+    while (pow_nvec < n / vec)
+        pow_nvec *= 2;
+    if (tt > pow_nvec)
+        tt = pow_nvec; /* no thread without a vector of the row */
+    if (tt <= max_tpr) {
+        *tpr = (int)tt;
+        *cl = 1;
+        return 1;
+    }
+    if (tt / max_tpr > max_cl)
+        return 0;
+    *tpr = max_tpr;
+    *cl = (int)(tt / max_tpr);
+    return 1;
+}
+
+/* Thread-block clusters need sm_90; older GPUs take the generic kernel for
+ * rows one block cannot hold. */
+static int ln_max_cluster(const jitop_ctx *ctx)
+{
+    return jitop__driver_of(ctx)->cc_major >= 9 ? LN_MAX_CLUSTER : 1;
+}
+
+static int ln_rows_per_block(int tpr, int cl)
+{
+    return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
+}
+
+/* Resident blocks per SM for the backward's persistent grid, from the
+ * kernel's registers and shared memory (the sm_90 limits). */
+static int ln_blocks_per_sm(const ln_inst *i, int block, size_t dyn_smem)
+{
+    const size_t smem = i->smem + dyn_smem;
+    int regs = i->regs > 0 ? i->regs : 1;
+    int per_warp = ((regs * 32 + 255) / 256) * 256;
+    int warps = per_warp <= 16384 ? (16384 / per_warp) * 4 : 0;
+    int wpb = (block + 31) / 32;
+    int b = warps / wpb;
+    if (b > 2048 / block)
+        b = 2048 / block;
+    if (smem > 0 && (int)((228 * 1024) / (smem + 1024)) < b)
+        b = (int)((228 * 1024) / (smem + 1024));
+    if (b > 32)
+        b = 32;
+    return b < 1 ? 1 : b;
+}
+
+static int ln_check_common(jitop_ctx *ctx, const char *fn, jitop_dtype dtype, int64_t rows,
+                           int64_t cols)
+{
+    if (ctx == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: ctx is NULL", fn);
+    if (ln_ctype(dtype) == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: dtype %d is not float32, float16 or bfloat16", fn,
+                           (int)dtype);
+    if (rows < 1)
+        return jitop__fail(JITOP_EINVAL, "%s: rows (M) is %lld, must be >= 1", fn, (long long)rows);
+    if (cols < 1 || cols > INT32_MAX / 2)
+        return jitop__fail(JITOP_EINVAL, "%s: cols (N) is %lld, must be in [1, %d]", fn,
+                           (long long)cols, INT32_MAX / 2);
+    return JITOP_OK;
+}
+
+/* ------------------------------------------------------------- forward */
+
+int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
+                            float eps, const void *x, const void *gamma, const void *beta, void *y,
+                            float *mean, float *rstd, void *stream)
+{
+    static const char *fn = "jitop_layernorm_forward";
+    int rc = ln_check_common(ctx, fn, dtype, rows, cols);
+    if (rc != JITOP_OK)
+        return rc;
+    if (x == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: x is NULL", fn);
+    if (y == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: y is NULL", fn);
+    if (!(eps >= 0.f))
+        return jitop__fail(JITOP_EINVAL, "%s: eps is %g, must be >= 0", fn, (double)eps);
+
+    struct jitop__layernorm_state *s;
+    if ((rc = ln_state(ctx, &s)) != JITOP_OK)
+        return rc;
+    const int n = (int)cols;
+    const size_t es = jitop_dtype_size(dtype);
+    const int affine = gamma != NULL || beta != NULL;
+    const void *ptrs[4] = {x, y, gamma, beta};
+    const void *ptrs_nonnull[4];
+    size_t np = 0;
+    for (size_t k = 0; k < 4; k++)
+        if (ptrs[k] != NULL)
+            ptrs_nonnull[np++] = ptrs[k];
+    const int vec = ln_vec(n, es, ptrs_nonnull, np);
+    int tpr = 0, cl = 0;
+    const int special =
+        ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, ln_max_cluster(ctx), &tpr, &cl);
+    char name[128];
+    if (!special)
+        snprintf(name, sizeof name, "layernorm_fwd_generic<%s, %s, %d>", ln_ctype(dtype),
+                 affine ? "true" : "false", vec);
+    else if (cl == 1)
+        snprintf(name, sizeof name, "layernorm_fwd<%s, %d, %s, %d, %d>", ln_ctype(dtype), n,
+                 affine ? "true" : "false", vec, tpr);
+    else
+        snprintf(name, sizeof name, "layernorm_fwd_cluster<%s, %d, %s, %d, %d, %d>",
+                 ln_ctype(dtype), n, affine ? "true" : "false", vec, tpr, cl);
+    ln_inst *inst;
+    if ((rc = ln_get(s, name, &inst)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+
+    long long m = rows;
+    jitop_dim3 grid, block;
+    if (!special) {
+        if (rows > 0x7fffffffLL)
+            return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, m);
+        grid = (jitop_dim3){(unsigned)rows, 1, 1};
+        block = (jitop_dim3){LN_GENERIC_THREADS, 1, 1};
+        void *args[] = {&x, &gamma, &beta, &y, &mean, &rstd, &m, (void *)&n, &eps};
+        size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 4, 4};
+        rc = jitop_launch(inst->op, grid, block, 0, stream, args, sizes, 9);
+    } else {
+        const int rpb = ln_rows_per_block(tpr, cl);
+        const long long blocks = (m + rpb - 1) / rpb * cl;
+        if (blocks > 0x7fffffffLL)
+            return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, m);
+        grid = (jitop_dim3){(unsigned)blocks, 1, 1};
+        block = (jitop_dim3){(unsigned)(tpr * rpb), 1, 1};
+        void *args[] = {&x, &gamma, &beta, &y, &mean, &rstd, &m, &eps};
+        size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 4};
+        rc = jitop_launch(inst->op, grid, block, 0, stream, args, sizes, 8);
+    }
+    if (rc != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    return JITOP_OK;
+}
+
+/* ------------------------------------------------------------ backward */
+
+int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
+                             const void *dy, const void *x, const void *gamma, const float *mean,
+                             const float *rstd, void *dx, void *dgamma, void *dbeta, void *stream)
+{
+    static const char *fn = "jitop_layernorm_backward";
+    int rc = ln_check_common(ctx, fn, dtype, rows, cols);
+    if (rc != JITOP_OK)
+        return rc;
+    if (dy == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: dy is NULL", fn);
+    if (x == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: x is NULL", fn);
+    if (mean == NULL || rstd == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: %s is NULL (save it in the forward)", fn,
+                           mean == NULL ? "mean" : "rstd");
+    if (dx == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: dx is NULL", fn);
+
+    struct jitop__layernorm_state *s;
+    if ((rc = ln_state(ctx, &s)) != JITOP_OK)
+        return rc;
+    const int n = (int)cols;
+    const size_t es = jitop_dtype_size(dtype);
+    const int affine = gamma != NULL || dgamma != NULL || dbeta != NULL;
+    const void *ptrs[3] = {dy, x, dx};
+    const void *all[4];
+    size_t np = 0;
+    for (size_t k = 0; k < 3; k++)
+        all[np++] = ptrs[k];
+    if (gamma != NULL)
+        all[np++] = gamma;
+    const int vec = ln_vec(n, es, all, np);
+    int tpr = 0, cl = 0;
+    const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
+                              ? LN_BWD_LONG_MAX_BYTES
+                              : LN_BWD_MAX_BYTES;
+    const int special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, ln_max_cluster(ctx), &tpr,
+                                 &cl);
+    char name[128];
+    if (!special)
+        snprintf(name, sizeof name, "layernorm_bwd_generic<%s, %s, %d>", ln_ctype(dtype),
+                 affine ? "true" : "false", vec);
+    else if (cl == 1)
+        snprintf(name, sizeof name, "layernorm_bwd<%s, %d, %s, %d, %d>", ln_ctype(dtype), n,
+                 affine ? "true" : "false", vec, tpr);
+    else
+        snprintf(name, sizeof name, "layernorm_bwd_cluster<%s, %d, %s, %d, %d, %d>",
+                 ln_ctype(dtype), n, affine ? "true" : "false", vec, tpr, cl);
+    ln_inst *inst, *red = NULL;
+    if ((rc = ln_get(s, name, &inst)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    if (affine) {
+        char rname[64];
+        snprintf(rname, sizeof rname, "layernorm_bwd_reduce<%s>", ln_ctype(dtype));
+        if ((rc = ln_get(s, rname, &red)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+    }
+
+    const jitop__driver *d = jitop__driver_of(ctx);
+    const int rpb = special ? ln_rows_per_block(tpr, cl) : 1;
+    const int block = special ? tpr * rpb : LN_GENERIC_THREADS;
+    const int clusters = special ? cl : 1;
+    size_t dyn = 0; /* the specialized kernels' dgamma/dbeta accumulators */
+    if (special && affine) {
+        const long long tt = (long long)tpr * cl, nvec = n / vec;
+        dyn = (size_t)2 * (size_t)block * (size_t)((nvec + tt - 1) / tt) * (size_t)vec * sizeof(float);
+    }
+    long long groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn) / clusters;
+    if (groups < 1)
+        groups = 1;
+    if (groups > (rows + rpb - 1) / rpb)
+        groups = (rows + rpb - 1) / rpb;
+    CUdeviceptr ws = 0;
+    if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)groups * 2 * (size_t)n * sizeof(float),
+                                     &ws)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    float *part = (float *)(uintptr_t)ws;
+    long long m = rows;
+    jitop_dim3 grid = {(unsigned)(groups * clusters), 1, 1}, blk = {(unsigned)block, 1, 1};
+    if (!special) {
+        void *args[] = {&dy, &x, &gamma, &mean, &rstd, &dx, &part, &m, (void *)&n};
+        size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
+        rc = jitop_launch(inst->op, grid, blk, 0, stream, args, sizes, 9);
+    } else {
+        void *args[] = {&dy, &x, &gamma, &mean, &rstd, &dx, &part, &m};
+        size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 8};
+        rc = jitop_launch(inst->op, grid, blk, dyn, stream, args, sizes, 8);
+    }
+    if (rc == JITOP_OK && affine && (dgamma != NULL || dbeta != NULL)) {
+        long long p = groups;
+        jitop_dim3 rgrid = {(unsigned)((n + 31) / 32), 2, 1}, rblk = {1024, 1, 1};
+        void *args[] = {&part, &p, (void *)&n, &dgamma, &dbeta};
+        size_t sizes[] = {8, 8, 4, 8, 8};
+        rc = jitop_launch(red->op, rgrid, rblk, 0, stream, args, sizes, 5);
+    }
+    if (rc != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    return JITOP_OK;
+}

@@ -1,0 +1,530 @@
+/* The LLTM cell's C entry points: pick a path and launch shapes for the
+ * caller, fetch the kernel instances from kernels/lltm.cu through jitop
+ * itself, and for large sizes run the products through cuBLAS (opened with
+ * dlopen: the library never links it).
+ *
+ * Two paths, chosen per call from the size (bench/lltm_NOTES.md has the
+ * measurements behind the threshold):
+ *  - fused (small): the whole forward in one launch (the three gate products
+ *    with the gate math in the epilogue) and the whole backward in one launch
+ *    (both products, d_gates recomputed while loading). Launch overhead
+ *    dominates there, so the fewest launches win.
+ *  - cuBLAS (large, and only with a saved buffer): forward = copy X, one
+ *    sgemm/dgemm into the saved buffer, one elementwise kernel; backward =
+ *    one elementwise kernel (d_gates, d_old_cell, d_bias) and three
+ *    products. The products dominate there and cuBLAS runs them faster than
+ *    our SIMT tiles. Full fp32: the handle's math mode is CUBLAS_DEFAULT_MATH
+ *    (no TF32).
+ * $JITOP_LLTM_PATH=fused|cublas forces a path (read once per context; tests
+ * and benchmarks use it to check both).
+ *
+ * Host cost per call: argument checks, one acquire load of the state, one
+ * table lookup per kernel, the launches. The first call per (dtype, kernel)
+ * loads the module and gets the instance under ctx->lock. */
+#include "cuda_driver.h"
+#include "ops_state.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum lltm_slot {
+    SLOT_FWD_SAVE,    /* fused forward that fills saved */
+    SLOT_FWD_NOSAVE,  /* fused forward, inference */
+    SLOT_BWD_FUSED,   /* both backward products, d_gates computed on the fly */
+    SLOT_BWD_SPLIT,   /* both backward products, d_gates read from saved */
+    SLOT_GATES,       /* d_gates + d_old_cell into saved (before SLOT_BWD_SPLIT) */
+    SLOT_GATES_BIAS,  /* the same plus d_bias (cuBLAS path) */
+    SLOT_POINTWISE,   /* cuBLAS path: raw gates to outputs and activations */
+    SLOT_COPY_X,      /* cuBLAS path: X = [old_h, input] into saved */
+    SLOT_COUNT
+};
+
+/* One kernel instance: its name expression and block size. The tilings are
+ * the template arguments; lltm_shape() below must agree with them. */
+typedef struct lltm_kernel {
+    const char *name;
+    unsigned threads;
+} lltm_kernel;
+
+/* Tilings (see kernels/lltm.cu): fwd <T, BM, BN, BK, TM, TN, KS, SAVE>,
+ * threads (BM/TM)(BN/TN)KS; bwd <T, FUSED, BK, BM1, BN1, TM1, TN1, KS1, BM2,
+ * BN2, TM2, TN2, KS2>. The small-size instances split each block's reduction
+ * over KS thread groups: their time is the latency of the k-tile chain. */
+#define LLTM_FWD_BM 16
+#define LLTM_FWD_BN 8
+static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
+    {
+        {"lltm_fwd<float, 16, 8, 32, 2, 1, 4, true>", 256},
+        {"lltm_fwd<float, 16, 8, 32, 2, 1, 4, false>", 256},
+        {"lltm_bwd<float, true, 32, 16, 32, 2, 2, 4, 32, 32, 2, 1, 1>", 512},
+        {"lltm_bwd<float, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>", 128},
+        {"lltm_bwd_gates<float, false>", 256},
+        {"lltm_bwd_gates<float, true>", 256},
+        {"lltm_fwd_pointwise<float>", 256},
+        {"lltm_copy_x<float>", 256},
+    },
+    {
+        {"lltm_fwd<double, 16, 8, 16, 2, 1, 4, true>", 256},
+        {"lltm_fwd<double, 16, 8, 16, 2, 1, 4, false>", 256},
+        {"lltm_bwd<double, true, 16, 16, 32, 2, 2, 2, 32, 32, 2, 2, 1>", 256},
+        {"lltm_bwd<double, false, 16, 16, 32, 2, 2, 1, 32, 32, 2, 4, 1>", 128},
+        {"lltm_bwd_gates<double, false>", 256},
+        {"lltm_bwd_gates<double, true>", 256},
+        {"lltm_fwd_pointwise<double>", 256},
+        {"lltm_copy_x<double>", 256},
+    },
+};
+/* The d_X and d_W tilings of the two bwd instances (fused, split), per
+ * dtype: BM1, BN1, BM2, BN2. */
+static const int lltm_bwd_tiles[2][2][4] = {
+    {{16, 32, 32, 32}, {32, 64, 64, 64}},
+    {{16, 32, 32, 32}, {16, 32, 32, 32}},
+};
+
+/* Sizes (B * 3S * K multiply-adds) from which cuBLAS runs the products, and
+ * from which the fused backward's recomputation of d_gates per tile costs
+ * more than a second launch. Measured on an H100: B16 I32 S128 (1.0e6) is
+ * fastest fused, B64 I256 S1024 (2.5e8) with cuBLAS (bench/lltm_NOTES.md). */
+#define LLTM_CUBLAS_FROM 16000000.0
+#define LLTM_SPLIT_BWD_FROM 4000000.0
+
+enum lltm_path { PATH_AUTO, PATH_FUSED, PATH_CUBLAS };
+
+/* cuBLAS through dlopen; only what the products need. Handles and streams
+ * are pointers; enums are ints (CUBLAS_OP_N 0, CUBLAS_OP_T 1). */
+typedef int (*cublas_create_fn)(void **handle);
+typedef int (*cublas_destroy_fn)(void *handle);
+typedef int (*cublas_set_stream_fn)(void *handle, void *stream);
+typedef int (*cublas_set_int_fn)(void *handle, int mode);
+typedef int (*cublas_sgemm_fn)(void *h, int ta, int tb, int m, int n, int k, const float *alpha,
+                               const float *a, int lda, const float *b, int ldb,
+                               const float *beta, float *c, int ldc);
+typedef int (*cublas_dgemm_fn)(void *h, int ta, int tb, int m, int n, int k, const double *alpha,
+                               const double *a, int lda, const double *b, int ldb,
+                               const double *beta, double *c, int ldc);
+
+typedef struct lltm_cublas {
+    void *lib;
+    void *handle;
+    cublas_destroy_fn destroy;
+    cublas_set_stream_fn set_stream;
+    cublas_sgemm_fn sgemm;
+    cublas_dgemm_fn dgemm;
+    pthread_mutex_t lock; /* the handle's stream is per handle: one caller at a time */
+} lltm_cublas;
+
+struct jitop__lltm_state {
+    jitop_module *module;
+    jitop_op *ops[2][SLOT_COUNT]; /* published with release stores */
+    enum lltm_path path;
+    int cublas_tried;             /* set under ctx->lock after cublas, read with acquire */
+    lltm_cublas *cublas;          /* NULL: not available (fused path everywhere) */
+};
+
+static void lltm_state_destroy(jitop_ctx *ctx)
+{
+    struct jitop__lltm_state *st = ctx->ops ? ctx->ops->lltm : NULL;
+    if (st != NULL && st->cublas != NULL) {
+        const jitop__driver *d = jitop__driver_of(ctx);
+        /* The handle belongs to the context: destroy it with that current. */
+        if (d != NULL && jitop__driver_make_current(d) == JITOP_OK &&
+            st->cublas->destroy(st->cublas->handle) != 0)
+            jitop__log(ctx, "lltm: cublasDestroy failed");
+        pthread_mutex_destroy(&st->cublas->lock);
+        if (dlclose(st->cublas->lib) != 0)
+            jitop__log(ctx, "lltm: dlclose(libcublas): %s", dlerror());
+        free(st->cublas);
+    }
+    free(st);
+    if (ctx->ops != NULL)
+        ctx->ops->lltm = NULL;
+}
+
+/* Creates the state under ctx->lock (another thread may have won the race:
+ * then its state is used). */
+static int lltm_state_create(jitop_ctx *ctx, jitop_module *m, struct jitop__lltm_state **out)
+{
+    jitop__ops_state *ops = NULL;
+    struct jitop__lltm_state *st = NULL;
+    pthread_mutex_lock(&ctx->lock);
+    int status = jitop__ops_state_get(ctx, &ops);
+    if (status == JITOP_OK && ops->lltm == NULL) {
+        st = calloc(1, sizeof *st);
+        if (st == NULL)
+            status = jitop__fail(JITOP_ENOMEM, "lltm: out of memory");
+        if (status == JITOP_OK)
+            status = jitop__ctx_on_destroy(ctx, lltm_state_destroy);
+        if (status == JITOP_OK) {
+            const char *p = getenv("JITOP_LLTM_PATH");
+            st->module = m;
+            st->path = PATH_AUTO;
+            if (p != NULL && strcmp(p, "fused") == 0)
+                st->path = PATH_FUSED;
+            else if (p != NULL && strcmp(p, "cublas") == 0)
+                st->path = PATH_CUBLAS;
+            __atomic_store_n(&ops->lltm, st, __ATOMIC_RELEASE);
+            st = NULL;
+        }
+        free(st);
+    }
+    if (status == JITOP_OK)
+        *out = ops->lltm;
+    pthread_mutex_unlock(&ctx->lock);
+    return status;
+}
+
+/* The state, created on first use (loads kernels/lltm.cu). Once it exists:
+ * two acquire loads. */
+static int lltm_state(jitop_ctx *ctx, struct jitop__lltm_state **out)
+{
+    jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
+    struct jitop__lltm_state *st = ops ? __atomic_load_n(&ops->lltm, __ATOMIC_ACQUIRE) : NULL;
+    int status = JITOP_OK;
+    char *path = NULL;
+    jitop_module *m = NULL;
+    if (st != NULL) {
+        *out = st;
+        goto out;
+    }
+    if (ctx->kernel_dir == NULL) {
+        status = jitop__fail(JITOP_ENOTFOUND, "lltm: the context has no kernel directory");
+        goto out;
+    }
+    path = jitop__sprintf("%s/lltm.cu", ctx->kernel_dir);
+    if (path == NULL) {
+        status = jitop__fail(JITOP_ENOMEM, "lltm: out of memory");
+        goto out;
+    }
+    const char *sources[1] = {path};
+    /* Outside ctx->lock: jitop_load takes it itself. Two threads racing here
+     * get the same module (the loader's table). */
+    status = jitop_load(ctx, "lltm", sources, 1, NULL, 0, &m);
+    if (status != JITOP_OK) {
+        status = jitop__fail_prefix(status, "lltm: loading %s", path);
+        goto out;
+    }
+    status = lltm_state_create(ctx, m, out);
+out:
+    free(path);
+    return status;
+}
+
+static int lltm_op(struct jitop__lltm_state *st, int t, enum lltm_slot slot, jitop_op **out)
+{
+    int status = JITOP_OK;
+    jitop_op *op = __atomic_load_n(&st->ops[t][slot], __ATOMIC_ACQUIRE);
+    if (op == NULL) {
+        /* jitop_op_get is thread-safe and returns the same handle for the
+         * same name, so a race here only stores the same pointer twice. */
+        status = jitop_op_get(st->module, lltm_kernels[t][slot].name, &op);
+        if (status == JITOP_OK)
+            __atomic_store_n(&st->ops[t][slot], op, __ATOMIC_RELEASE);
+    }
+    if (status == JITOP_OK)
+        *out = op;
+    return status;
+}
+
+/* Gets the instance in slot and launches it: the one step every path repeats. */
+static int lltm_run(struct jitop__lltm_state *st, int t, enum lltm_slot slot, jitop_dim3 grid,
+                    jitop_dim3 block, void *stream, void **args, size_t nargs)
+{
+    jitop_op *op = NULL;
+    int status = lltm_op(st, t, slot, &op);
+    if (status == JITOP_OK)
+        status = jitop_launch(op, grid, block, 0, stream, args, NULL, nargs);
+    return status;
+}
+
+static void *lltm_sym(void *lib, const char *name, int *missing)
+{
+    void *p = dlsym(lib, name);
+    if (p == NULL)
+        *missing = 1;
+    return p;
+}
+
+/* Opens libcublas.so.13 (by soname, then $CUDA_HOME/lib64, then
+ * /usr/local/cuda/lib64) and makes a handle in ctx's CUDA context. NULL when
+ * any step fails. */
+static lltm_cublas *lltm_cublas_load(jitop_ctx *ctx)
+{
+    lltm_cublas *cb = calloc(1, sizeof *cb);
+    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    const char *home = getenv("CUDA_HOME");
+    char path[4096];
+    if (lib == NULL && home != NULL &&
+        snprintf(path, sizeof path, "%s/lib64/libcublas.so.13", home) < (int)sizeof path)
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    int missing = 0, ok = 0;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    if (cb != NULL && lib != NULL && d != NULL) {
+        cublas_create_fn create = (cublas_create_fn)lltm_sym(lib, "cublasCreate_v2", &missing);
+        cublas_set_int_fn math = (cublas_set_int_fn)lltm_sym(lib, "cublasSetMathMode", &missing);
+        cublas_set_int_fn ptr = (cublas_set_int_fn)lltm_sym(lib, "cublasSetPointerMode_v2", &missing);
+        cb->destroy = (cublas_destroy_fn)lltm_sym(lib, "cublasDestroy_v2", &missing);
+        cb->set_stream = (cublas_set_stream_fn)lltm_sym(lib, "cublasSetStream_v2", &missing);
+        cb->sgemm = (cublas_sgemm_fn)lltm_sym(lib, "cublasSgemm_v2", &missing);
+        cb->dgemm = (cublas_dgemm_fn)lltm_sym(lib, "cublasDgemm_v2", &missing);
+        /* 0: CUBLAS_DEFAULT_MATH (full fp32, no TF32); 0: host pointer mode. */
+        if (!missing && jitop__driver_make_current(d) == JITOP_OK && create(&cb->handle) == 0) {
+            ok = math(cb->handle, 0) == 0 && ptr(cb->handle, 0) == 0 &&
+                 pthread_mutex_init(&cb->lock, NULL) == 0;
+            if (!ok && cb->destroy(cb->handle) != 0)
+                jitop__log(ctx, "lltm: cublasDestroy failed");
+        }
+    }
+    if (ok) {
+        cb->lib = lib;
+    } else {
+        jitop__log(ctx, "lltm: cuBLAS not available (%s); the fused kernels run every size",
+                   lib == NULL ? "libcublas.so.13 not found" : "setup failed");
+        if (lib != NULL && dlclose(lib) != 0)
+            jitop__log(ctx, "lltm: dlclose(libcublas): %s", dlerror());
+        free(cb);
+        cb = NULL;
+    }
+    return cb;
+}
+
+/* Opens cuBLAS for ctx once (under ctx->lock). Not finding it is not an
+ * error: the fused path then runs every size. */
+static void lltm_cublas_open(jitop_ctx *ctx, struct jitop__lltm_state *st)
+{
+    pthread_mutex_lock(&ctx->lock);
+    if (!st->cublas_tried) {
+        lltm_cublas *cb = lltm_cublas_load(ctx);
+        if (cb != NULL)
+            __atomic_store_n(&st->cublas, cb, __ATOMIC_RELEASE);
+        __atomic_store_n(&st->cublas_tried, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+static int lltm_dtype_index(jitop_dtype dtype)
+{
+    return dtype == JITOP_FLOAT32 ? 0 : (dtype == JITOP_FLOAT64 ? 1 : -1);
+}
+
+static size_t lltm_esize(jitop_dtype dtype)
+{
+    return dtype == JITOP_FLOAT64 ? sizeof(double) : sizeof(float);
+}
+
+/* The first invalid argument, named; JITOP_OK when all are valid. ptrs[i]
+ * is the pointer argument called names[i]. */
+static int lltm_check_args(const char *fn, jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S,
+                           const void *const *ptrs, const char *const *names, size_t nptrs)
+{
+    int status = JITOP_OK;
+    double K = (double)S + I;
+    if (ctx == NULL)
+        status = jitop__fail(JITOP_EINVAL, "%s: ctx is NULL", fn);
+    else if (lltm_dtype_index(dtype) < 0)
+        status = jitop__fail(JITOP_EINVAL, "%s: dtype %d is not JITOP_FLOAT32 or JITOP_FLOAT64",
+                             fn, (int)dtype);
+    else if (B < 1)
+        status = jitop__fail(JITOP_EINVAL, "%s: B (batch) must be >= 1, got %d", fn, B);
+    else if (I < 1)
+        status = jitop__fail(JITOP_EINVAL, "%s: I (input features) must be >= 1, got %d", fn, I);
+    else if (S < 1)
+        status = jitop__fail(JITOP_EINVAL, "%s: S (state size) must be >= 1, got %d", fn, S);
+    /* The kernels index matrices with 32-bit rows/columns and grids. */
+    else if ((double)B * (8.0 * S + I) > (double)INT_MAX || 3.0 * S * (K + 1) > (double)INT_MAX)
+        status = jitop__fail(JITOP_EINVAL, "%s: B=%d I=%d S=%d is too large (more than 2^31 "
+                             "elements in one matrix)", fn, B, I, S);
+    for (size_t i = 0; status == JITOP_OK && i < nptrs; i++)
+        if (ptrs[i] == NULL)
+            status = jitop__fail(JITOP_EINVAL, "%s: %s is NULL", fn, names[i]);
+    return status;
+}
+
+size_t jitop_lltm_saved_size(jitop_dtype dtype, int B, int I, int S)
+{
+    size_t bytes = 0;
+    if (lltm_dtype_index(dtype) >= 0 && B >= 1 && I >= 1 && S >= 1)
+        bytes = (size_t)B * (8 * (size_t)S + (size_t)I) * lltm_esize(dtype);
+    return bytes;
+}
+
+static bool lltm_use_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int B, int I, int S)
+{
+    bool want = st->path == PATH_CUBLAS ||
+                (st->path == PATH_AUTO && (double)B * 3.0 * S * ((double)S + I) >= LLTM_CUBLAS_FROM);
+    if (want && !__atomic_load_n(&st->cublas_tried, __ATOMIC_ACQUIRE))
+        lltm_cublas_open(ctx, st);
+    return want && __atomic_load_n(&st->cublas, __ATOMIC_ACQUIRE) != NULL;
+}
+
+/* C (row-major) = op products through cuBLAS's column-major view; see the
+ * mapping in each caller. */
+static int lltm_gemm(lltm_cublas *cb, int t, int ta, int tb, int m, int n, int k,
+                     const void *a, int lda, const void *b, int ldb, void *c, int ldc)
+{
+    int r, status = JITOP_OK;
+    if (t == 0) {
+        const float one = 1.0f, zero = 0.0f;
+        r = cb->sgemm(cb->handle, ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
+    } else {
+        const double one = 1.0, zero = 0.0;
+        r = cb->dgemm(cb->handle, ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
+    }
+    if (r != 0)
+        status = jitop__fail(JITOP_ECUDA, "lltm: cuBLAS %s (%d x %d x %d) failed with status %d",
+                             t == 0 ? "sgemm" : "dgemm", m, n, k, r);
+    return status;
+}
+
+static unsigned lltm_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return b > 65535u * 16u ? 65535u * 16u : (unsigned)b; /* grid-stride loops cover the rest */
+}
+
+/* Forward, cuBLAS path: X into saved, gates = X W^T into act's first 3S
+ * columns (ld 4S), then the elementwise kernel. In cuBLAS's column-major
+ * view act^T (3S x B) = W (col-major K x 3S, transposed) times X^T (K x B). */
+static int lltm_forward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int t, int B, int I,
+                               int S, const void *input, const void *weights, const void *bias,
+                               const void *old_h, const void *old_cell, void *new_h,
+                               void *new_cell, void *saved, void *stream)
+{
+    lltm_cublas *cb = st->cublas;
+    size_t es = lltm_esize(t == 0 ? JITOP_FLOAT32 : JITOP_FLOAT64);
+    int K = S + I;
+    unsigned nt = lltm_kernels[t][SLOT_COPY_X].threads;
+    void *cargs[] = {&input, &old_h, &saved, &B, &I, &S};
+    int status = lltm_run(st, t, SLOT_COPY_X, (jitop_dim3){lltm_blocks((size_t)B * K, nt), 1, 1},
+                          (jitop_dim3){nt, 1, 1}, stream, cargs, 6);
+    if (status == JITOP_OK)
+        status = jitop__driver_make_current(jitop__driver_of(ctx));
+    if (status == JITOP_OK) {
+        pthread_mutex_lock(&cb->lock);
+        if (cb->set_stream(cb->handle, stream) != 0)
+            status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
+        if (status == JITOP_OK)
+            status = lltm_gemm(cb, t, 1, 0, 3 * S, B, K, weights, K,
+                               (char *)saved + (size_t)4 * B * S * es, K, saved, 4 * S);
+        pthread_mutex_unlock(&cb->lock);
+    }
+    nt = lltm_kernels[t][SLOT_POINTWISE].threads;
+    void *pargs[] = {&bias, &old_cell, &new_h, &new_cell, &saved, &B, &S};
+    if (status == JITOP_OK)
+        status = lltm_run(st, t, SLOT_POINTWISE, (jitop_dim3){lltm_blocks((size_t)B * S, nt), 1, 1},
+                          (jitop_dim3){nt, 1, 1}, stream, pargs, 7);
+    return status;
+}
+
+int jitop_lltm_forward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S, const void *input,
+                       const void *weights, const void *bias, const void *old_h,
+                       const void *old_cell, void *new_h, void *new_cell, void *saved,
+                       void *stream)
+{
+    const void *ptrs[] = {input, weights, bias, old_h, old_cell, new_h, new_cell};
+    static const char *const names[] = {"input", "weights", "bias", "old_h",
+                                        "old_cell", "new_h", "new_cell"};
+    struct jitop__lltm_state *st = NULL;
+    int t = lltm_dtype_index(dtype);
+    int status = lltm_check_args("jitop_lltm_forward", ctx, dtype, B, I, S, ptrs, names, 7);
+    if (status == JITOP_OK)
+        status = lltm_state(ctx, &st);
+    if (status == JITOP_OK && saved != NULL && lltm_use_cublas(ctx, st, B, I, S)) {
+        status = lltm_forward_cublas(ctx, st, t, B, I, S, input, weights, bias, old_h, old_cell,
+                                     new_h, new_cell, saved, stream);
+    } else if (status == JITOP_OK) {
+        /* The whole forward in one launch. */
+        enum lltm_slot slot = saved != NULL ? SLOT_FWD_SAVE : SLOT_FWD_NOSAVE;
+        unsigned bm = LLTM_FWD_BM, bn = LLTM_FWD_BN;
+        void *args[] = {&input, &weights, &bias, &old_h, &old_cell, &new_h, &new_cell, &saved,
+                        &B, &I, &S};
+        status = lltm_run(st, t, slot,
+                          (jitop_dim3){((unsigned)S + bn - 1) / bn, ((unsigned)B + bm - 1) / bm, 1},
+                          (jitop_dim3){lltm_kernels[t][slot].threads, 1, 1}, stream, args, 11);
+    }
+    return status;
+}
+
+/* Backward, cuBLAS path: d_gates (+ d_old_cell, d_bias) into saved's
+ * scratch, then three products (column-major views in the comments). */
+static int lltm_backward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int t, int B, int I,
+                                int S, const void *grad_h, const void *grad_cell, void *saved,
+                                const void *weights, void *d_old_h, void *d_input,
+                                void *d_weights, void *d_bias, void *d_old_cell, void *stream)
+{
+    lltm_cublas *cb = st->cublas;
+    size_t es = lltm_esize(t == 0 ? JITOP_FLOAT32 : JITOP_FLOAT64);
+    int K = S + I;
+    const char *X = (const char *)saved + (size_t)4 * B * S * es;
+    const char *G = X + (size_t)B * K * es;
+    void *gargs[] = {&grad_h, &grad_cell, &saved, &d_old_cell, &d_bias, &B, &I, &S};
+    int status = lltm_run(st, t, SLOT_GATES_BIAS, (jitop_dim3){((unsigned)S + 31) / 32, 1, 1},
+                          (jitop_dim3){32, 8, 1}, stream, gargs, 8);
+    if (status == JITOP_OK)
+        status = jitop__driver_make_current(jitop__driver_of(ctx));
+    if (status == JITOP_OK) {
+        pthread_mutex_lock(&cb->lock);
+        if (cb->set_stream(cb->handle, stream) != 0)
+            status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
+        /* d_old_h (B x S) = G W[:, :S]: d_old_h^T (S x B) = W[:, :S] as
+         * col-major S x 3S (ld K) times G^T (3S x B, ld 3S); d_input alike
+         * from W[:, S:]. */
+        if (status == JITOP_OK)
+            status = lltm_gemm(cb, t, 0, 0, S, B, 3 * S, weights, K, G, 3 * S, d_old_h, S);
+        if (status == JITOP_OK)
+            status = lltm_gemm(cb, t, 0, 0, I, B, 3 * S, (const char *)weights + (size_t)S * es,
+                               K, G, 3 * S, d_input, I);
+        /* d_W (3S x K) = G^T X: d_W^T (K x 3S) = X^T (K x B) times G (B x 3S,
+         * the col-major 3S x B transposed). */
+        if (status == JITOP_OK)
+            status = lltm_gemm(cb, t, 0, 1, K, 3 * S, B, X, K, G, 3 * S, d_weights, K);
+        pthread_mutex_unlock(&cb->lock);
+    }
+    return status;
+}
+
+int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S,
+                        const void *grad_h, const void *grad_cell, void *saved,
+                        const void *weights, void *d_old_h, void *d_input, void *d_weights,
+                        void *d_bias, void *d_old_cell, void *stream)
+{
+    const void *ptrs[] = {grad_h, grad_cell, saved, weights, d_old_h,
+                          d_input, d_weights, d_bias, d_old_cell};
+    static const char *const names[] = {"grad_h", "grad_cell", "saved", "weights", "d_old_h",
+                                        "d_input", "d_weights", "d_bias", "d_old_cell"};
+    struct jitop__lltm_state *st = NULL;
+    int t = lltm_dtype_index(dtype);
+    int status = lltm_check_args("jitop_lltm_backward", ctx, dtype, B, I, S, ptrs, names, 9);
+    if (status == JITOP_OK)
+        status = lltm_state(ctx, &st);
+    if (status == JITOP_OK && lltm_use_cublas(ctx, st, B, I, S)) {
+        status = lltm_backward_cublas(ctx, st, t, B, I, S, grad_h, grad_cell, saved, weights,
+                                      d_old_h, d_input, d_weights, d_bias, d_old_cell, stream);
+    } else if (status == JITOP_OK) {
+        /* Fused: one launch, d_gates computed while loading. Split (larger
+         * sizes, where that recomputation per tile costs more than a launch):
+         * d_gates into saved's scratch first. */
+        int K = S + I;
+        int split = (double)B * 3.0 * S * K >= LLTM_SPLIT_BWD_FROM;
+        void *gargs[] = {&grad_h, &grad_cell, &saved, &d_old_cell, &d_bias, &B, &I, &S};
+        if (split)
+            status = lltm_run(st, t, SLOT_GATES, (jitop_dim3){((unsigned)S + 31) / 32, 1, 1},
+                              (jitop_dim3){32, 8, 1}, stream, gargs, 8);
+        enum lltm_slot slot = split ? SLOT_BWD_SPLIT : SLOT_BWD_FUSED;
+        const int *tile = lltm_bwd_tiles[t][split];
+        unsigned ndx = (unsigned)((K + tile[1] - 1) / tile[1]) *
+                       (unsigned)((B + tile[0] - 1) / tile[0]);
+        unsigned ndw = (unsigned)((K + 1 + tile[3] - 1) / tile[3]) *
+                       (unsigned)((3 * S + tile[2] - 1) / tile[2]);
+        void *args[] = {&grad_h, &grad_cell, &saved, &weights, &d_old_h, &d_input, &d_weights,
+                        &d_bias, &d_old_cell, &B, &I, &S};
+        if (status == JITOP_OK)
+            status = lltm_run(st, t, slot, (jitop_dim3){ndx + ndw, 1, 1},
+                              (jitop_dim3){lltm_kernels[t][slot].threads, 1, 1}, stream, args, 12);
+    }
+    return status;
+}

@@ -1,0 +1,213 @@
+/*
+ * Modules, ops and launches (jit_loader.c), and the seams hot reload
+ * (watch.c) builds on.
+ *
+ * Op indirection. A jitop_op handle never changes for the life of its
+ * module. It points to a *binding* (the CUfunction, its parameter layout and
+ * the image (CUlibrary) it lives in) through one C11 atomic pointer. A
+ * reload builds new images and new bindings first (prepare, no lock, may run
+ * on a background thread), then publishes them with one atomic store per op
+ * (commit). A launch loads the pointer once and uses only that binding, so it
+ * sees either the old code or the new, never a mix. Ops switch one at a time
+ * inside a commit: an application that wants every op of a module to switch
+ * between two of its own launches applies reloads at a point it chooses
+ * (JITOP_RELOAD_POLL).
+ *
+ * When an old image may be unloaded. Bindings and image structs are never
+ * freed before the module (they are small: a reload costs ~1 KiB per op), so
+ * a launch that loaded an old pointer can always dereference it. What is
+ * released early is the CUlibrary. A launch brackets its use with the
+ * image's in-flight count:
+ *     inflight++ (seq_cst); if op->cur changed meanwhile: inflight--, retry;
+ *     cuLaunchKernel; inflight--
+ * and commit stores the new binding (seq_cst) before the image is retired, so
+ * a reaper that reads inflight == 0 after the store knows that no launch can
+ * still start on that image. cuLibraryUnload promises nothing about kernels
+ * already queued on streams (the driver docs say only that using the handle
+ * afterwards is undefined), so the reaper also waits for the context's queued
+ * work (cuCtxSynchronize) before unloading. That wait blocks, so it happens
+ * only in jitop__module_reap(m, true): on the watch thread, at a point the
+ * application chose, or at jitop_ctx_destroy; a retired image that cannot be
+ * unloaded yet only costs its device memory until then.
+ *
+ * After a reload an op whose kernel no longer exists gets a stale binding
+ * (launch: JITOP_ESTALE naming the op); one whose parameters changed gets the
+ * new layout, so a launch with the old arg_sizes fails with JITOP_EARGS.
+ *
+ * Locks: ctx->lock guards ctx->modules; m->lock guards everything of a module
+ * that changes (ops table inserts, instances, images, commit). jitop_launch
+ * and the op_get hit path take no lock. Never take ctx->lock while holding
+ * m->lock.
+ */
+#ifndef JITOP_LOADER_H
+#define JITOP_LOADER_H
+
+#include "internal.h"
+
+#include <cuda.h> /* types only: the driver is called through cuda.c's table */
+#include <stdatomic.h>
+
+/* One kernel of an image, as enumerated at load. */
+typedef struct jitop__kernel {
+    char *name;     /* as the driver names it (mangled for C++ symbols); owned */
+    CUkernel kernel;
+} jitop__kernel;
+
+/* One loaded binary: the CUlibrary of one built unit. */
+typedef struct jitop__image {
+    CUlibrary lib;            /* NULL once unloaded */
+    atomic_uint inflight;     /* launches between binding load and launch return */
+    bool retired;             /* replaced by a commit; unloaded by the reaper */
+    char key[33];             /* cache key of the binary */
+    jitop__kernel *kernels;
+    size_t nkernels;
+    struct jitop__image *next; /* every image of the module, newest first */
+} jitop__image;
+
+/* What a launch needs, immutable once published (smem_raised aside). */
+typedef struct jitop__binding {
+    CUfunction fn;            /* NULL: stale, the kernel is gone */
+    jitop__image *image;      /* NULL when stale */
+    char *lowered;            /* the symbol (mangled for templates); owned */
+    size_t nparams;
+    size_t param_offset[JITOP_MAX_PARAMS];
+    size_t param_size[JITOP_MAX_PARAMS];
+    int max_threads_per_block;
+    int num_regs;
+    size_t static_shared_bytes;
+    /* The dynamic shared memory limit already raised on fn (launches above
+     * 48 KiB raise it once per binding, under m->lock). */
+    _Atomic size_t smem_raised;
+    struct jitop__binding *older; /* the op's previous bindings, freed with it */
+} jitop__binding;
+
+struct jitop_op {
+    _Atomic(jitop__binding *) cur;
+    struct jitop_module *module;
+    char *name;               /* as asked for */
+    size_t instance;          /* SIZE_MAX: an extern "C" kernel; else index into m->instances */
+    _Atomic uint64_t changed_gen; /* generation whose commit last changed its binding */
+    struct jitop_op *next;    /* every op of the module */
+};
+
+/* A unit the module was built from, with what its current image came from.
+ * Sources are m->units; template instances are m->instances (one unit each,
+ * compiled with the name expression, loaded as their own image). */
+typedef struct jitop__modunit {
+    jitop__unit unit;
+    jitop__deps deps;         /* files of the current generation (guarded by m->lock) */
+    jitop__image *image;      /* current image */
+    char *lowered;            /* instances: the instance's symbol in the current image */
+} jitop__modunit;
+
+/* The lock-free op table: open addressing, power-of-two capacity, grown by
+ * publishing a new table (old ones are kept until the module is freed, since
+ * a reader may still be probing one). */
+typedef struct jitop__optab {
+    size_t cap;               /* power of two */
+    size_t count;
+    _Atomic(jitop_op *) *slots;
+    struct jitop__optab *older;
+} jitop__optab;
+
+struct jitop_module {
+    jitop_ctx *ctx;
+    const struct jitop__driver *drv; /* ctx->driver, started before any module exists */
+    char *name;
+    char id[33];              /* identity: name, sources, inline text, options, arch */
+    char arch[32];
+    jitop__modunit *units;
+    size_t nunits;
+    jitop__modunit **instances; /* grown under m->lock; elements never move */
+    size_t ninstances, cap_instances;
+    jitop__strv options;      /* as given at load */
+    pthread_mutex_t lock;
+    _Atomic(jitop__optab *) optab;
+    jitop_op *ops;            /* every op, newest first (m->lock) */
+    jitop__image *images;     /* live and retired (m->lock) */
+    _Atomic uint64_t generation;
+    void *watch;              /* watch.c's per-module state; NULL when not watched */
+    struct jitop_module *next; /* ctx->modules */
+};
+
+/* A rebuild prepared but not yet swapped in. */
+typedef struct jitop__pending jitop__pending;
+
+/* Rebuilds every unit and template instance of m through the cache (stat
+ * fast path, so unchanged files cost a stat) and loads the images whose key
+ * changed; swaps nothing. Safe on any thread, concurrently with launches and
+ * op_get (takes m->lock only to snapshot the unit list). On a compile error:
+ * JITOP_ECOMPILE with the log, *out NULL, nothing loaded stays behind. */
+int jitop__module_prepare(jitop_module *m, jitop__pending **out);
+
+/* Non-zero when p would change any code (some unit's key differs). A commit
+ * of an unchanged p is a no-op that keeps the generation. */
+int jitop__pending_changed(const jitop__pending *p);
+
+/* Swaps p in: new bindings published atomically op by op, the generation
+ * bumped (only when some code changed), the old images retired (unloaded
+ * later by jitop__module_reap). Each op whose binding changed gets
+ * op->changed_gen = the new generation (walk m->ops under m->lock to find
+ * them for a callback). Consumes p, also on failure (on failure nothing is
+ * swapped). Instances created after prepare keep their binding. */
+int jitop__module_commit(jitop_module *m, jitop__pending *p);
+
+/* Discards a prepared rebuild (unloads its images). Accepts NULL. */
+void jitop__pending_free(jitop__pending *p);
+
+/* Every source and header path the current generation was built from (the
+ * sources' own paths first), without duplicates, appended to paths. Inline
+ * text has no path; its headers are listed. */
+int jitop__module_files(jitop_module *m, jitop__strv *paths);
+
+/* Unloads retired images that no launch holds. wait: first waits for the
+ * context's queued work (cuCtxSynchronize, blocking) so that no kernel still
+ * queued on a stream runs from an unloaded image; without wait nothing is
+ * unloaded (retired images stay until a waiting reap). *left (may be NULL)
+ * gets the retired images still loaded. */
+int jitop__module_reap(jitop_module *m, bool wait, size_t *left);
+
+/* The context's teardown of the loader part (registered with
+ * jitop__ctx_on_destroy at driver start): waits for queued work, unloads and
+ * frees every module, releases the primary context. */
+void jitop__loader_ctx_destroy(jitop_ctx *ctx);
+
+/* Shared by jit_loader.c (modules, reload) and jit_ops.c (ops, launch). */
+
+/* Compiles one unit through the cache (jitop__unit_init + jitop__build_unit)
+ * for m's arch and loads its image. names: template name expressions (may
+ * be NULL). On success mu holds the unit, its deps, image and, for one name,
+ * its lowered symbol; on failure mu is zeroed. The image is linked into
+ * m->images by the caller (under m->lock). */
+int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
+                         const char *const *names, size_t nnames, jitop__modunit *mu);
+void jitop__modunit_free(jitop__modunit *mu);
+
+/* Loads a built binary as an image (cuLibraryLoadData) and enumerates its
+ * kernels. what names the unit in messages. */
+int jitop__image_load(jitop_module *m, const jitop__built *b, const char *what,
+                      jitop__image **out);
+/* Unloads (if still loaded) and frees. Accepts NULL. */
+void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
+/* The kernel of img with this exact driver name, or NULL. */
+const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name);
+
+/* A binding for kernel k of img (CUfunction in m's context, parameter
+ * layout, attributes). Makes m's context current on the calling thread. */
+int jitop__binding_make(jitop_module *m, jitop__image *img, CUkernel k, const char *lowered,
+                        jitop__binding **out);
+/* A stale binding: launches fail with JITOP_ESTALE. */
+int jitop__binding_stale(const char *lowered, jitop__binding **out);
+void jitop__binding_free_chain(jitop__binding *b);
+
+/* Where an extern "C" op's kernel lives now: the first unit image (in
+ * source order) holding a kernel of that name. images[i] overrides
+ * m->units[i].image (commit looks up in the images it is about to swap in);
+ * may be NULL. */
+int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
+                       jitop__image **img, CUkernel *k);
+
+/* Frees a module's ops and op tables (jit_ops.c). */
+void jitop__ops_free(jitop_module *m);
+
+#endif

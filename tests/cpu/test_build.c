@@ -1,0 +1,557 @@
+/* jitop_build / jitop_explain end to end: real NVRTC, a temporary cache per
+ * test, several processes and a kill -9 where the contract says so. */
+#include "testutil.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const simple_src =
+    "#include \"a.cuh\"\n"
+    "template <typename T, int N> __global__ void scale(T *x) { x[threadIdx.x] *= (T)(N * A_VALUE); }\n"
+    "extern \"C\" __global__ void twice(float *x) { x[threadIdx.x] *= 2.0f * B_VALUE; }\n";
+
+/* Long enough to compile (about a second at DEPTH 40 on a laptop core) that
+ * a test can act while it runs: every level unrolls a loop of sinf. */
+static const char *const slow_src =
+    "#include \"h.cuh\"\n"
+    "template <int N> struct S { __device__ static float f(float a) {\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < 64; i++) a = a * 1.0001f + __sinf(a + N);\n"
+    "  return S<N - 1>::f(a) + a; } };\n"
+    "template <> struct S<0> { __device__ static float f(float a) { return a; } };\n"
+    "extern \"C\" __global__ void slow(float *x) { x[threadIdx.x] = S<DEPTH>::f(x[threadIdx.x]) + H; }\n";
+
+struct project {
+    char *dir, *cache, *src, *a, *b;
+};
+
+static void project_make(struct project *p)
+{
+    p->dir = jt_tmpdir();
+    p->cache = jt_tmpdir();
+    p->src = jt_write(p->dir, "k.cu", simple_src);
+    p->a = jt_write(p->dir, "a.cuh", "#pragma once\n#include \"inc/b.cuh\"\n#define A_VALUE 3\n");
+    p->b = jt_write(p->dir, "inc/b.cuh", "#pragma once\n#define B_VALUE 1\n");
+    /* Old mtimes: the recent-modification rule would otherwise make every
+     * check hash (correct, but these tests look at the stat path). */
+    jt_touch(p->src, -60);
+    jt_touch(p->a, -60);
+    jt_touch(p->b, -60);
+}
+
+static void project_free(struct project *p)
+{
+    free(p->dir); free(p->cache); free(p->src); free(p->a); free(p->b);
+}
+
+static jitop_build_result build(jitop_ctx *ctx, const char *path, const char *arch,
+                                const char *const *opts, size_t nopts, const char *const *names,
+                                size_t nnames)
+{
+    jitop_build_result r;
+    memset(&r, 0, sizeof r);
+    int st = jitop_build(ctx, path, arch, opts, nopts, names, nnames, &r);
+    if (st != JITOP_OK)
+        fail_msg("jitop_build %s: %s: %s", path, jitop_strerror(st), jitop_errmsg(ctx));
+    assert_int_equal(strlen(r.key), 32);
+    return r;
+}
+
+static char *explain(jitop_ctx *ctx, const char *path, const char *arch, const char *const *opts,
+                     size_t nopts, const char *const *names, size_t nnames, int *hit)
+{
+    char *why = NULL;
+    int st = jitop_explain(ctx, path, arch, opts, nopts, names, nnames, hit, &why);
+    if (st != JITOP_OK)
+        fail_msg("jitop_explain %s: %s: %s", path, jitop_strerror(st), jitop_errmsg(ctx));
+    assert_non_null(why);
+    return why;
+}
+
+static char *entry_file(const char *cache, const char *key)
+{
+    char *p = malloc(strlen(cache) + 64);
+    assert_non_null(p);
+    sprintf(p, "%s/v%d/%.2s/%s", cache, JITOP__FORMAT_VERSION, key, key);
+    return p;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int count_cb(const jitop_cache_entry_info *info, void *user)
+{
+    (void)info;
+    (*(int *)user)++;
+    return 0;
+}
+
+static int count_entries(jitop_ctx *ctx)
+{
+    int n = 0;
+    assert_int_equal(jitop_cache_list(ctx, count_cb, &n), JITOP_OK);
+    return n;
+}
+
+static void test_compile_then_hit(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    jitop_build_result r1 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r1.cached, 0);
+    char *entry = entry_file(p.cache, r1.key);
+    assert_true(exists(entry));
+    jitop_build_result r2 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r2.cached, 1);
+    assert_string_equal(r1.key, r2.key);
+    /* A new context (as a new process would) hits too. */
+    jitop_ctx *ctx2 = jt_ctx(p.cache, "sm_90");
+    assert_int_equal(build(ctx2, p.src, NULL, NULL, 0, NULL, 0).cached, 1);
+    int hit = 0;
+    char *why = explain(ctx2, p.src, NULL, NULL, 0, NULL, 0, &hit);
+    assert_int_equal(hit, 1);
+    free(why);
+    assert_int_equal(count_entries(ctx2), 1);
+    jitop_ctx_destroy(ctx2);
+    jitop_ctx_destroy(ctx);
+    free(entry);
+    project_free(&p);
+}
+
+static void test_touch_is_a_hit_and_refreshes_manifest(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    jitop_build_result r1 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    jt_touch(p.b, -10); /* new mtime, same bytes */
+    int hit = 0;
+    char *why = explain(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit);
+    assert_int_equal(hit, 1);
+    free(why);
+    jitop_build_result r2 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r2.cached, 1);
+    assert_string_equal(r1.key, r2.key);
+
+    /* The manifest now holds the new stat data: the next build is a stat
+     * hit that reads no source. */
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, p.src, NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_OK);
+    char id[33], key[33];
+    jitop__manifest_id(&u, id);
+    jitop__deps d;
+    bool found = false, fresh = false;
+    assert_int_equal(jitop__manifest_get(ctx->cache, id, &d, key, &found), JITOP_OK);
+    assert_true(found);
+    assert_string_equal(key, r1.key);
+    assert_int_equal(d.n, 3);
+    struct stat st;
+    assert_int_equal(stat(p.b, &st), 0);
+    bool seen = false;
+    for (size_t i = 0; i < d.n; i++) {
+        if (strcmp(d.v[i].path, p.b) == 0) {
+            seen = true;
+            assert_int_equal(d.v[i].mtime_ns,
+                             (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+        }
+    }
+    assert_true(seen);
+    char *stale = NULL;
+    assert_int_equal(jitop__deps_fresh(&d, &fresh, &stale), JITOP_OK);
+    assert_true(fresh);
+    jitop__deps_free(&d);
+    jitop__unit_free(&u);
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
+static void test_nested_header_edit_rebuilds(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    jitop_build_result r1 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    /* One byte, same size, in the header included by a header. */
+    free(jt_write(p.dir, "inc/b.cuh", "#pragma once\n#define B_VALUE 2\n"));
+    jt_touch(p.b, -30);
+    int hit = 1;
+    char *why = explain(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit);
+    assert_int_equal(hit, 0);
+    if (!strstr(why, p.b) || !strstr(why, "content changed"))
+        fail_msg("explain should name %s: %s", p.b, why);
+    free(why);
+    jitop_build_result r2 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r2.cached, 0);
+    assert_string_not_equal(r1.key, r2.key);
+    /* Back to the old bytes: the old entry is still there. */
+    free(jt_write(p.dir, "inc/b.cuh", "#pragma once\n#define B_VALUE 1\n"));
+    jitop_build_result r3 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r3.cached, 1);
+    assert_string_equal(r3.key, r1.key);
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
+static void expect_rebuild(jitop_ctx *ctx, const char *src, const char *arch,
+                           const char *const *opts, size_t nopts, const char *const *names,
+                           size_t nnames, const char *must_say, char seen[][33], size_t *nseen)
+{
+    int hit = 1;
+    char *why = explain(ctx, src, arch, opts, nopts, names, nnames, &hit);
+    assert_int_equal(hit, 0);
+    if (must_say && !strstr(why, must_say))
+        fail_msg("explain should say '%s': %s", must_say, why);
+    free(why);
+    jitop_build_result r = build(ctx, src, arch, opts, nopts, names, nnames);
+    assert_int_equal(r.cached, 0);
+    for (size_t i = 0; i < *nseen; i++)
+        assert_string_not_equal(seen[i], r.key);
+    memcpy(seen[(*nseen)++], r.key, 33);
+    assert_int_equal(build(ctx, src, arch, opts, nopts, names, nnames).cached, 1);
+}
+
+static void test_option_define_arch_name_changes_rebuild(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    char seen[8][33];
+    size_t nseen = 0;
+    const char *none[] = {NULL};
+    expect_rebuild(ctx, p.src, "sm_90", none, 0, NULL, 0, "never built", seen, &nseen);
+    const char *def1[] = {"-DEXTRA=1"};
+    expect_rebuild(ctx, p.src, "sm_90", def1, 1, NULL, 0, "option added: -DEXTRA=1", seen, &nseen);
+    const char *def2[] = {"-D", "EXTRA=2"};
+    expect_rebuild(ctx, p.src, "sm_90", def2, 2, NULL, 0, "-DEXTRA=2", seen, &nseen);
+    const char *fast[] = {"-D", "EXTRA=2", "-use_fast_math"};
+    expect_rebuild(ctx, p.src, "sm_90", fast, 3, NULL, 0, "option added: --use_fast_math", seen,
+                   &nseen);
+    expect_rebuild(ctx, p.src, "sm_80", fast, 3, NULL, 0, "arch differs: sm_80", seen, &nseen);
+    const char *names[] = {"scale<float, 2>"};
+    expect_rebuild(ctx, p.src, "sm_80", fast, 3, names, 1, "name expression added: scale<float, 2>",
+                   seen, &nseen);
+    /* Spellings that normalize alike share the entry. */
+    const char *respelled[] = {"--define-macro=EXTRA=2", "--use_fast_math"};
+    assert_int_equal(build(ctx, p.src, "sm_80", respelled, 2, names, 1).cached, 1);
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
+static void test_syntax_error_writes_nothing(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "bad.cu", "__global__ void k(float *x) {\n  x[0] = 1;\n  x[1] = ;\n}\n");
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result r;
+    assert_int_equal(jitop_build(ctx, src, NULL, NULL, 0, NULL, 0, &r), JITOP_ECOMPILE);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s(3): error", src);
+    if (!strstr(jitop_errmsg(ctx), where))
+        fail_msg("expected '%s' in: %s", where, jitop_errmsg(ctx));
+    assert_int_equal(count_entries(ctx), 0);
+    char cmd[PATH_MAX + 64];
+    char *out = NULL;
+    snprintf(cmd, sizeof cmd, "find '%s' -type f ! -path '*/locks/*' | wc -l", cache);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    assert_int_equal(atoi(out), 0); /* no entry, no manifest, no temp file, no lock */
+    free(out);
+    jitop_ctx_destroy(ctx);
+    free(src); free(dir); free(cache);
+}
+
+/* Children report through their exit status: 10 compiled, 11 cached. They
+ * end with _exit, so that the test runner's atexit cleanup stays the
+ * parent's, after freeing what the parent had allocated (valgrind checks
+ * each child for leaks too). */
+static int racer(const char *cache, const char *src, int start_fd)
+{
+    char c;
+    while (read(start_fd, &c, 1) < 0 && errno == EINTR)
+        ;
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    cfg.arch = "sm_90";
+    cfg.compile_only = 1;
+    jitop_ctx *ctx = NULL;
+    if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK)
+        return 2;
+    jitop_build_result r;
+    int st = jitop_build(ctx, src, NULL, NULL, 0, NULL, 0, &r);
+    jitop_ctx_destroy(ctx);
+    return st != JITOP_OK ? 3 : r.cached ? 11 : 10;
+}
+
+static void test_16_processes_compile_once(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    enum { N = 16 };
+    int start[2];
+    assert_int_equal(pipe(start), 0);
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(start[1]);
+            int code = racer(p.cache, p.src, start[0]);
+            project_free(&p);
+            _exit(code);
+        }
+    }
+    close(start[0]);
+    close(start[1]); /* every child starts now */
+    int compiled = 0, cached = 0;
+    for (int i = 0; i < N; i++) {
+        int ws = 0;
+        assert_int_equal(waitpid(pids[i], &ws, 0), pids[i]);
+        assert_true(WIFEXITED(ws));
+        int code = WEXITSTATUS(ws);
+        if (code == 10)
+            compiled++;
+        else if (code == 11)
+            cached++;
+        else
+            fail_msg("child %d exited with %d", i, code);
+    }
+    assert_int_equal(compiled, 1);
+    assert_int_equal(cached, N - 1);
+    project_free(&p);
+}
+
+static char *lock_file(const char *cache, const char *key)
+{
+    char *p = malloc(strlen(cache) + 80);
+    assert_non_null(p);
+    sprintf(p, "%s/v%d/locks/%s.lock", cache, JITOP__FORMAT_VERSION, key);
+    return p;
+}
+
+/* The key jitop_build will use for src (computed the library's way). */
+static void key_of(const char *src, const char *const *opts, size_t nopts, char key[33])
+{
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, src, NULL, opts, nopts, NULL, 0, "sm_90"), JITOP_OK);
+    jitop__deps d;
+    char *text = NULL;
+    assert_int_equal(jitop__deps_scan(&u, &d, &text), JITOP_OK);
+    jitop__cache_key(&u, &d, key);
+    free(text);
+    jitop__deps_free(&d);
+    jitop__unit_free(&u);
+}
+
+static bool lock_held_by_other(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* releases it if we got it */
+    return held;
+}
+
+/* Waits (up to 5 minutes, valgrind is slow) until another party holds the lock. */
+static void wait_for_lock(const char *path)
+{
+    for (int i = 0; i < 300000; i++) {
+        if (lock_held_by_other(path))
+            return;
+        usleep(1000);
+    }
+    fail_msg("nobody took the lock %s", path);
+}
+
+static void test_kill_9_during_compile(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "slow.cu", slow_src);
+    free(jt_write(dir, "h.cuh", "#define H 1.0f\n"));
+    const char *opts[] = {"-DDEPTH=40"};
+    char key[33];
+    key_of(src, opts, 1, key);
+    char *lock = lock_file(cache, key), *entry = entry_file(cache, key);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        jitop_config cfg;
+        jitop_config_init(&cfg);
+        cfg.cache_dir = cache;
+        cfg.arch = "sm_90";
+        cfg.compile_only = 1;
+        jitop_ctx *ctx = NULL;
+        jitop_build_result r;
+        int code = jitop_ctx_create(&cfg, &ctx) != JITOP_OK ||
+                           jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r) != JITOP_OK
+                       ? 3
+                       : 0;
+        jitop_ctx_destroy(ctx);
+        free(lock); free(entry); free(src); free(dir); free(cache);
+        _exit(code);
+    }
+    wait_for_lock(lock);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    /* The lock died with the process; no entry is visible. */
+    assert_false(lock_held_by_other(lock));
+    assert_false(exists(entry));
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    int hit = 1;
+    free(explain(ctx, src, NULL, opts, 1, NULL, 0, &hit));
+    assert_int_equal(hit, 0);
+    jitop_build_result r = build(ctx, src, NULL, opts, 1, NULL, 0);
+    assert_int_equal(r.cached, 0);
+    assert_string_equal(r.key, key);
+    assert_true(exists(entry));
+    assert_int_equal(build(ctx, src, NULL, opts, 1, NULL, 0).cached, 1);
+    jitop_ctx_destroy(ctx);
+    free(lock); free(entry); free(src); free(dir); free(cache);
+}
+
+struct bg_build {
+    jitop_ctx *ctx;
+    const char *src;
+    const char *const *opts;
+    size_t nopts;
+    int status;
+    jitop_build_result r;
+};
+
+static void *bg_build_main(void *arg)
+{
+    struct bg_build *b = arg;
+    b->status = jitop_build(b->ctx, b->src, NULL, b->opts, b->nopts, NULL, 0, &b->r);
+    return NULL;
+}
+
+static void test_header_edited_during_compile_is_not_cached_stale(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "slow.cu", slow_src);
+    char *h = jt_write(dir, "h.cuh", "#define H 1.0f\n");
+    jt_touch(h, -60);
+    const char *opts[] = {"-DDEPTH=25"};
+    char old_key[33], new_key[33];
+    key_of(src, opts, 1, old_key);
+    char *lock = lock_file(cache, old_key);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    struct bg_build b = {ctx, src, opts, 1, -1, {0}};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, bg_build_main, &b), 0);
+    wait_for_lock(lock);
+    /* Saved while NVRTC works on the old text. */
+    free(jt_write_rename(dir, "h.cuh", "#define H 2.0f\n"));
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(b.status, JITOP_OK);
+    key_of(src, opts, 1, new_key);
+    assert_string_not_equal(old_key, new_key);
+    /* What was cached is the build of the new header, under its key; the
+     * compile that raced the edit was not stored under the old key. */
+    assert_string_equal(b.r.key, new_key);
+    assert_int_equal(b.r.cached, 0);
+    char *old_entry = entry_file(cache, old_key);
+    assert_false(exists(old_entry));
+    jitop_ctx_destroy(ctx);
+    free(old_entry); free(lock); free(src); free(h); free(dir); free(cache);
+}
+
+static void *thread_build(void *arg)
+{
+    struct bg_build *b = arg;
+    for (int i = 0; i < 3 && b->status == JITOP_OK; i++)
+        b->status = jitop_build(b->ctx, b->src, NULL, b->opts, b->nopts, NULL, 0, &b->r);
+    return NULL;
+}
+
+static void test_threads_share_a_context(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    enum { T = 4 };
+    const char *o0[] = {"-DCASE=0"}, *o1[] = {"-DCASE=1"};
+    struct bg_build b[T];
+    pthread_t t[T];
+    for (int i = 0; i < T; i++) {
+        b[i] = (struct bg_build){ctx, p.src, i % 2 ? o1 : o0, 1, JITOP_OK, {0}};
+        assert_int_equal(pthread_create(&t[i], NULL, thread_build, &b[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        if (b[i].status != JITOP_OK)
+            fail_msg("thread %d: %s", i, jitop_strerror(b[i].status));
+        assert_int_equal(b[i].r.cached, 1); /* the last of its 3 builds */
+    }
+    assert_string_equal(b[0].r.key, b[2].r.key);
+    assert_string_not_equal(b[0].r.key, b[1].r.key);
+    assert_int_equal(count_entries(ctx), 2);
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    char *cache = jt_tmpdir();
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result r;
+    assert_int_equal(jitop_build(NULL, "/x.cu", NULL, NULL, 0, NULL, 0, &r), JITOP_EINVAL);
+    assert_int_equal(jitop_build(ctx, NULL, NULL, NULL, 0, NULL, 0, &r), JITOP_EINVAL);
+    assert_int_equal(jitop_build(ctx, "/no/such/file.cu", NULL, NULL, 0, NULL, 0, &r),
+                     JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(ctx), "/no/such/file.cu"));
+    const char *arch_opt[] = {"-arch=sm_80"};
+    assert_int_equal(jitop_build(ctx, "/x.cu", NULL, arch_opt, 1, NULL, 0, &r), JITOP_EINVAL);
+    int hit;
+    char *why;
+    assert_int_equal(jitop_explain(ctx, "/x.cu", NULL, NULL, 0, NULL, 0, NULL, &why), JITOP_EINVAL);
+    assert_int_equal(jitop_explain(ctx, "/x.cu", "sm_9", NULL, 0, NULL, 0, &hit, &why), JITOP_EINVAL);
+    jitop_ctx_destroy(ctx);
+    free(cache);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compile_then_hit),
+        cmocka_unit_test(test_touch_is_a_hit_and_refreshes_manifest),
+        cmocka_unit_test(test_nested_header_edit_rebuilds),
+        cmocka_unit_test(test_option_define_arch_name_changes_rebuild),
+        cmocka_unit_test(test_syntax_error_writes_nothing),
+        cmocka_unit_test(test_16_processes_compile_once),
+        cmocka_unit_test(test_kill_9_during_compile),
+        cmocka_unit_test(test_header_edited_during_compile_is_not_cached_stale),
+        cmocka_unit_test(test_threads_share_a_context),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

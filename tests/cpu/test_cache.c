@@ -1,0 +1,637 @@
+/* The on-disk cache: keys, entries and their corruption, manifests, safety
+ * checks, the unwritable-directory fallback, eviction, list/gc/clean. */
+#include "testutil.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const kernel_src =
+    "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] = V; }\n";
+
+static char *entry_file(const char *cache, const char *key)
+{
+    char *p = malloc(strlen(cache) + 64);
+    assert_non_null(p);
+    sprintf(p, "%s/v%d/%.2s/%s", cache, JITOP__FORMAT_VERSION, key, key);
+    return p;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int64_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (int64_t)st.st_size;
+}
+
+static jitop_build_result build_v(jitop_ctx *ctx, const char *src, int v)
+{
+    char opt[32];
+    snprintf(opt, sizeof opt, "-DV=%d", v);
+    const char *opts[] = {opt};
+    jitop_build_result r;
+    int st = jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r);
+    if (st != JITOP_OK)
+        fail_msg("jitop_build: %s: %s", jitop_strerror(st), jitop_errmsg(ctx));
+    return r;
+}
+
+static jitop__unit unit_with_names(const char *const *names, size_t n, const char *const *opts,
+                                   size_t nopts)
+{
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, "/tmp/k.cu", NULL, opts, nopts, names, n, "sm_90"),
+                     JITOP_OK);
+    return u;
+}
+
+static void test_key_fields_cannot_collide(void **state)
+{
+    (void)state;
+    jitop__deps none = {0};
+    char k1[33], k2[33], k3[33], k4[33];
+    const char *n1[] = {"ab", "c"}, *n2[] = {"a", "bc"};
+    jitop__unit u1 = unit_with_names(n1, 2, NULL, 0), u2 = unit_with_names(n2, 2, NULL, 0);
+    jitop__cache_key(&u1, &none, k1);
+    jitop__cache_key(&u2, &none, k2);
+    assert_string_not_equal(k1, k2);
+    /* A name moved into the options list is another key too. */
+    const char *o3[] = {"-DX"}, *n3[] = {"y"}, *o4[] = {"-DX", "y"};
+    jitop__unit u3 = unit_with_names(n3, 1, o3, 1), u4 = unit_with_names(NULL, 0, o4, 2);
+    jitop__cache_key(&u3, &none, k3);
+    jitop__cache_key(&u4, &none, k4);
+    assert_string_not_equal(k3, k4);
+    /* Same inputs, same key; a dep's hash is part of it. */
+    jitop__cache_key(&u1, &none, k2);
+    assert_string_equal(k1, k2);
+    jitop__dep dep = {.path = "/tmp/h.cuh", .hash = XXH3_128bits("a", 1)};
+    jitop__deps one = {&dep, 1};
+    jitop__cache_key(&u1, &one, k3);
+    dep.hash = XXH3_128bits("b", 1);
+    jitop__cache_key(&u1, &one, k4);
+    assert_string_not_equal(k1, k3);
+    assert_string_not_equal(k3, k4);
+    jitop__unit_free(&u1); jitop__unit_free(&u2); jitop__unit_free(&u3); jitop__unit_free(&u4);
+}
+
+static void fill_entry(jitop__entry *e, const char *payload)
+{
+    memset(e, 0, sizeof *e);
+    e->arch = strdup("sm_90");
+    e->nvrtc_version = strdup(jitop__nvrtc_version());
+    e->options = strdup("-DA=1\n--use_fast_math");
+    e->sources = strdup("/src/k.cu\n/src/k.cuh");
+    e->created = 1700000000;
+    e->bin.size = strlen(payload);
+    e->bin.data = (unsigned char *)strdup(payload);
+    assert_int_equal(jitop__strv_push(&e->bin.names, "f<int>"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->bin.lowered, "_Z1fIiEvv"), JITOP_OK);
+}
+
+static const char key_a[33] = "0123456789abcdef0123456789abcdef";
+static const char key_b[33] = "fedcba9876543210fedcba9876543210";
+
+static void test_entry_round_trip(void **state)
+{
+    (void)state;
+    char *root = jt_tmpdir();
+    jitop__cache *c = NULL;
+    assert_int_equal(jitop__cache_open(root, -1, 0, &c), JITOP_OK);
+    assert_string_equal(jitop__cache_root(c), root);
+    jitop__entry in, out;
+    fill_entry(&in, "\177ELF-not-really");
+    assert_int_equal(jitop__cache_put(c, key_a, &in), JITOP_OK);
+    char *path = entry_file(root, key_a);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    bool found = false;
+    assert_int_equal(jitop__cache_get(c, key_a, &out, &found), JITOP_OK);
+    assert_true(found);
+    assert_string_equal(out.arch, "sm_90");
+    assert_string_equal(out.options, in.options);
+    assert_string_equal(out.sources, in.sources);
+    assert_int_equal(out.created, 1700000000);
+    assert_int_equal(out.bin.size, in.bin.size);
+    assert_memory_equal(out.bin.data, in.bin.data, in.bin.size);
+    assert_int_equal(out.bin.data[out.bin.size], 0);
+    assert_string_equal(out.bin.lowered.v[0], "_Z1fIiEvv");
+    jitop__entry_free(&out);
+    assert_int_equal(jitop__cache_get(c, key_b, &out, &found), JITOP_OK);
+    assert_false(found);
+    jitop__entry_free(&in);
+    jitop__cache_close(c);
+    free(path);
+    free(root);
+}
+
+/* Rewrites a file with fn applied to its bytes. */
+static void mangle(const char *path, void (*fn)(unsigned char *p, size_t *n))
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    fn(buf, &n);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void truncate_half(unsigned char *p, size_t *n) { (void)p; *n /= 2; }
+static void flip_last(unsigned char *p, size_t *n) { p[*n - 3] ^= 0x10; }
+static void flip_header_len(unsigned char *p, size_t *n) { (void)n; p[16] ^= 1; }
+static void bump_version(unsigned char *p, size_t *n) { (void)n; p[8] = 99; }
+static void empty(unsigned char *p, size_t *n) { (void)p; *n = 0; }
+
+static void test_corrupt_entries_are_misses_and_removed(void **state)
+{
+    (void)state;
+    void (*manglers[])(unsigned char *, size_t *) = {truncate_half, flip_last, flip_header_len,
+                                                      bump_version, empty};
+    char *root = jt_tmpdir();
+    jitop__cache *c = NULL;
+    assert_int_equal(jitop__cache_open(root, -1, 0, &c), JITOP_OK);
+    char *path = entry_file(root, key_a);
+    for (size_t i = 0; i < sizeof manglers / sizeof manglers[0]; i++) {
+        jitop__entry in, out;
+        fill_entry(&in, "payload bytes that matter");
+        assert_int_equal(jitop__cache_put(c, key_a, &in), JITOP_OK);
+        jitop__entry_free(&in);
+        mangle(path, manglers[i]);
+        bool found = true;
+        assert_int_equal(jitop__cache_get(c, key_a, &out, &found), JITOP_OK);
+        assert_false(found);
+        assert_false(exists(path)); /* removed, never handed on */
+    }
+    /* A valid entry copied under another key's name is not that key's. */
+    jitop__entry in, out;
+    fill_entry(&in, "payload");
+    assert_int_equal(jitop__cache_put(c, key_a, &in), JITOP_OK);
+    jitop__entry_free(&in);
+    char *other = entry_file(root, key_b);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/v%d/%.2s", root, JITOP__FORMAT_VERSION, key_b);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    f = fopen(other, "wb");
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    chmod(other, 0600);
+    bool found = true;
+    assert_int_equal(jitop__cache_get(c, key_b, &out, &found), JITOP_OK);
+    assert_false(found);
+    jitop__cache_close(c);
+    free(other);
+    free(path);
+    free(root);
+}
+
+static void test_corrupt_entry_rebuilt_by_build(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result r = build_v(ctx, src, 1);
+    char *path = entry_file(cache, r.key);
+    mangle(path, flip_last);
+    jitop_build_result r2 = build_v(ctx, src, 1);
+    assert_int_equal(r2.cached, 0);
+    assert_string_equal(r2.key, r.key);
+    mangle(path, truncate_half);
+    assert_int_equal(build_v(ctx, src, 1).cached, 0);
+    assert_int_equal(build_v(ctx, src, 1).cached, 1);
+    jitop_ctx_destroy(ctx);
+    free(path); free(src); free(dir); free(cache);
+}
+
+static void test_manifest_round_trip_and_corruption(void **state)
+{
+    (void)state;
+    char *root = jt_tmpdir();
+    jitop__cache *c = NULL;
+    assert_int_equal(jitop__cache_open(root, -1, 0, &c), JITOP_OK);
+    jitop__dep v[2] = {
+        {.path = "/src/k.cu", .size = 10, .mtime_ns = 123456789012345, .ino = 7, .dev = 8,
+         .hash = XXH3_128bits("k", 1)},
+        {.path = "/src/k.cuh", .size = 20, .mtime_ns = -1, .ino = 9, .dev = 8,
+         .hash = XXH3_128bits("h", 1)},
+    };
+    jitop__deps d = {v, 2}, out;
+    char key[33];
+    bool found = false;
+    assert_int_equal(jitop__manifest_put(c, key_b, &d, key_a), JITOP_OK);
+    assert_int_equal(jitop__manifest_get(c, key_b, &out, key, &found), JITOP_OK);
+    assert_true(found);
+    assert_string_equal(key, key_a);
+    assert_int_equal(out.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_string_equal(out.v[i].path, v[i].path);
+        assert_int_equal(out.v[i].size, v[i].size);
+        assert_int_equal(out.v[i].mtime_ns, v[i].mtime_ns);
+        assert_int_equal(out.v[i].ino, v[i].ino);
+        assert_int_equal(out.v[i].dev, v[i].dev);
+        assert_true(XXH128_isEqual(out.v[i].hash, v[i].hash));
+    }
+    jitop__deps_free(&out);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/v%d/manifests/%.2s/%s", root, JITOP__FORMAT_VERSION, key_b, key_b);
+    mangle(path, flip_last);
+    assert_int_equal(jitop__manifest_get(c, key_b, &out, key, &found), JITOP_OK);
+    assert_false(found);
+    assert_false(exists(path));
+    jitop__cache_close(c);
+    free(root);
+}
+
+static void test_unsafe_caches_refused(void **state)
+{
+    (void)state;
+    jitop_config cfg;
+    jitop_ctx *ctx = NULL;
+    jitop_config_init(&cfg);
+    cfg.compile_only = 1;
+    cfg.arch = "sm_90";
+    char *root = jt_tmpdir();
+    const mode_t modes[] = {0777, 0770, 0722};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(chmod(root, modes[i]), 0);
+        cfg.cache_dir = root;
+        assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_EUNSAFE);
+        assert_null(ctx);
+        assert_non_null(strstr(jitop_errmsg(NULL), root));
+    }
+    assert_int_equal(chmod(root, 0700), 0);
+
+    /* Owned by someone else: chown where we may (root, as in CI); otherwise
+     * "/" is such a directory for an ordinary user. */
+    char *foreign = jt_tmpdir();
+    if (geteuid() == 0)
+        assert_int_equal(chown(foreign, 12345, 12345), 0);
+    cfg.cache_dir = geteuid() == 0 ? foreign : "/";
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_EUNSAFE);
+    assert_non_null(strstr(jitop_errmsg(NULL), "owned by uid"));
+
+    /* An entry directory or an entry someone else could have written. */
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    ctx = jt_ctx(root, "sm_90");
+    jitop_build_result r = build_v(ctx, src, 1);
+    char *entry = entry_file(root, r.key);
+    assert_int_equal(chmod(entry, 0666), 0);
+    const char *opts[] = {"-DV=1"};
+    assert_int_equal(jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r), JITOP_EUNSAFE);
+    assert_int_equal(chmod(entry, 0600), 0);
+    if (geteuid() == 0) {
+        assert_int_equal(chown(entry, 12345, 12345), 0);
+        assert_int_equal(jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r), JITOP_EUNSAFE);
+        assert_int_equal(chown(entry, 0, 0), 0);
+    }
+    char *edir = strdup(entry);
+    *strrchr(edir, '/') = '\0';
+    assert_int_equal(chmod(edir, 0757), 0);
+    assert_int_equal(jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r), JITOP_EUNSAFE);
+    assert_int_equal(chmod(edir, 0700), 0);
+    assert_int_equal(build_v(ctx, src, 1).cached, 1);
+    jitop_ctx_destroy(ctx);
+
+    /* The format directory too. */
+    char vdir[4096];
+    snprintf(vdir, sizeof vdir, "%s/v%d", root, JITOP__FORMAT_VERSION);
+    assert_int_equal(chmod(vdir, 0777), 0);
+    cfg.cache_dir = root;
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_EUNSAFE);
+    assert_int_equal(chmod(vdir, 0700), 0);
+    free(edir); free(entry); free(src); free(dir); free(foreign); free(root);
+}
+
+/* Makes dir unwritable for the calling process, for real: as root (CI),
+ * permission bits do not stop writes, so dir is bind-mounted read-only in a
+ * private mount namespace (EROFS, which stops root too); as another user,
+ * chmod 0500. Returns 0, or -1 when neither can be done here. */
+static int make_unwritable(const char *dir)
+{
+    if (geteuid() != 0)
+        return chmod(dir, 0500);
+    if (unshare(CLONE_NEWNS) != 0)
+        return -1;
+    /* The type is ignored for these calls; "none" rather than NULL keeps
+     * valgrind from reporting an unaddressable argument. */
+    if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount(dir, dir, "none", MS_BIND, NULL) != 0 ||
+        mount("none", dir, "none", MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) != 0)
+        return -1;
+    return 0;
+}
+
+static int count_cb(const jitop_cache_entry_info *info, void *user)
+{
+    (void)info;
+    (*(int *)user)++;
+    return 0;
+}
+
+/* In the child: exit codes say which step failed. */
+static int unwritable_child(const char *cache, const char *src)
+{
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    cfg.arch = "sm_90";
+    cfg.compile_only = 1;
+    jitop_ctx *ctx = NULL;
+    jitop_build_result r;
+    const char *o1[] = {"-DV=1"}, *o2[] = {"-DV=2"}, *o3[] = {"-DV=3"};
+    int code = 0;
+    if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK)
+        return 10;
+    /* Prewarmed before the directory turned read-only: read from disk. */
+    int n = 0;
+    if (jitop_build(ctx, src, NULL, o1, 1, NULL, 0, &r) != JITOP_OK || !r.cached)
+        code = 11;
+    /* New: compiled, kept in memory, served from memory the second time. */
+    else if (jitop_build(ctx, src, NULL, o2, 1, NULL, 0, &r) != JITOP_OK || r.cached)
+        code = 12;
+    else if (jitop_build(ctx, src, NULL, o2, 1, NULL, 0, &r) != JITOP_OK || !r.cached)
+        code = 13;
+    else if (jitop_build(ctx, src, NULL, o3, 1, NULL, 0, &r) != JITOP_OK || r.cached)
+        code = 14;
+    else if (jitop_cache_list(ctx, count_cb, &n) != JITOP_OK || n != 3)
+        code = 15;
+    jitop_ctx_destroy(ctx);
+    return code;
+}
+
+static void test_unwritable_cache_still_works(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    build_v(ctx, src, 1);
+    jitop_ctx_destroy(ctx);
+    char cmd[8192], *before = NULL, *after = NULL;
+    snprintf(cmd, sizeof cmd, "cd '%s' && find . | sort", cache);
+    assert_int_equal(jt_run(cmd, &before), 0);
+
+    int err[2];
+    assert_int_equal(pipe(err), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(err[0]);
+        int code = 77;
+        if (make_unwritable(cache) == 0) {
+            dup2(err[1], 2);
+            code = unwritable_child(cache, src);
+        }
+        /* What the parent allocated: valgrind checks the child for leaks. */
+        free(before); free(src); free(dir); free(cache);
+        _exit(code);
+    }
+    close(err[1]);
+    char log[8192];
+    size_t n = 0;
+    ssize_t got;
+    while ((got = read(err[0], log + n, sizeof log - 1 - n)) > 0)
+        n += (size_t)got;
+    log[n] = '\0';
+    close(err[0]);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    if (geteuid() != 0)
+        chmod(cache, 0700);
+    assert_true(WIFEXITED(ws));
+    if (WEXITSTATUS(ws) == 77) {
+        print_message("SKIP: running as root without CAP_SYS_ADMIN: cannot make a read-only "
+                      "mount, and permission bits do not stop root\n");
+        skip();
+    }
+    if (WEXITSTATUS(ws) != 0)
+        fail_msg("child failed at step %d; stderr:\n%s", WEXITSTATUS(ws), log);
+    /* One warning, naming the directory. */
+    char *first = strstr(log, "warning");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "warning"));
+    assert_non_null(strstr(log, cache));
+    /* Nothing was written. */
+    assert_int_equal(jt_run(cmd, &after), 0);
+    assert_string_equal(before, after);
+    free(before); free(after); free(src); free(dir); free(cache);
+}
+
+/* A root that cannot even be created, for root too: sysfs refuses new
+ * directories (EPERM, EACCES for other users). Needs no mount privilege, so
+ * it runs where the read-only bind mount above cannot. */
+static void test_uncreatable_root_keeps_binaries_in_memory(void **state)
+{
+    (void)state;
+    const char *root = "/sys/jitop-test-cache";
+    struct stat st;
+    if (stat("/sys/kernel", &st) != 0 || mkdir(root, 0700) == 0 || errno == EEXIST) {
+        rmdir(root);
+        print_message("SKIP: no sysfs at /sys that refuses new directories\n");
+        skip();
+    }
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    jitop_ctx *ctx = jt_ctx(root, "sm_90");
+    assert_int_equal(build_v(ctx, src, 4).cached, 0);
+    assert_int_equal(build_v(ctx, src, 4).cached, 1); /* from memory */
+    assert_int_equal(build_v(ctx, src, 5).cached, 0);
+    int n = 0;
+    assert_int_equal(jitop_cache_list(ctx, count_cb, &n), JITOP_OK);
+    assert_int_equal(n, 2);
+    int hit = 0;
+    char *why = NULL;
+    const char *opts[] = {"-DV=4"};
+    assert_int_equal(jitop_explain(ctx, src, NULL, opts, 1, NULL, 0, &hit, &why), JITOP_OK);
+    assert_int_equal(hit, 1);
+    free(why);
+    assert_false(exists(root));
+    jitop_ctx_destroy(ctx);
+    free(src); free(dir);
+}
+
+static void test_eviction_keeps_most_recently_used(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    /* Size one entry in a scratch cache first. */
+    char *scratch = jt_tmpdir();
+    jitop_ctx *probe = jt_ctx(scratch, "sm_90");
+    jitop_build_result pr = build_v(probe, src, 7);
+    char *pe = entry_file(scratch, pr.key);
+    int64_t size = file_size(pe);
+    jitop_ctx_destroy(probe);
+
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    cfg.arch = "sm_90";
+    cfg.compile_only = 1;
+    cfg.cache_max_size = size * 5 / 2; /* room for two */
+    jitop_ctx *ctx = NULL;
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+    const struct timespec gap = {0, 30 * 1000 * 1000}; /* beyond mtime granularity */
+    jitop_build_result a = build_v(ctx, src, 1);
+    nanosleep(&gap, NULL);
+    jitop_build_result b = build_v(ctx, src, 2);
+    nanosleep(&gap, NULL);
+    assert_int_equal(build_v(ctx, src, 1).cached, 1); /* A is now the most recently used */
+    nanosleep(&gap, NULL);
+    jitop_build_result c = build_v(ctx, src, 3);
+    char *ea = entry_file(cache, a.key), *eb = entry_file(cache, b.key), *ec = entry_file(cache, c.key);
+    assert_true(exists(ea));
+    assert_false(exists(eb));
+    assert_true(exists(ec));
+    assert_int_equal(build_v(ctx, src, 2).cached, 0); /* B comes back by compiling */
+
+    /* gc with an explicit cap keeps the newest only. */
+    int64_t freed = 0;
+    assert_int_equal(jitop_cache_gc(ctx, size * 3 / 2, &freed), JITOP_OK);
+    assert_true(freed >= size);
+    int n = 0;
+    assert_int_equal(jitop_cache_list(ctx, count_cb, &n), JITOP_OK);
+    assert_int_equal(n, 1);
+    assert_true(exists(eb));
+    jitop_ctx_destroy(ctx);
+    free(ea); free(eb); free(ec); free(pe); free(scratch); free(src); free(dir); free(cache);
+}
+
+struct listed {
+    int n;
+    char key[33];
+    int64_t size, created;
+    char arch[16];
+    char sources[4096];
+};
+
+static int list_cb(const jitop_cache_entry_info *info, void *user)
+{
+    struct listed *l = user;
+    l->n++;
+    snprintf(l->key, sizeof l->key, "%s", info->key);
+    snprintf(l->arch, sizeof l->arch, "%s", info->arch);
+    snprintf(l->sources, sizeof l->sources, "%s", info->sources);
+    l->size = info->size;
+    l->created = info->created;
+    return 0;
+}
+
+static int stop_cb(const jitop_cache_entry_info *info, void *user)
+{
+    (void)info; (void)user;
+    return 42;
+}
+
+static void test_list_gc_clean(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", "#include \"k.cuh\"\n" "extern \"C\" __global__ void k(float *x) { x[0] = V; }\n");
+    char *hdr = jt_write(dir, "k.cuh", "#pragma once\n");
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result r1 = build_v(ctx, src, 1);
+    jitop_build_result r2 = build_v(ctx, src, 2);
+    struct listed l = {0};
+    assert_int_equal(jitop_cache_list(ctx, list_cb, &l), JITOP_OK);
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.arch, "sm_90");
+    char want_sources[8192];
+    snprintf(want_sources, sizeof want_sources, "%s\n%s", src, hdr);
+    assert_string_equal(l.sources, want_sources);
+    assert_true(l.created >= time(NULL) - 600);
+    assert_int_equal(jitop_cache_list(ctx, stop_cb, NULL), 42);
+
+    /* gc: the invalid entry and the stale temporary file go; a young
+     * temporary file (a live writer's) stays. */
+    char *e2 = entry_file(cache, r2.key);
+    mangle(e2, flip_last);
+    char edir[4096], stale[4200], young[4200];
+    snprintf(edir, sizeof edir, "%s/v%d/%.2s", cache, JITOP__FORMAT_VERSION, r1.key);
+    snprintf(stale, sizeof stale, "%s/.tmp-%s-AAAAAA", edir, r1.key);
+    snprintf(young, sizeof young, "%s/.tmp-%s-BBBBBB", edir, r1.key);
+    free(jt_write(edir, strrchr(stale, '/') + 1, "partial"));
+    free(jt_write(edir, strrchr(young, '/') + 1, "partial"));
+    jt_touch(stale, -7200);
+    int64_t freed = 0;
+    assert_int_equal(jitop_cache_gc(ctx, -1, &freed), JITOP_OK);
+    assert_false(exists(e2));
+    assert_false(exists(stale));
+    assert_true(exists(young));
+    assert_true(freed > 0);
+    memset(&l, 0, sizeof l);
+    assert_int_equal(jitop_cache_list(ctx, list_cb, &l), JITOP_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.key, r1.key);
+
+    /* clean: nothing left but the root, which stays usable. */
+    assert_int_equal(jitop_cache_clean(ctx), JITOP_OK);
+    memset(&l, 0, sizeof l);
+    assert_int_equal(jitop_cache_list(ctx, list_cb, &l), JITOP_OK);
+    assert_int_equal(l.n, 0);
+    char cmd[8192], *out = NULL;
+    snprintf(cmd, sizeof cmd, "find '%s' -type f | wc -l", cache);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    assert_int_equal(atoi(out), 0);
+    free(out);
+    assert_true(exists(cache));
+    assert_int_equal(build_v(ctx, src, 1).cached, 0);
+    jitop_ctx_destroy(ctx);
+    free(e2); free(hdr); free(src); free(dir); free(cache);
+}
+
+static void test_cache_calls_check_arguments(void **state)
+{
+    (void)state;
+    assert_int_equal(jitop_cache_list(NULL, count_cb, NULL), JITOP_EINVAL);
+    assert_int_equal(jitop_cache_gc(NULL, 0, NULL), JITOP_EINVAL);
+    assert_int_equal(jitop_cache_clean(NULL), JITOP_EINVAL);
+    char *cache = jt_tmpdir();
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    assert_int_equal(jitop_cache_list(ctx, NULL, NULL), JITOP_EINVAL);
+    jitop_ctx_destroy(ctx);
+    free(cache);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_fields_cannot_collide),
+        cmocka_unit_test(test_entry_round_trip),
+        cmocka_unit_test(test_corrupt_entries_are_misses_and_removed),
+        cmocka_unit_test(test_corrupt_entry_rebuilt_by_build),
+        cmocka_unit_test(test_manifest_round_trip_and_corruption),
+        cmocka_unit_test(test_unsafe_caches_refused),
+        cmocka_unit_test(test_unwritable_cache_still_works),
+        cmocka_unit_test(test_uncreatable_root_keeps_binaries_in_memory),
+        cmocka_unit_test(test_eviction_keeps_most_recently_used),
+        cmocka_unit_test(test_list_gc_clean),
+        cmocka_unit_test(test_cache_calls_check_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,279 @@
+/* NVRTC through jitop: option normalization, arch checks, cubin and PTX,
+ * name expressions, compile errors with file:line. Real NVRTC, no GPU. */
+#include "testutil.h"
+
+#include "core_private.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const kernel_src =
+    "template <typename T, int N> __global__ void scale(T *x) { x[threadIdx.x] *= (T)N; }\n"
+    "extern \"C\" __global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }\n";
+
+static void assert_options(const jitop__unit *u, const char *const *want, size_t n)
+{
+    for (size_t i = 0; i < n && i < u->options.n; i++)
+        assert_string_equal(u->options.v[i], want[i]);
+    assert_int_equal(u->options.n, n);
+}
+
+/* Whether this process has NVRTC loaded, asked without loading it. */
+static bool nvrtc_loaded(void)
+{
+    char soname[32];
+    snprintf(soname, sizeof soname, "libnvrtc.so.%d", CUDA_VERSION / 1000);
+    void *h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+    if (h)
+        assert_int_equal(dlclose(h), 0);
+    return h != NULL;
+}
+
+/* Every hit puts NVRTC's identity into the key: learning it must not load
+ * NVRTC (8-10 ms per process), only the first compile does. Runs first in
+ * this program, before anything has compiled. */
+static void test_nvrtc_loaded_only_by_a_compile(void **state)
+{
+    (void)state;
+    assert_false(nvrtc_loaded());
+    const char *id = jitop__nvrtc_identity();
+    long long size = 0;
+    char extra;
+    const char *space = strrchr(id, ' ');
+    assert_non_null(strstr(id, "libnvrtc.so."));
+    assert_non_null(space);
+    assert_int_equal(sscanf(space + 1, "%lld%c", &size, &extra), 1);
+    assert_true(size > 0);
+    char key[33];
+    jitop__unit u;
+    jitop__deps none = {0};
+    assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, NULL, 0, NULL, 0, "sm_90"), JITOP_OK);
+    jitop__cache_key(&u, &none, key);
+    assert_false(nvrtc_loaded());
+    jitop__binary b;
+    assert_int_equal(jitop__compile(&u, kernel_src, &b), JITOP_OK);
+    assert_true(b.size > 0);
+    assert_true(nvrtc_loaded());
+    jitop__binary_free(&b);
+    jitop__unit_free(&u);
+}
+
+static void test_options_normalized(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    char cwd[PATH_MAX];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    const char *opts[] = {"-D", "A=1", "--define-macro=B", "-DC", "--define-macro", "D=2",
+                          "-U", "X", "-UY", "--undefine-macro=Z",
+                          "-I", "rel/inc", "--include-path=/abs/inc",
+                          "-std", "c++17", "--std=c++14", "--std", "c++20", "-std=c++11",
+                          "-use_fast_math", "--use_fast_math", "-lineinfo", "--generate-line-info",
+                          "-G", "--device-debug", "-maxrregcount", "32", "--maxrregcount=40",
+                          "-maxrregcount=48", "--maxrregcount", "64", "--extra-device-vectorization"};
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, src, NULL, opts, sizeof opts / sizeof opts[0], NULL, 0,
+                                      "sm_90"),
+                     JITOP_OK);
+    char rel[PATH_MAX + 16];
+    snprintf(rel, sizeof rel, "-I%s/rel/inc", cwd);
+    const char *want[] = {"-DA=1", "-DB", "-DC", "-DD=2", "-UX", "-UY", "-UZ", rel, "-I/abs/inc",
+                          "-std=c++17", "-std=c++14", "-std=c++20", "-std=c++11",
+                          "--use_fast_math", "--use_fast_math", "--generate-line-info",
+                          "--generate-line-info", "--device-debug", "--device-debug",
+                          "--maxrregcount=32", "--maxrregcount=40", "--maxrregcount=48",
+                          "--maxrregcount=64", "--extra-device-vectorization"};
+    assert_options(&u, want, sizeof want / sizeof want[0]);
+    /* The source's own directory first, then each -I in order. */
+    assert_int_equal(u.include_dirs.n, 3);
+    assert_string_equal(u.include_dirs.v[0], dir);
+    assert_string_equal(u.include_dirs.v[1], rel + 2);
+    assert_string_equal(u.include_dirs.v[2], "/abs/inc");
+    assert_string_equal(u.source_path, src);
+    assert_string_equal(u.source_name, src);
+    jitop__unit_free(&u);
+    free(src);
+    free(dir);
+}
+
+static void test_arch_options_refused(void **state)
+{
+    (void)state;
+    const char *bad[][2] = {{"-arch=sm_80", NULL}, {"-arch", "sm_80"},
+                            {"--gpu-architecture=compute_80", NULL}, {"--gpu-architecture", "sm_90"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *opts[2] = {bad[i][0], bad[i][1]};
+        jitop__unit u;
+        int st = jitop__unit_init(&u, "/tmp/x.cu", NULL, opts, bad[i][1] ? 2 : 1, NULL, 0, "sm_90");
+        assert_int_equal(st, JITOP_EINVAL);
+        assert_non_null(strstr(jitop_errmsg(NULL), bad[i][0]));
+        assert_non_null(strstr(jitop_errmsg(NULL), "arch argument"));
+    }
+}
+
+static void test_arch_validated(void **state)
+{
+    (void)state;
+    const char *good[] = {"sm_90", "sm_90a", "sm_100f", "sm_120a", "compute_90", "compute_100a", "sm_75"};
+    const char *bad[] = {"sm_9", "sm90", "gfx90a", "compute_90x", "sm_", "", "sm_1000", "SM_90",
+                         "sm_90ab"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        jitop__unit u;
+        assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", NULL, NULL, 0, NULL, 0, good[i]), JITOP_OK);
+        assert_string_equal(u.arch, good[i]);
+        jitop__unit_free(&u);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        jitop__unit u;
+        assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", NULL, NULL, 0, NULL, 0, bad[i]),
+                         JITOP_EINVAL);
+        assert_non_null(strstr(jitop_errmsg(NULL), "arch"));
+    }
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", NULL, NULL, 0, NULL, 0, NULL), JITOP_EINVAL);
+}
+
+static void test_bad_values_refused(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {{"-D", NULL}, {"-maxrregcount", "lots"}, {"--maxrregcount=0", NULL},
+                              {"-std", NULL}, {"", NULL}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *opts[2] = {cases[i][0], cases[i][1]};
+        jitop__unit u;
+        assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", NULL, opts, cases[i][1] ? 2 : 1, NULL, 0,
+                                          "sm_90"),
+                         JITOP_EINVAL);
+    }
+    const char *empty_name[] = {""};
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", NULL, NULL, 0, empty_name, 1, "sm_90"),
+                     JITOP_EINVAL);
+    /* Both a path and inline text, or neither. */
+    assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", "text", NULL, 0, NULL, 0, "sm_90"), JITOP_EINVAL);
+    assert_int_equal(jitop__unit_init(&u, NULL, NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_EINVAL);
+}
+
+static void test_cubin_and_lowered_names(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    const char *names[] = {"scale<float, 4>", "scale<double, 2>"};
+    const char *opts[] = {"-std=c++17", "-DUNUSED=1"};
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, src, NULL, opts, 2, names, 2, "sm_90"), JITOP_OK);
+    jitop__binary b;
+    assert_int_equal(jitop__compile(&u, kernel_src, &b), JITOP_OK);
+    assert_false(b.is_ptx);
+    assert_true(b.size > 64);
+    assert_memory_equal(b.data, "\177ELF", 4);
+    assert_int_equal(b.data[b.size], 0);
+    assert_int_equal(b.names.n, 2);
+    assert_int_equal(b.lowered.n, 2);
+    assert_string_equal(b.names.v[0], "scale<float, 4>");
+    assert_string_equal(b.lowered.v[0], "_Z5scaleIfLi4EEvPT_");
+    assert_string_equal(b.lowered.v[1], "_Z5scaleIdLi2EEvPT_");
+    jitop__binary_free(&b);
+    jitop__unit_free(&u);
+    free(src);
+    free(dir);
+}
+
+static void test_ptx_for_compute_arch(void **state)
+{
+    (void)state;
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, NULL, 0, NULL, 0, "compute_90"), JITOP_OK);
+    jitop__binary b;
+    assert_int_equal(jitop__compile(&u, u.inline_text, &b), JITOP_OK);
+    assert_true(b.is_ptx);
+    assert_int_equal(strlen((const char *)b.data), b.size);
+    assert_non_null(strstr((const char *)b.data, ".target sm_90"));
+    assert_non_null(strstr((const char *)b.data, ".entry twice"));
+    jitop__binary_free(&b);
+    jitop__unit_free(&u);
+}
+
+static void test_syntax_error_has_file_and_line(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    const char *text = "extern \"C\" __global__ void k(float *x) {\n"
+                       "    x[0] = 1.0f +;\n"
+                       "}\n";
+    char *src = jt_write(dir, "broken.cu", text);
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, src, NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_OK);
+    jitop__binary b;
+    assert_int_equal(jitop__compile(&u, text, &b), JITOP_ECOMPILE);
+    assert_null(b.data);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s(2): error", src);
+    if (!strstr(jitop_errmsg(NULL), where))
+        fail_msg("expected '%s' in: %s", where, jitop_errmsg(NULL));
+    jitop__unit_free(&u);
+    free(src);
+    free(dir);
+}
+
+static void test_unknown_option_rejected_by_nvrtc(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--no-such-nvrtc-flag"};
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, opts, 1, NULL, 0, "sm_90"), JITOP_OK);
+    assert_string_equal(u.options.v[0], "--no-such-nvrtc-flag");
+    jitop__binary b;
+    assert_int_equal(jitop__compile(&u, kernel_src, &b), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "--no-such-nvrtc-flag"));
+    jitop__unit_free(&u);
+}
+
+static void test_bad_name_expression(void **state)
+{
+    (void)state;
+    const char *names[] = {"no_such_kernel<int>"};
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, NULL, 0, names, 1, "sm_90"), JITOP_OK);
+    jitop__binary b;
+    int st = jitop__compile(&u, kernel_src, &b);
+    assert_true(st == JITOP_ECOMPILE);
+    assert_non_null(strstr(jitop_errmsg(NULL), "no_such_kernel"));
+    jitop__unit_free(&u);
+}
+
+static void test_nvrtc_version(void **state)
+{
+    (void)state;
+    const char *v = jitop__nvrtc_version();
+    int major = 0, minor = -1;
+    char extra;
+    assert_int_equal(sscanf(v, "%d.%d%c", &major, &minor, &extra), 2);
+    assert_true(major >= 11);
+    assert_true(minor >= 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nvrtc_loaded_only_by_a_compile),
+        cmocka_unit_test(test_options_normalized),
+        cmocka_unit_test(test_arch_options_refused),
+        cmocka_unit_test(test_arch_validated),
+        cmocka_unit_test(test_bad_values_refused),
+        cmocka_unit_test(test_cubin_and_lowered_names),
+        cmocka_unit_test(test_ptx_for_compute_arch),
+        cmocka_unit_test(test_syntax_error_has_file_and_line),
+        cmocka_unit_test(test_unknown_option_rejected_by_nvrtc),
+        cmocka_unit_test(test_bad_name_expression),
+        cmocka_unit_test(test_nvrtc_version),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,627 @@
+/* jitop_layernorm_forward / _backward on a GPU against a float64 CPU
+ * reference on fresh random inputs: every dtype, affine on and off, the row
+ * lengths of issue 4 (1 to 65536, plus one past the specialized kernels),
+ * M = 1, 3 and 1030 (64 for rows over 4096, to keep the CPU reference quick), in place, unaligned pointers; outputs poisoned with NaN
+ * before each run. The backward is also checked against float64 finite
+ * differences of the reference loss, and for determinism. Device memory goes
+ * through jitop's driver table, so without libcuda.so.1 every test SKIPs. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_driver.h"
+#include "jitop.h"
+#include "testutil.h"
+
+#define CU(call)                                                                                  \
+    do {                                                                                          \
+        CUresult r_ = (call);                                                                     \
+        if (r_ != CUDA_SUCCESS)                                                                   \
+            fail_msg("%s failed: %d", #call, (int)r_);                                            \
+    } while (0)
+
+#define OK(call)                                                                                  \
+    do {                                                                                          \
+        int st_ = (call);                                                                         \
+        if (st_ != JITOP_OK)                                                                      \
+            fail_msg("%s: %s: %s", #call, jitop_strerror(st_), jitop_errmsg(NULL));               \
+    } while (0)
+
+static const jitop__cuda_api *cu;
+static jitop_ctx *ctx; /* one context for the program: instances compile once */
+static const float EPS = 1e-5f;
+
+static const char *dname(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT32 ? "f32" : dt == JITOP_FLOAT16 ? "f16" : "bf16";
+}
+
+/* float32 well under 1e-3 (issue 4), 16-bit types under 1e-2. */
+static double tol(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT32 ? 1e-4 : 1e-2;
+}
+
+/* -------------------------------------------------- host storage types */
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Stores v as dtype into buf[i]; returns the value actually stored. */
+static float store(jitop_dtype dt, void *buf, size_t i, float v)
+{
+    if (dt == JITOP_FLOAT32) {
+        ((float *)buf)[i] = v;
+        return v;
+    }
+    if (dt == JITOP_FLOAT16) {
+        _Float16 h = (_Float16)v;
+        memcpy((char *)buf + 2 * i, &h, 2);
+        return (float)h;
+    }
+    uint16_t b = f32_to_bf16(v);
+    memcpy((char *)buf + 2 * i, &b, 2);
+    return bf16_to_f32(b);
+}
+
+static double load(jitop_dtype dt, const void *buf, size_t i)
+{
+    if (dt == JITOP_FLOAT32)
+        return ((const float *)buf)[i];
+    uint16_t b;
+    memcpy(&b, (const char *)buf + 2 * i, 2);
+    if (dt == JITOP_FLOAT16) {
+        _Float16 h;
+        memcpy(&h, &b, 2);
+        return (double)h;
+    }
+    return bf16_to_f32(b);
+}
+
+/* ------------------------------------------------------ device helpers */
+
+typedef struct dbuf {
+    CUdeviceptr base;
+    CUdeviceptr p; /* base, or base + one element when unaligned */
+    size_t bytes;
+} dbuf;
+
+static dbuf dalloc(size_t bytes, size_t offset)
+{
+    dbuf b = {0, 0, bytes};
+    CU(cu->cuMemAlloc(&b.base, bytes + offset + 16));
+    b.p = b.base + offset;
+    return b;
+}
+
+static void dfree(dbuf *b)
+{
+    if (b->base)
+        CU(cu->cuMemFree(b->base));
+    b->base = b->p = 0;
+}
+
+/* 0xFF bytes: NaN in float32, float16 and bfloat16 alike. */
+static void poison(dbuf b)
+{
+    CU(cu->cuMemsetD8(b.p, 0xFF, b.bytes));
+}
+
+static void *ptr(dbuf b)
+{
+    return (void *)(uintptr_t)b.p;
+}
+
+static void setup_ctx(void)
+{
+    if (ctx != NULL)
+        return;
+    char *dir = jt_tmpdir();
+    char *cache = jt_path(dir, "cache");
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    OK(jitop_ctx_create(&cfg, &ctx));
+    OK(jitop_ctx_cuda(ctx, NULL, NULL));
+    cu = jitop__cuda();
+    assert_non_null(cu);
+    free(dir);
+    free(cache);
+}
+
+static int teardown_all(void **state)
+{
+    (void)state;
+    jitop_ctx_destroy(ctx);
+    ctx = NULL;
+    jt_cleanup();
+    return 0;
+}
+
+/* ------------------------------------------------------------ reference */
+
+/* Row statistics in float64. */
+static void ref_stats(const double *x, int64_t m, int n, double *mu, double *rs)
+{
+    for (int64_t r = 0; r < m; r++) {
+        double s = 0, q = 0;
+        for (int c = 0; c < n; c++)
+            s += x[r * n + c];
+        s /= n;
+        for (int c = 0; c < n; c++)
+            q += (x[r * n + c] - s) * (x[r * n + c] - s);
+        mu[r] = s;
+        rs[r] = 1.0 / sqrt(q / n + (double)EPS);
+    }
+}
+
+enum { PLAIN, INPLACE, UNALIGNED };
+
+/* One forward + backward on fresh random data, checked against float64. */
+static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
+{
+    const size_t es = jitop_dtype_size(dt), total = (size_t)m * (size_t)n;
+    const size_t off = mode == UNALIGNED ? es : 0;
+    void *hx = malloc(total * es), *hdy = malloc(total * es), *hg = malloc(n * es),
+         *hb = malloc(n * es), *hout = malloc(total * es), *hdg = malloc(n * es),
+         *hdb = malloc(n * es);
+    double *x = malloc(total * sizeof *x), *dy = malloc(total * sizeof *dy),
+           *g = malloc(n * sizeof *g), *b = malloc(n * sizeof *b),
+           *want = malloc(total * sizeof *want), *got = malloc(total * sizeof *got),
+           *mu = malloc(m * sizeof *mu), *rs = malloc(m * sizeof *rs),
+           *wg = malloc(n * sizeof *wg), *wb = malloc(n * sizeof *wb),
+           *gg = malloc(n * sizeof *gg), *gb = malloc(n * sizeof *gb),
+           *gmu = malloc(m * sizeof *gmu), *grs = malloc(m * sizeof *grs),
+           *term = malloc(total * sizeof *term);
+    float *tmp = malloc((total > (size_t)n ? total : (size_t)n) * sizeof *tmp),
+          *fm = malloc(m * sizeof *fm), *fr = malloc(m * sizeof *fr);
+    assert_true(hx && hdy && hg && hb && hout && hdg && hdb && x && dy && g && b && want && got &&
+                mu && rs && wg && wb && gg && gb && gmu && grs && term && tmp && fm && fr);
+
+    /* x with a non-zero mean and non-unit spread; fresh every call */
+    float shift = 0, scale = 0;
+    jt_random_floats(&shift, 1, -3.0f, 3.0f);
+    jt_random_floats(&scale, 1, 0.5f, 4.0f);
+    jt_random_floats(tmp, total, -1.0f, 1.0f);
+    for (size_t i = 0; i < total; i++)
+        x[i] = store(dt, hx, i, shift + scale * tmp[i]);
+    jt_random_floats(tmp, total, -1.0f, 1.0f);
+    for (size_t i = 0; i < total; i++)
+        dy[i] = store(dt, hdy, i, tmp[i]);
+    jt_random_floats(tmp, n, 0.5f, 1.5f);
+    for (int i = 0; i < n; i++)
+        g[i] = affine ? store(dt, hg, i, tmp[i]) : 1.0;
+    jt_random_floats(tmp, n, -1.0f, 1.0f);
+    for (int i = 0; i < n; i++)
+        b[i] = affine ? store(dt, hb, i, tmp[i]) : 0.0;
+
+    dbuf dx_ = dalloc(total * es, off), ddy = dalloc(total * es, off);
+    dbuf dg = dalloc(n * es, off), db = dalloc(n * es, off);
+    dbuf dout = mode == INPLACE ? dx_ : dalloc(total * es, off);
+    dbuf dmean = dalloc(m * 4, 0), drstd = dalloc(m * 4, 0);
+    dbuf dgg = dalloc(n * es, off), dgb = dalloc(n * es, off);
+    CU(cu->cuMemcpyHtoD(dx_.p, hx, total * es));
+    CU(cu->cuMemcpyHtoD(ddy.p, hdy, total * es));
+    CU(cu->cuMemcpyHtoD(dg.p, hg, n * es));
+    CU(cu->cuMemcpyHtoD(db.p, hb, n * es));
+    if (mode != INPLACE)
+        poison(dout);
+    poison(dmean);
+    poison(drstd);
+
+    /* forward */
+    OK(jitop_layernorm_forward(ctx, dt, m, n, EPS, ptr(dx_), affine ? ptr(dg) : NULL,
+                               affine ? ptr(db) : NULL, ptr(dout), (float *)ptr(dmean),
+                               (float *)ptr(drstd), NULL));
+    CU(cu->cuCtxSynchronize());
+    CU(cu->cuMemcpyDtoH(hout, dout.p, total * es));
+    CU(cu->cuMemcpyDtoH(fm, dmean.p, m * 4));
+    CU(cu->cuMemcpyDtoH(fr, drstd.p, m * 4));
+    ref_stats(x, m, n, mu, rs);
+    for (int64_t r = 0; r < m; r++)
+        for (int c = 0; c < n; c++)
+            want[r * n + c] = (x[r * n + c] - mu[r]) * rs[r] * g[c] + b[c];
+    for (size_t i = 0; i < total; i++)
+        got[i] = load(dt, hout, i);
+    for (int64_t r = 0; r < m; r++) {
+        gmu[r] = fm[r];
+        grs[r] = fr[r];
+    }
+    double e_y = jt_rel_error(got, want, total);
+    /* The mean's error against the rows' scale (root mean square of x), not
+     * its own size, which may be near 0 whatever the precision. */
+    double e_mu = 0, msq = 0;
+    for (int64_t r = 0; r < m; r++) {
+        e_mu += (gmu[r] - mu[r]) * (gmu[r] - mu[r]);
+        for (int c = 0; c < n; c++)
+            msq += x[r * n + c] * x[r * n + c] / n;
+    }
+    e_mu = isnan(e_mu) ? INFINITY : sqrt(e_mu / msq);
+    double e_rs = jt_rel_error(grs, rs, m);
+    /* N == 1: y is exactly beta (x - mean == 0); the relative error of an
+     * all-zero reference is 0 only for an exact zero, which holds. */
+
+    /* backward, from the statistics the forward saved; x must be the
+     * original (in place overwrote it with y) */
+    if (mode == INPLACE)
+        CU(cu->cuMemcpyHtoD(dx_.p, hx, total * es));
+    dbuf ddx = mode == INPLACE ? ddy : dalloc(total * es, off);
+    if (mode != INPLACE)
+        poison(ddx);
+    poison(dgg);
+    poison(dgb);
+    OK(jitop_layernorm_backward(ctx, dt, m, n, ptr(ddy), ptr(dx_), affine ? ptr(dg) : NULL,
+                                (const float *)ptr(dmean), (const float *)ptr(drstd), ptr(ddx),
+                                affine ? ptr(dgg) : NULL, affine ? ptr(dgb) : NULL, NULL));
+    CU(cu->cuCtxSynchronize());
+    CU(cu->cuMemcpyDtoH(hout, ddx.p, total * es));
+    for (int c = 0; c < n; c++)
+        wg[c] = wb[c] = 0;
+    for (int64_t r = 0; r < m; r++) {
+        double a = 0, bb = 0;
+        for (int c = 0; c < n; c++) {
+            double xh = (x[r * n + c] - mu[r]) * rs[r], gy = dy[r * n + c] * g[c];
+            a += gy;
+            bb += gy * xh;
+            wg[c] += dy[r * n + c] * xh;
+            wb[c] += dy[r * n + c];
+        }
+        a /= n;
+        bb /= n;
+        for (int c = 0; c < n; c++) {
+            double xh = (x[r * n + c] - mu[r]) * rs[r], gy = dy[r * n + c] * g[c];
+            want[r * n + c] = rs[r] * (gy - a - xh * bb);
+            term[r * n + c] = rs[r] * gy;
+        }
+    }
+    for (size_t i = 0; i < total; i++)
+        got[i] = load(dt, hout, i);
+    double e_dx = jt_rel_error(got, want, total);
+    if (n == 1) {
+        /* The exact dx is 0 for N == 1: measure against the size of the
+         * terms that cancel instead. */
+        double num = 0, den = 0;
+        for (size_t i = 0; i < total; i++) {
+            num += (got[i] - want[i]) * (got[i] - want[i]);
+            den += term[i] * term[i];
+        }
+        e_dx = isnan(num) ? INFINITY : sqrt(num / den);
+    }
+    double e_dg = 0, e_db = 0;
+    if (affine) {
+        CU(cu->cuMemcpyDtoH(hdg, dgg.p, n * es));
+        CU(cu->cuMemcpyDtoH(hdb, dgb.p, n * es));
+        for (int c = 0; c < n; c++) {
+            gg[c] = load(dt, hdg, c);
+            gb[c] = load(dt, hdb, c);
+        }
+        e_dg = jt_rel_error(gg, wg, n);
+        e_db = jt_rel_error(gb, wb, n);
+    }
+    const double t = tol(dt);
+    if (!(e_y < t && e_mu < 1e-5 && e_rs < 1e-5 && e_dx < t && e_dg < t && e_db < t))
+        fail_msg("%s M=%lld N=%d affine=%d mode=%d: rel err y %.2e mean %.2e rstd %.2e dx %.2e "
+                 "dgamma %.2e dbeta %.2e (tolerance %.0e)",
+                 dname(dt), (long long)m, n, affine, mode, e_y, e_mu, e_rs, e_dx, e_dg, e_db, t);
+
+    dfree(&dx_);
+    dfree(&ddy);
+    dfree(&dg);
+    dfree(&db);
+    if (mode != INPLACE) {
+        dfree(&dout);
+        dfree(&ddx);
+    }
+    dfree(&dmean);
+    dfree(&drstd);
+    dfree(&dgg);
+    dfree(&dgb);
+    free(hx), free(hdy), free(hg), free(hb), free(hout), free(hdg), free(hdb);
+    free(x), free(dy), free(g), free(b), free(want), free(got), free(mu), free(rs);
+    free(wg), free(wb), free(gg), free(gb), free(gmu), free(grs), free(term);
+    free(tmp), free(fm), free(fr);
+}
+
+static const int NS[] = {1, 7, 32, 33, 768, 1000, 1024, 4096, 8192, 12288, 32768, 65536};
+
+/* Every N of issue 4 at M = 1, 3 and a larger M (1030 rows for short rows,
+ * 64 for long ones, to keep the CPU reference fast), affine on and off. */
+static void sweep(jitop_dtype dt)
+{
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    for (size_t i = 0; i < sizeof NS / sizeof NS[0]; i++) {
+        const int64_t ms[3] = {1, 3, NS[i] <= 4096 ? 1030 : 64};
+        for (int k = 0; k < 3; k++)
+            for (int affine = 1; affine >= 0; affine--)
+                check_case(dt, ms[k], NS[i], affine, PLAIN);
+    }
+}
+
+static void test_f32(void **state)
+{
+    (void)state;
+    sweep(JITOP_FLOAT32);
+}
+
+static void test_f16(void **state)
+{
+    (void)state;
+    sweep(JITOP_FLOAT16);
+}
+
+static void test_bf16(void **state)
+{
+    (void)state;
+    sweep(JITOP_BFLOAT16);
+}
+
+/* y == x and dx == dy, and pointers one element off 16-byte alignment
+ * (narrower loads), every dtype. */
+static void test_inplace_unaligned(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    static const int ns[] = {7, 33, 1000, 4096, 65536};
+    const jitop_dtype dts[3] = {JITOP_FLOAT32, JITOP_FLOAT16, JITOP_BFLOAT16};
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            for (int affine = 0; affine < 2; affine++) {
+                check_case(dts[d], 3, ns[i], affine, INPLACE);
+                check_case(dts[d], 3, ns[i], affine, UNALIGNED);
+            }
+}
+
+/* Rows too long for the register-resident kernels take the generic one. */
+static void test_long_rows(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    check_case(JITOP_FLOAT32, 2, 300007, 1, PLAIN);
+    check_case(JITOP_BFLOAT16, 3, 131072, 1, PLAIN);
+    check_case(JITOP_FLOAT16, 2, 300000, 0, UNALIGNED);
+}
+
+/* L = sum(y * w) for a fixed w, in float64. */
+static double ref_loss(const double *x, const double *g, const double *b, const double *w,
+                       int64_t m, int n)
+{
+    double *mu = malloc(m * sizeof *mu), *rs = malloc(m * sizeof *rs), l = 0;
+    assert_true(mu && rs);
+    ref_stats(x, m, n, mu, rs);
+    for (int64_t r = 0; r < m; r++)
+        for (int c = 0; c < n; c++)
+            l += ((x[r * n + c] - mu[r]) * rs[r] * g[c] + b[c]) * w[r * n + c];
+    free(mu);
+    free(rs);
+    return l;
+}
+
+/* The backward against central finite differences of the float64 loss
+ * sum(y * dy) (float32, a few rows), which checks the formula itself and
+ * not only our transcription of it. */
+static void test_backward_finite_differences(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    const int64_t m = 3;
+    const int n = 37;
+    const size_t total = (size_t)m * n;
+    float hx[3 * 37], hw[3 * 37], hg[37], hb[37], out[3 * 37], og[37], ob[37];
+    double x[3 * 37], w[3 * 37], g[37], b[37], fdx[3 * 37], fdg[37], fdb[37];
+    double gx[3 * 37], ggd[37], gbd[37];
+    jt_random_floats(hx, total, -2.0f, 3.0f);
+    jt_random_floats(hw, total, -1.0f, 1.0f);
+    jt_random_floats(hg, n, 0.5f, 1.5f);
+    jt_random_floats(hb, n, -1.0f, 1.0f);
+    for (size_t i = 0; i < total; i++) {
+        x[i] = hx[i];
+        w[i] = hw[i];
+    }
+    for (int i = 0; i < n; i++) {
+        g[i] = hg[i];
+        b[i] = hb[i];
+    }
+    const double h = 1e-5;
+    for (size_t i = 0; i < total; i++) {
+        double s = x[i];
+        x[i] = s + h;
+        double lp = ref_loss(x, g, b, w, m, n);
+        x[i] = s - h;
+        double lm = ref_loss(x, g, b, w, m, n);
+        x[i] = s;
+        fdx[i] = (lp - lm) / (2 * h);
+    }
+    for (int i = 0; i < n; i++) {
+        double s = g[i];
+        g[i] = s + h;
+        double lp = ref_loss(x, g, b, w, m, n);
+        g[i] = s - h;
+        double lm = ref_loss(x, g, b, w, m, n);
+        g[i] = s;
+        fdg[i] = (lp - lm) / (2 * h);
+        s = b[i];
+        b[i] = s + h;
+        lp = ref_loss(x, g, b, w, m, n);
+        b[i] = s - h;
+        lm = ref_loss(x, g, b, w, m, n);
+        b[i] = s;
+        fdb[i] = (lp - lm) / (2 * h);
+    }
+    dbuf dx_ = dalloc(total * 4, 0), dw = dalloc(total * 4, 0), dg = dalloc(n * 4, 0),
+         db = dalloc(n * 4, 0), dy = dalloc(total * 4, 0), dmean = dalloc(m * 4, 0),
+         drstd = dalloc(m * 4, 0), dgx = dalloc(total * 4, 0), dgg = dalloc(n * 4, 0),
+         dgb = dalloc(n * 4, 0);
+    CU(cu->cuMemcpyHtoD(dx_.p, hx, total * 4));
+    CU(cu->cuMemcpyHtoD(dw.p, hw, total * 4));
+    CU(cu->cuMemcpyHtoD(dg.p, hg, n * 4));
+    CU(cu->cuMemcpyHtoD(db.p, hb, n * 4));
+    poison(dgx);
+    poison(dgg);
+    poison(dgb);
+    OK(jitop_layernorm_forward(ctx, JITOP_FLOAT32, m, n, EPS, ptr(dx_), ptr(dg), ptr(db), ptr(dy),
+                               (float *)ptr(dmean), (float *)ptr(drstd), NULL));
+    OK(jitop_layernorm_backward(ctx, JITOP_FLOAT32, m, n, ptr(dw), ptr(dx_), ptr(dg),
+                                (const float *)ptr(dmean), (const float *)ptr(drstd), ptr(dgx),
+                                ptr(dgg), ptr(dgb), NULL));
+    CU(cu->cuCtxSynchronize());
+    CU(cu->cuMemcpyDtoH(out, dgx.p, total * 4));
+    CU(cu->cuMemcpyDtoH(og, dgg.p, n * 4));
+    CU(cu->cuMemcpyDtoH(ob, dgb.p, n * 4));
+    for (size_t i = 0; i < total; i++)
+        gx[i] = out[i];
+    for (int i = 0; i < n; i++) {
+        ggd[i] = og[i];
+        gbd[i] = ob[i];
+    }
+    double ex = jt_rel_error(gx, fdx, total), eg = jt_rel_error(ggd, fdg, n),
+           eb = jt_rel_error(gbd, fdb, n);
+    if (!(ex < 1e-4 && eg < 1e-4 && eb < 1e-4))
+        fail_msg("finite differences: rel err dx %.2e dgamma %.2e dbeta %.2e", ex, eg, eb);
+    dbuf all[] = {dx_, dw, dg, db, dy, dmean, drstd, dgx, dgg, dgb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dfree(&all[i]);
+}
+
+/* dgamma/dbeta are reduced in a fixed order: two runs give the same bits. */
+static void test_backward_deterministic(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    const int64_t m = 5000;
+    const int n = 1024;
+    const size_t total = (size_t)m * n;
+    float *h = malloc(total * 4), *r1 = malloc(n * 4), *r2 = malloc(n * 4);
+    assert_true(h && r1 && r2);
+    dbuf x = dalloc(total * 4, 0), dy = dalloc(total * 4, 0), g = dalloc(n * 4, 0),
+         y = dalloc(total * 4, 0), mean = dalloc(m * 4, 0), rstd = dalloc(m * 4, 0),
+         dx = dalloc(total * 4, 0), dg = dalloc(n * 4, 0);
+    jt_random_floats(h, total, -1.0f, 2.0f);
+    CU(cu->cuMemcpyHtoD(x.p, h, total * 4));
+    jt_random_floats(h, total, -1.0f, 1.0f);
+    CU(cu->cuMemcpyHtoD(dy.p, h, total * 4));
+    jt_random_floats(h, n, 0.5f, 1.5f);
+    CU(cu->cuMemcpyHtoD(g.p, h, n * 4));
+    OK(jitop_layernorm_forward(ctx, JITOP_FLOAT32, m, n, EPS, ptr(x), ptr(g), NULL, ptr(y),
+                               (float *)ptr(mean), (float *)ptr(rstd), NULL));
+    for (int run = 0; run < 2; run++) {
+        poison(dg);
+        OK(jitop_layernorm_backward(ctx, JITOP_FLOAT32, m, n, ptr(dy), ptr(x), ptr(g),
+                                    (const float *)ptr(mean), (const float *)ptr(rstd), ptr(dx),
+                                    ptr(dg), NULL, NULL));
+        CU(cu->cuCtxSynchronize());
+        CU(cu->cuMemcpyDtoH(run ? r2 : r1, dg.p, n * 4));
+    }
+    assert_memory_equal(r1, r2, n * 4);
+    for (int i = 0; i < n; i++)
+        assert_false(isnan(r1[i]));
+    dbuf all[] = {x, dy, g, y, mean, rstd, dx, dg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dfree(&all[i]);
+    free(h);
+    free(r1);
+    free(r2);
+}
+
+/* Bad arguments fail with JITOP_EINVAL naming the argument, before any
+ * launch (these need no GPU: they are checked first). */
+static void test_argument_errors(void **state)
+{
+    (void)state;
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.compile_only = 1;
+    char *dir = jt_tmpdir();
+    cfg.cache_dir = dir;
+    jitop_ctx *c = NULL;
+    OK(jitop_ctx_create(&cfg, &c));
+    float dummy[4];
+    struct {
+        int rc;
+        const char *word;
+    } cases[] = {
+        {jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 0, EPS, dummy, NULL, NULL, dummy, NULL,
+                                 NULL, NULL),
+         "cols"},
+        {jitop_layernorm_forward(c, JITOP_FLOAT32, 0, 4, EPS, dummy, NULL, NULL, dummy, NULL,
+                                 NULL, NULL),
+         "rows"},
+        {jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, EPS, NULL, NULL, NULL, dummy, NULL, NULL,
+                                 NULL),
+         "x is NULL"},
+        {jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, EPS, dummy, NULL, NULL, NULL, NULL, NULL,
+                                 NULL),
+         "y is NULL"},
+        {jitop_layernorm_forward(c, JITOP_FLOAT64, 4, 4, EPS, dummy, NULL, NULL, dummy, NULL,
+                                 NULL, NULL),
+         "dtype"},
+        {jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, -1.0f, dummy, NULL, NULL, dummy, NULL,
+                                 NULL, NULL),
+         "eps"},
+        {jitop_layernorm_backward(c, JITOP_FLOAT32, 4, 4, dummy, dummy, NULL, NULL, dummy, dummy,
+                                  NULL, NULL, NULL),
+         "mean"},
+        {jitop_layernorm_backward(c, JITOP_FLOAT32, 4, 4, NULL, dummy, NULL, dummy, dummy, dummy,
+                                  NULL, NULL, NULL),
+         "dy is NULL"},
+        {jitop_layernorm_backward(c, JITOP_FLOAT32, 4, 4, dummy, dummy, NULL, dummy, dummy, NULL,
+                                  NULL, NULL, NULL),
+         "dx is NULL"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(cases[i].rc, JITOP_EINVAL);
+    /* the message of the last failure names its argument */
+    assert_non_null(strstr(jitop_errmsg(NULL), "dx is NULL"));
+    int rc = jitop_layernorm_forward(c, JITOP_FLOAT32, 4, -3, EPS, dummy, NULL, NULL, dummy, NULL,
+                                     NULL, NULL);
+    assert_int_equal(rc, JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "cols"));
+    /* valid arguments in a context that may not open the driver: the load
+     * fails cleanly, nothing is launched */
+    rc = jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, EPS, dummy, NULL, NULL, dummy, NULL,
+                                 NULL, NULL);
+    assert_int_equal(rc, JITOP_ENODRIVER);
+    jitop_ctx_destroy(c);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_argument_errors),
+        cmocka_unit_test(test_backward_finite_differences),
+        cmocka_unit_test(test_backward_deterministic),
+        cmocka_unit_test(test_f32),
+        cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_inplace_unaligned),
+        cmocka_unit_test(test_long_rows),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown_all);
+}

@@ -1,0 +1,146 @@
+/*
+ * What the command-line tool's files share: the build flags that `jitop build`,
+ * `jitop explain` and `jitop watch` all accept, path expansion, the default
+ * arch, and the command entry points that tools/jitop.c dispatches to.
+ *
+ * Files:
+ *   jitop.c        main: command dispatch, --version, usage errors (exit 2)
+ *   cli_args.c     build flag parsing, string lists, SIZE parsing
+ *   cli_paths.c    PATH... to a sorted list of .cu files
+ *   cli_arch.c     the default arch and the compile-only context
+ *   cli_help.c     the help text of every command
+ *   cli_json.c     JSON string escaping
+ *   cli_build.c    `jitop build` / `jitop explain`
+ *   cli_pool.c     worker threads for `jitop build`
+ *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
+ *   cmd_watch.c    `jitop watch` (the watch engineer's)
+ *
+ * Exit codes of every command: 0 success, 1 a build/cache operation failed,
+ * 2 a usage error (unknown command or flag, missing value, no arch).
+ */
+#ifndef JITOP_CLI_H
+#define JITOP_CLI_H
+
+#include "jitop.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define JITOP_CLI_EXIT_OK 0
+#define JITOP_CLI_EXIT_FAIL 1
+#define JITOP_CLI_EXIT_USAGE 2
+
+/* A growable list of owned strings (the CLI uses only the public API, so it
+ * keeps its own small list instead of the library's jitop__strv). */
+typedef struct jitop_cli_strs {
+    char **v;
+    size_t n, cap;
+} jitop_cli_strs;
+
+/* Appends a copy of s. 0, or -1 on ENOMEM. */
+int jitop_cli_strs_push(jitop_cli_strs *l, const char *s);
+/* Appends a copy of the first len bytes of s. 0, or -1 on ENOMEM. */
+int jitop_cli_strs_pushn(jitop_cli_strs *l, const char *s, size_t len);
+void jitop_cli_strs_free(jitop_cli_strs *l);
+
+/* The build flags shared by build, explain and watch. Everything is owned by
+ * the struct; zero-initialize it before parsing, free it with
+ * jitop_cli_build_args_free whatever the parse returned. */
+struct jitop_cli_build_args {
+    /* --arch LIST split at ',' ("sm_80,sm_90" gives two). Empty after parsing
+     * when no --arch was given: jitop_cli_resolve_archs fills it. */
+    jitop_cli_strs archs;
+    /* NVRTC options in the order given, spelled the way jitop_build takes
+     * them: "-I<dir>", "-D<name>[=<val>]", "-U<name>", "-std=<std>",
+     * "--use_fast_math", "-lineinfo", and each -Xnvrtc FLAG as is. */
+    jitop_cli_strs options;
+    /* --name EXPR: template name expressions to instantiate. */
+    jitop_cli_strs names;
+    /* PATH... as given (files or directories); expand with
+     * jitop_cli_expand_paths. */
+    jitop_cli_strs paths;
+    /* --cache-dir DIR, or NULL (the library's default). Owned. */
+    char *cache_dir;
+    /* -j N; 0 when not given (one job per online core). */
+    int jobs;
+    int json;    /* --json */
+    int verbose; /* --verbose: the library says why each binary was built */
+    int help;    /* -h / --help was given: print the command's help, exit 0 */
+};
+
+/* A flag the calling command adds to the shared ones (watch's own flags).
+ * Called for every argument that starts with '-' and is not a build flag;
+ * argv[*i] is that argument. Returns 1 when it consumed it (advancing *i
+ * past any value it took), 0 when it does not know it (a usage error), -1
+ * when it knows it but its value is bad (it printed the error). */
+typedef int (*jitop_cli_extra_flag_fn)(void *user, int argc, char **argv, int *i);
+
+/* Parses argv[1..argc-1] (argv[0] is the command name, used in messages).
+ * Flags and paths may be mixed. "--": when rest is NULL it ends the flags
+ * and everything after it is a path; when rest is not NULL parsing stops
+ * there and *rest is the index of the first argument after "--" (argc when
+ * there is no "--": watch's COMMAND). extra may be NULL.
+ * Returns JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE after printing to stderr
+ * "jitop CMD: ..." naming the flag at fault (unknown flag, missing or bad
+ * value). Does not require paths or archs; the caller checks (help may be
+ * set). */
+int jitop_cli_parse_build_args(int argc, char **argv, struct jitop_cli_build_args *out,
+                               int *rest, jitop_cli_extra_flag_fn extra, void *user);
+void jitop_cli_build_args_free(struct jitop_cli_build_args *a);
+
+/* Fills a->archs when empty: $JITOP_ARCH (a comma-separated list too), else
+ * the arch of GPU 0 through the driver (only then is the driver opened).
+ * Returns JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE after printing an error
+ * that says how to choose one (--arch sm_90 or JITOP_ARCH). */
+int jitop_cli_resolve_archs(const char *cmd, struct jitop_cli_build_args *a);
+
+/* A context for compiling and cache work that never opens the driver, with
+ * the cache dir and verbosity from a (a may be NULL: defaults). On failure
+ * prints "jitop CMD: ..." with jitop_errmsg and returns non-zero. */
+int jitop_cli_ctx_create(const char *cmd, const struct jitop_cli_build_args *a,
+                         jitop_ctx **ctx);
+
+/* Expands PATH...: a file is taken as given, a directory gives every regular
+ * file ending in ".cu" below it (recursively, symlinked directories not
+ * followed). Each directory's files come sorted by path, then the next
+ * argument's; a file named twice is kept once. Missing paths, unreadable
+ * directories, and a directory with no .cu file are errors printed as
+ * "jitop CMD: PATH: reason". Returns 0 or JITOP_CLI_EXIT_FAIL. */
+int jitop_cli_expand_paths(const char *cmd, const jitop_cli_strs *paths, jitop_cli_strs *files);
+
+/* One per online core (sysconf(_SC_NPROCESSORS_ONLN)), at least 1. */
+int jitop_cli_default_jobs(void);
+
+/* Writes s as a JSON string literal (quotes included, control characters,
+ * quote and backslash escaped, other bytes as they are: UTF-8 passes). */
+void jitop_cli_json_str(FILE *f, const char *s);
+
+/* Parses a byte size: digits with an optional K, M, G or T suffix (powers of
+ * 1024, an optional trailing 'B' or "iB"). 0, or -1 on bad text. */
+int jitop_cli_parse_size(const char *s, int64_t *out);
+
+/* Runs run(user, 0) ... run(user, ntasks - 1) on up to nworkers threads (the
+ * calling thread included) and returns when all are done. Tasks are handed
+ * out in order. 0, or an errno value when nothing could be run. */
+int jitop_cli_pool_run(size_t ntasks, int nworkers, void (*run)(void *user, size_t task),
+                       void *user);
+
+/* The help of one command ("build", "explain", "watch", "ls", "gc",
+ * "clean", "help", or NULL for the overview) on f. 0, or -1 for an unknown
+ * command. */
+int jitop_cli_help(FILE *f, const char *cmd);
+/* The build flags' lines of the help, for commands that take them. */
+extern const char jitop_cli_build_flags_help[];
+
+/* Command entry points: argv[0] is the command name. Each returns the exit
+ * status. */
+int jitop_cli_build(int argc, char **argv);
+int jitop_cli_explain(int argc, char **argv);
+int jitop_cli_ls(int argc, char **argv);
+int jitop_cli_gc(int argc, char **argv);
+int jitop_cli_clean(int argc, char **argv);
+/* `jitop watch [build flags] PATH... [-- COMMAND]`, in tools/cmd_watch.c. */
+int jitop_cli_watch(int argc, char **argv);
+
+#endif

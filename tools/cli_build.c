@@ -1,0 +1,335 @@
+/*
+ * `jitop build` and `jitop explain`: every (file, arch) pair of the command
+ * line, built into the cache or explained.
+ *
+ * A no-op build must cost a few milliseconds for the whole process, so the
+ * pairs are first asked, on the main thread, whether they would hit
+ * (jitop_explain: the stat fast path, no file read when nothing changed);
+ * hits are then taken from the cache right there, and worker threads start
+ * only for the pairs that need NVRTC.
+ */
+#include "cli.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct job {
+    const char *file, *arch; /* borrowed from the file and arch lists */
+    int status;              /* JITOP_OK, or the jitop_build failure */
+    jitop_build_result res;
+    char *error;             /* jitop_errmsg of a failure, malloc'd */
+} job;
+
+typedef struct build_run {
+    jitop_ctx *ctx;
+    const struct jitop_cli_build_args *a;
+    job *jobs;
+    size_t njobs;
+    size_t *todo;            /* indices of the jobs that need a compile */
+    size_t ntodo;
+    size_t shown;            /* jobs answered or started: the N of [N/total] */
+    size_t failed;
+    size_t in_flight;        /* compiles running now */
+    const job *last_started; /* what the progress line names */
+    int progress;            /* stderr is a terminal: keep a progress line */
+    int progress_drawn;
+    pthread_mutex_t out;     /* one writer at a time on stdout and stderr */
+} build_run;
+
+static const char *const *opts_of(const struct jitop_cli_build_args *a)
+{
+    return (const char *const *)a->options.v;
+}
+
+static const char *const *names_of(const struct jitop_cli_build_args *a)
+{
+    return (const char *const *)a->names.v;
+}
+
+/* Parses the flags, resolves the arch and expands the paths: what build and
+ * explain share. *done is set when the command is over already (help
+ * printed, or an error reported); the return value is then its exit status. */
+static int prepare(int argc, char **argv, struct jitop_cli_build_args *a, jitop_cli_strs *files,
+                   int *done)
+{
+    const char *cmd = argv[0];
+    int rc = jitop_cli_parse_build_args(argc, argv, a, NULL, NULL, NULL);
+    *done = 1;
+    if (rc != JITOP_CLI_EXIT_OK)
+        return rc;
+    if (a->help) {
+        jitop_cli_help(stdout, cmd);
+        return JITOP_CLI_EXIT_OK;
+    }
+    if (a->paths.n == 0) {
+        fprintf(stderr, "jitop %s: no PATH given: name .cu files or directories (see jitop %s "
+                        "--help)\n",
+                cmd, cmd);
+        return JITOP_CLI_EXIT_USAGE;
+    }
+    if ((rc = jitop_cli_resolve_archs(cmd, a)) != JITOP_CLI_EXIT_OK)
+        return rc;
+    if ((rc = jitop_cli_expand_paths(cmd, &a->paths, files)) != JITOP_CLI_EXIT_OK)
+        return rc;
+    *done = 0;
+    return JITOP_CLI_EXIT_OK;
+}
+
+static void clear_progress(build_run *r)
+{
+    if (r->progress_drawn) {
+        fputs("\r\033[K", stderr);
+        r->progress_drawn = 0;
+    }
+}
+
+static void print_result(build_run *r, const job *j)
+{
+    const char *status = j->status != JITOP_OK ? "error" : j->res.cached ? "cached" : "compiled";
+    clear_progress(r);
+    if (r->a->json) {
+        fputs("{\"file\":", stdout);
+        jitop_cli_json_str(stdout, j->file);
+        fputs(",\"arch\":", stdout);
+        jitop_cli_json_str(stdout, j->arch);
+        printf(",\"status\":\"%s\",\"key\":", status);
+        if (j->status == JITOP_OK)
+            jitop_cli_json_str(stdout, j->res.key);
+        else
+            fputs("null", stdout);
+        printf(",\"ms\":%.3f", j->res.ms);
+        if (j->status != JITOP_OK) {
+            fputs(",\"error\":", stdout);
+            jitop_cli_json_str(stdout, j->error ? j->error : jitop_strerror(j->status));
+        }
+        fputs("}\n", stdout);
+    } else if (j->status == JITOP_OK) {
+        printf("%s %s %s %s %.1f ms\n", j->file, j->arch, status, j->res.key, j->res.ms);
+    } else {
+        printf("%s %s error %.1f ms\n", j->file, j->arch, j->res.ms);
+    }
+    fflush(stdout);
+    if (j->status != JITOP_OK) {
+        fprintf(stderr, "jitop build: %s (%s): %s\n%s\n", j->file, j->arch,
+                jitop_strerror(j->status), j->error ? j->error : "");
+    }
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Runs jitop_build for one job and keeps its outcome. A failing jitop_build
+ * leaves its result untouched, so the time of a failure is taken here. */
+static void build_job(build_run *r, job *j)
+{
+    const struct jitop_cli_build_args *a = r->a;
+    double t0 = now_ms();
+    j->status = jitop_build(r->ctx, j->file, j->arch, opts_of(a), a->options.n, names_of(a),
+                            a->names.n, &j->res);
+    if (j->status != JITOP_OK) {
+        const char *msg = jitop_errmsg(r->ctx);
+        j->error = strdup(msg && *msg ? msg : jitop_strerror(j->status));
+        memset(&j->res, 0, sizeof j->res);
+        j->res.ms = now_ms() - t0;
+    }
+}
+
+static void draw_progress(build_run *r)
+{
+    if (!r->progress || r->in_flight == 0 || !r->last_started)
+        return;
+    fprintf(stderr, "\r\033[K[%zu/%zu] compiling %s (%s)", r->shown, r->njobs,
+            r->last_started->file, r->last_started->arch);
+    r->progress_drawn = 1;
+}
+
+/* A worker thread's task: the compile of one pending pair. */
+static void compile_task(void *user, size_t task)
+{
+    build_run *r = user;
+    job *j = &r->jobs[r->todo[task]];
+    pthread_mutex_lock(&r->out);
+    r->shown++;
+    r->in_flight++;
+    r->last_started = j;
+    draw_progress(r);
+    pthread_mutex_unlock(&r->out);
+
+    build_job(r, j);
+
+    pthread_mutex_lock(&r->out);
+    r->in_flight--;
+    if (j->status != JITOP_OK)
+        r->failed++;
+    print_result(r, j);
+    draw_progress(r);
+    pthread_mutex_unlock(&r->out);
+}
+
+static int make_jobs(const jitop_cli_strs *files, const jitop_cli_strs *archs, job **out,
+                     size_t *n)
+{
+    *n = files->n * archs->n;
+    *out = calloc(*n ? *n : 1, sizeof **out);
+    if (!*out)
+        return -1;
+    for (size_t f = 0; f < files->n; f++) {
+        for (size_t k = 0; k < archs->n; k++) {
+            job *j = &(*out)[f * archs->n + k];
+            j->file = files->v[f];
+            j->arch = archs->v[k];
+        }
+    }
+    return 0;
+}
+
+int jitop_cli_build(int argc, char **argv)
+{
+    struct jitop_cli_build_args a = {0};
+    jitop_cli_strs files = {0};
+    build_run r = {0};
+    int done = 0, lock_ok = 0;
+    int rc = prepare(argc, argv, &a, &files, &done);
+    if (done)
+        goto out;
+    if ((rc = jitop_cli_ctx_create("build", &a, &r.ctx)) != JITOP_CLI_EXIT_OK)
+        goto out;
+    r.a = &a;
+    r.progress = isatty(STDERR_FILENO);
+    if (make_jobs(&files, &a.archs, &r.jobs, &r.njobs) != 0 ||
+        !(r.todo = calloc(r.njobs ? r.njobs : 1, sizeof *r.todo))) {
+        fprintf(stderr, "jitop build: out of memory\n");
+        rc = JITOP_CLI_EXIT_FAIL;
+        goto out;
+    }
+    if (pthread_mutex_init(&r.out, NULL) != 0) {
+        fprintf(stderr, "jitop build: cannot create a mutex\n");
+        rc = JITOP_CLI_EXIT_FAIL;
+        goto out;
+    }
+    lock_ok = 1;
+
+    /* Cached pairs first, on this thread; an explain failure (an unreadable
+     * file, a bad option) is left to jitop_build to report. */
+    for (size_t i = 0; i < r.njobs; i++) {
+        job *j = &r.jobs[i];
+        int hit = 0;
+        char *why = NULL;
+        int st = jitop_explain(r.ctx, j->file, j->arch, opts_of(&a), a.options.n, names_of(&a),
+                               a.names.n, &hit, &why);
+        jitop_free(why);
+        if (st != JITOP_OK || !hit) {
+            r.todo[r.ntodo++] = i;
+            continue;
+        }
+        build_job(&r, j);
+        r.shown++;
+        if (j->status != JITOP_OK)
+            r.failed++;
+        print_result(&r, j);
+    }
+
+    int jobs = a.jobs > 0 ? a.jobs : jitop_cli_default_jobs();
+    if (jitop_cli_pool_run(r.ntodo, jobs, compile_task, &r) != 0) {
+        fprintf(stderr, "jitop build: cannot start the compile workers\n");
+        rc = JITOP_CLI_EXIT_FAIL;
+        goto out;
+    }
+    clear_progress(&r);
+    if (r.failed) {
+        fprintf(stderr, "jitop build: %zu of %zu builds failed\n", r.failed, r.njobs);
+        rc = JITOP_CLI_EXIT_FAIL;
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        perror("jitop build: stdout");
+        rc = JITOP_CLI_EXIT_FAIL;
+    }
+out:
+    for (size_t i = 0; i < r.njobs; i++)
+        free(r.jobs[i].error);
+    free(r.jobs);
+    free(r.todo);
+    if (lock_ok)
+        pthread_mutex_destroy(&r.out);
+    jitop_ctx_destroy(r.ctx);
+    jitop_cli_strs_free(&files);
+    jitop_cli_build_args_free(&a);
+    return rc;
+}
+
+static void print_explain(const struct jitop_cli_build_args *a, const job *j, int hit,
+                          const char *why)
+{
+    if (a->json) {
+        fputs("{\"file\":", stdout);
+        jitop_cli_json_str(stdout, j->file);
+        fputs(",\"arch\":", stdout);
+        jitop_cli_json_str(stdout, j->arch);
+        printf(",\"hit\":%s,\"why\":", hit ? "true" : "false");
+        jitop_cli_json_str(stdout, why ? why : "");
+        fputs("}\n", stdout);
+    } else if (why && *why) {
+        /* one line per pair: the library's reasons are joined with "; " */
+        printf("%s %s %s: ", j->file, j->arch, hit ? "hit" : "miss");
+        for (const char *p = why; *p; p++) {
+            if (*p != '\n')
+                putchar(*p);
+            else if (p[1] != '\0')
+                fputs("; ", stdout);
+        }
+        putchar('\n');
+    } else {
+        printf("%s %s %s\n", j->file, j->arch, hit ? "hit" : "miss");
+    }
+}
+
+int jitop_cli_explain(int argc, char **argv)
+{
+    struct jitop_cli_build_args a = {0};
+    jitop_cli_strs files = {0};
+    jitop_ctx *ctx = NULL;
+    job *jobs = NULL;
+    size_t njobs = 0;
+    int done = 0;
+    int rc = prepare(argc, argv, &a, &files, &done);
+    if (done)
+        goto out;
+    if ((rc = jitop_cli_ctx_create("explain", &a, &ctx)) != JITOP_CLI_EXIT_OK)
+        goto out;
+    if (make_jobs(&files, &a.archs, &jobs, &njobs) != 0) {
+        fprintf(stderr, "jitop explain: out of memory\n");
+        rc = JITOP_CLI_EXIT_FAIL;
+        goto out;
+    }
+    for (size_t i = 0; i < njobs; i++) {
+        int hit = 0;
+        char *why = NULL;
+        int st = jitop_explain(ctx, jobs[i].file, jobs[i].arch, opts_of(&a), a.options.n,
+                               names_of(&a), a.names.n, &hit, &why);
+        if (st != JITOP_OK) {
+            fprintf(stderr, "jitop explain: %s (%s): %s: %s\n", jobs[i].file, jobs[i].arch,
+                    jitop_strerror(st), jitop_errmsg(ctx));
+            rc = JITOP_CLI_EXIT_FAIL;
+        } else {
+            print_explain(&a, &jobs[i], hit, why);
+        }
+        jitop_free(why);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        perror("jitop explain: stdout");
+        rc = JITOP_CLI_EXIT_FAIL;
+    }
+out:
+    free(jobs);
+    jitop_ctx_destroy(ctx);
+    jitop_cli_strs_free(&files);
+    jitop_cli_build_args_free(&a);
+    return rc;
+}

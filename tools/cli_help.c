@@ -1,0 +1,137 @@
+#include "cli.h"
+
+#include <string.h>
+
+const char jitop_cli_build_flags_help[] =
+    "  --arch LIST        comma-separated targets: sm_90 (cubin), compute_90 (PTX);\n"
+    "                     default $JITOP_ARCH, else the arch of GPU 0\n"
+    "  -I DIR             add an include directory (the source's own is always on)\n"
+    "  -D NAME[=VAL]      define a macro\n"
+    "  -U NAME            undefine a macro\n"
+    "  --std STD          C++ dialect, e.g. c++17\n"
+    "  --use_fast_math    fast, less precise math\n"
+    "  -lineinfo          line information for profilers\n"
+    "  -Xnvrtc FLAG       pass any other NVRTC flag (e.g. -Xnvrtc -G, -Xnvrtc -maxrregcount=64)\n"
+    "  --name EXPR        instantiate a template name expression, e.g. 'k<float, 256>'\n"
+    "  --cache-dir DIR    cache root (default $JITOP_CACHE_DIR, $XDG_CACHE_HOME/jitop,\n"
+    "                     ~/.cache/jitop)\n"
+    "  -j N               parallel compiles (default: one per online core)\n"
+    "  --json             one JSON object per line\n"
+    "  --verbose          say why each binary is (re)built\n"
+    "  -h, --help         this help\n";
+
+static const char overview[] =
+    "usage: jitop COMMAND [ARGS]\n"
+    "\n"
+    "Compiles CUDA .cu files with NVRTC into jitop's on-disk cache and manages it.\n"
+    "\n"
+    "commands:\n"
+    "  build PATH...      compile .cu files (or directories of them) into the cache\n"
+    "  explain PATH...    say whether a build would hit the cache, and why not\n"
+    "  watch PATH...      rebuild on every save [-- COMMAND to rerun after each]\n"
+    "  ls                 list cache entries\n"
+    "  gc                 evict least-recently-used entries down to a size\n"
+    "  clean              remove every cache entry\n"
+    "  help [COMMAND]     help on a command (also: jitop COMMAND --help)\n"
+    "  --version          jitop and NVRTC versions\n"
+    "\n"
+    "exit status: 0 success, 1 a build or cache operation failed, 2 usage error\n";
+
+static const char help_help[] =
+    "usage: jitop help [COMMAND]\n"
+    "\n"
+    "Prints the help of COMMAND (build, explain, watch, ls, gc, clean), or the\n"
+    "list of commands.\n";
+
+static const char build_head[] =
+    "usage: jitop build [FLAGS] PATH...\n"
+    "\n"
+    "Compiles every .cu file (a directory: all .cu files below it, sorted) for\n"
+    "each arch into the cache, in parallel. Prints one line per (file, arch):\n"
+    "  FILE ARCH compiled|cached KEY MS ms\n"
+    "or with --json one object per line with file, arch, status, key, ms (and\n"
+    "\"error\" when status is \"error\"). Failing files' NVRTC logs (file:line) go\n"
+    "to stderr. A progress line is shown when stderr is a terminal.\n"
+    "\n"
+    "flags:\n";
+
+static const char build_tail[] =
+    "\n"
+    "exit status: 0 all built, 1 a file failed to compile, 2 usage error\n"
+    "example: jitop build --arch sm_80,sm_90 -I include -DBLOCK=256 kernels/\n";
+
+static const char explain_head[] =
+    "usage: jitop explain [FLAGS] PATH...\n"
+    "\n"
+    "Says for each (file, arch), without compiling, whether `jitop build` with\n"
+    "the same flags would hit the cache and, if not, why: which file changed,\n"
+    "which option differs, a new NVRTC. Prints \"FILE ARCH hit|miss REASON\", or\n"
+    "with --json objects with file, arch, hit (true/false) and why.\n"
+    "\n"
+    "flags (the same as build; -j is accepted and ignored):\n";
+
+static const char explain_tail[] =
+    "\n"
+    "exit status: 0 answered (hit or miss), 1 a file could not be examined,\n"
+    "2 usage error\n";
+
+static const char watch_head[] =
+    "usage: jitop watch [FLAGS] PATH... [-- COMMAND [ARGS]]\n"
+    "\n"
+    "Builds PATH... like `jitop build`, then rebuilds on every save of a source\n"
+    "or of a header it includes, and prints the result (ok with the time, or the\n"
+    "compile errors with file:line). With -- COMMAND, reruns COMMAND after every\n"
+    "successful build. Ctrl-C exits.\n"
+    "\n"
+    "flags (the same as build):\n";
+
+static const char ls_help[] =
+    "usage: jitop ls [--json] [--cache-dir DIR]\n"
+    "\n"
+    "Lists the valid cache entries, least recently used first, one per line:\n"
+    "  KEY ARCH SIZE LAST-USE SOURCES\n"
+    "(SOURCES: the source then the headers it included, comma-separated). With\n"
+    "--json one object per line with key, arch, size, atime, created, sources\n"
+    "(an array).\n"
+    "\n"
+    "exit status: 0 listed, 1 the cache could not be read, 2 usage error\n";
+
+static const char gc_help[] =
+    "usage: jitop gc [--max-size SIZE] [--cache-dir DIR]\n"
+    "\n"
+    "Evicts least-recently-used entries until the cache holds at most SIZE\n"
+    "bytes (a number with an optional K, M, G or T suffix, powers of 1024;\n"
+    "default: the cap, $JITOP_CACHE_MAX_SIZE or 1G), and removes invalid\n"
+    "entries and stale temporary files. Prints the bytes freed.\n"
+    "\n"
+    "exit status: 0 done, 1 the cache could not be cleaned, 2 usage error\n";
+
+static const char clean_help[] =
+    "usage: jitop clean [--cache-dir DIR]\n"
+    "\n"
+    "Removes every entry and manifest of the cache; the root directory stays.\n"
+    "\n"
+    "exit status: 0 done, 1 something could not be removed, 2 usage error\n";
+
+int jitop_cli_help(FILE *f, const char *cmd)
+{
+    if (!cmd)
+        fputs(overview, f);
+    else if (strcmp(cmd, "help") == 0)
+        fputs(help_help, f);
+    else if (strcmp(cmd, "build") == 0)
+        fprintf(f, "%s%s%s", build_head, jitop_cli_build_flags_help, build_tail);
+    else if (strcmp(cmd, "explain") == 0)
+        fprintf(f, "%s%s%s", explain_head, jitop_cli_build_flags_help, explain_tail);
+    else if (strcmp(cmd, "watch") == 0)
+        fprintf(f, "%s%s", watch_head, jitop_cli_build_flags_help);
+    else if (strcmp(cmd, "ls") == 0)
+        fputs(ls_help, f);
+    else if (strcmp(cmd, "gc") == 0)
+        fputs(gc_help, f);
+    else if (strcmp(cmd, "clean") == 0)
+        fputs(clean_help, f);
+    else
+        return -1;
+    return 0;
+}
