@@ -251,6 +251,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
     jitop__binary bin = {0};
     char *text = NULL, *changed = NULL;
     bool found = false;
+    double t_compile = 0;
     for (int attempt = 1;; attempt++) {
         status = jitop__deps_scan(u, &deps, &text);
         if (status != JITOP_OK)
@@ -273,7 +274,9 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         if (status != JITOP_OK || found)
             break;
         log_rebuild(ctx, u, mdeps, mkey, &deps, out->key);
+        t_compile = jitop__now_ms();
         status = jitop__compile(u, text, &bin);
+        t_compile = jitop__now_ms() - t_compile;
         if (status != JITOP_OK)
             goto out;
         status = deps_changed(&deps, &changed);
@@ -300,11 +303,16 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         goto out;
     out->cached = found;
     if (!found) {
+        double t_put = jitop__now_ms();
         status = make_entry(u, &deps, &bin, &out->entry);
         if (status == JITOP_OK)
             status = jitop__cache_put(ctx->cache, out->key, &out->entry);
         if (status != JITOP_OK)
             goto out;
+        /* Where a cold build's time goes: NVRTC, or writing the entry
+         * (fsync on a slow disk shows here). */
+        jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name, t_compile,
+                   jitop__now_ms() - t_put);
     }
     save_manifest(ctx, id, &deps, out->key);
     out->deps = deps;

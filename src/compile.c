@@ -276,15 +276,17 @@ struct nvrtc_api {
  * one the table's types describe. */
 #define NVRTC_MAJOR (CUDA_VERSION / 1000)
 
-/* Where NVRTC would be opened from, found without opening it (realpath and
- * stat only). The toolkit the library was built against comes first, so
- * that an older NVRTC on the loader's path cannot shadow it; then the
- * soname through the normal search path (LD_LIBRARY_PATH, ld.so.cache). */
+/* Where NVRTC would be opened from, found without opening it (access,
+ * realpath, stat). The toolkit the library was built against comes first,
+ * so that another NVRTC on the loader's path cannot shadow it; then the
+ * soname through the normal search path (LD_LIBRARY_PATH, the executable's
+ * RUNPATH, ld.so.cache). Written once by where_init, read after it. */
 static pthread_once_t where_once = PTHREAD_ONCE_INIT;
 static char g_soname[32];
-static char g_open_name[PATH_MAX]; /* what dlopen is given */
-static char g_file[PATH_MAX];      /* the resolved file, "" until known */
-static char g_tried[PATH_MAX + 64];
+static char g_home_path[PATH_MAX]; /* JITOP_CUDA_HOME's copy, "" if none */
+static bool g_in_home;             /* open g_home_path, not the soname */
+static char g_file[PATH_MAX];      /* the resolved file; in the soname case
+                                      set by load_init, "" until then */
 
 static void set_file(const char *path)
 {
@@ -296,48 +298,51 @@ static void set_file(const char *path)
 static void where_init(void)
 {
     snprintf(g_soname, sizeof g_soname, "libnvrtc.so.%d", NVRTC_MAJOR);
-    snprintf(g_open_name, sizeof g_open_name, "%s", g_soname);
 #ifdef JITOP_CUDA_HOME
-    char candidate[PATH_MAX];
-    snprintf(candidate, sizeof candidate, "%s/lib64/%s", JITOP_CUDA_HOME, g_soname);
-    snprintf(g_tried, sizeof g_tried, "%s, then ", candidate);
-    if (access(candidate, R_OK) == 0) {
-        snprintf(g_open_name, sizeof g_open_name, "%s", candidate);
-        set_file(candidate);
-    }
+    snprintf(g_home_path, sizeof g_home_path, "%s/lib64/%s", JITOP_CUDA_HOME, g_soname);
+    g_in_home = access(g_home_path, R_OK) == 0;
+    if (g_in_home)
+        set_file(g_home_path);
 #endif
-    size_t n = strlen(g_tried);
-    snprintf(g_tried + n, sizeof g_tried - n, "%s on the library search path", g_soname);
 }
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct nvrtc_api g_nv;
 static int g_load_status = JITOP_ENVRTC;
-static char g_load_msg[PATH_MAX + 512];
+static char g_load_msg[2 * PATH_MAX + 512];
 
 /* Runs once per process. The handle is never dlclose'd: NVRTC keeps state
- * for the life of the process, and reopening would cost the load again. */
+ * for the life of the process, and reopening would cost the load again.
+ * A copy in the toolkit that fails to open is an error, not a reason to try
+ * the search path: the key already names that file. */
 static void load_init(void)
 {
     pthread_once(&where_once, where_init);
-    void *h = dlopen(g_open_name, RTLD_NOW | RTLD_LOCAL);
+    const char *name = g_in_home ? g_home_path : g_soname;
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        snprintf(g_load_msg, sizeof g_load_msg,
-                 "cannot load NVRTC: tried %s (%s); install the CUDA toolkit's NVRTC %d.x or "
-                 "put its lib64 directory on LD_LIBRARY_PATH",
-                 g_tried, why ? why : "not found", NVRTC_MAJOR);
+        if (g_in_home)
+            snprintf(g_load_msg, sizeof g_load_msg, "cannot load NVRTC from %s: %s", name,
+                     why ? why : "unknown error");
+        else
+            snprintf(g_load_msg, sizeof g_load_msg,
+                     "cannot load NVRTC: tried %s%s%s on the library search path (%s); install "
+                     "the CUDA toolkit's NVRTC %d.x or put its lib64 directory on "
+                     "LD_LIBRARY_PATH",
+                     g_home_path, g_home_path[0] ? " (missing), then " : "", g_soname,
+                     why ? why : "not found", NVRTC_MAJOR);
         return;
     }
 #define JITOP__NVRTC_LOOKUP(fn)                                                                   \
     if (!(*(void **)&g_nv.fn = dlsym(h, #fn))) {                                                  \
         snprintf(g_load_msg, sizeof g_load_msg, "NVRTC at %s has no %s: not a usable NVRTC %d",   \
-                 g_open_name, #fn, NVRTC_MAJOR);                                                  \
+                 name, #fn, NVRTC_MAJOR);                                                         \
         return;                                                                                   \
     }
     JITOP__NVRTC_FUNCS(JITOP__NVRTC_LOOKUP)
 #undef JITOP__NVRTC_LOOKUP
-    if (!g_file[0]) {
+    if (!g_in_home) {
         /* Found by soname: the loader knows which file it took. */
         Dl_info info;
         if (dladdr(*(void **)&g_nv.nvrtcVersion, &info) != 0 && info.dli_fname)
@@ -353,11 +358,12 @@ static int nvrtc_load(void)
     return g_load_status == JITOP_OK ? JITOP_OK : jitop__fail(g_load_status, "%s", g_load_msg);
 }
 
-/* The file NVRTC is (or would be) loaded from; "" when it cannot be had. */
+/* The file NVRTC is (or would be) loaded from; "" when it cannot be had.
+ * Free in the usual case; found by soname, it costs the load. */
 static const char *nvrtc_file(void)
 {
     pthread_once(&where_once, where_init);
-    if (!g_file[0] && nvrtc_load() != JITOP_OK)
+    if (!g_in_home && nvrtc_load() != JITOP_OK)
         jitop__clear_error(); /* no NVRTC: the caller says "unknown" */
     return g_file;
 }

@@ -144,7 +144,8 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
                      const char *const *names, size_t nnames, const char *arch);
 void jitop__unit_free(jitop__unit *u);
 
-/* "13.0": the NVRTC the library is linked with. Static storage. */
+/* "13.0": the NVRTC jitop compiles with, for messages and --version only
+ * (keys use the library file's identity). May load NVRTC. Static storage. */
 const char *jitop__nvrtc_version(void);
 
 /* A compiled binary with what the cache stores beside it. */
