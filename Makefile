@@ -94,7 +94,7 @@ test-gpu: all $(GPU_TESTS)
 # The CPU suite under valgrind (leaks and memory errors fail it).
 valgrind: all $(CPU_TESTS)
 	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) \
-	  JITOP_TEST_WRAPPER="valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --suppressions=tests/valgrind.supp" \
+	  JITOP_TEST_WRAPPER="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --suppressions=tests/valgrind.supp" \
 	  tests/run.sh $(CPU_TESTS)
 
 # The main job: runs the quickstart on a GPU; prewarms the cache without one.

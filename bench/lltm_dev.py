@@ -100,6 +100,7 @@ class Jit:
 # (forward, backward) pairs; the first of each list is what src/lltm.c ships.
 VARIANTS = {
     ("float", "small"): [
+        ("lltm_fwd<float,8,4,32,1,1,8,true>", "lltm_bwd<float,true,32,8,4,1,1,16,32,32,2,1,1>"),
         ("lltm_fwd<float,16,8,32,2,1,4,true>", "lltm_bwd<float,true,32,16,32,2,2,4,32,32,2,1,1>"),
         ("lltm_fwd<float,16,8,16,2,1,1,true>", "lltm_bwd<float,true,16,16,32,2,2,1,32,32,2,4,1>"),
         ("lltm_fwd<float,16,8,16,2,1,4,true>", "lltm_bwd<float,true,32,16,32,2,2,2,32,32,2,2,1>"),

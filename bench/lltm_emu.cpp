@@ -120,8 +120,8 @@ int main()
     int sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {16, 32, 128}};
     int bad = 0;
     for (auto &s : sizes) {
-        double e1 = run<float, 16, 8, 32, 2, 1, 4, true, 32, 16, 32, 2, 2, 4, 32, 32, 2, 1, 1>(s[0], s[1], s[2]);
-        double e2 = run<float, 16, 8, 32, 2, 1, 4, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>(s[0], s[1], s[2]);
+        double e1 = run<float, 8, 4, 32, 1, 1, 8, true, 32, 8, 4, 1, 1, 16, 32, 32, 2, 1, 1>(s[0], s[1], s[2]);
+        double e2 = run<float, 8, 4, 32, 1, 1, 8, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>(s[0], s[1], s[2]);
         double e3 = run<double, 16, 8, 16, 2, 1, 4, true, 16, 16, 32, 2, 2, 2, 32, 32, 2, 2, 1>(s[0], s[1], s[2]);
         double e4 = run<double, 16, 8, 16, 2, 1, 4, false, 16, 16, 32, 2, 2, 1, 32, 32, 2, 4, 1>(s[0], s[1], s[2]);
         printf("B=%d I=%d S=%d  f32 fused %.2e  f32 split %.2e  f64 fused %.2e  f64 split %.2e\n", s[0], s[1], s[2], e1, e2, e3, e4);

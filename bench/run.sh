@@ -11,6 +11,9 @@
 #   --budget S     the whole run stops starting new steps after S seconds
 #                  (default 540: `make bench` builds first, and all of it
 #                  must fit in 10 minutes)
+#   --only LIST    run only these steps (comma-separated names, e.g.
+#                  drive-gpu,lltm_bench) into an --out dir that keeps the
+#                  other steps' results; the report is made from all of them
 #
 # Environment: BUILD (absolute build dir; default build), CUDA_HOME,
 # DEPS_PREFIX (as for make), PYTHON (default python3).
@@ -26,6 +29,7 @@ ROOT=$PWD
 OUT=bench/out
 MODE=full
 BUDGET=
+ONLY=
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=${2:?--out needs a directory}; shift 2 ;;
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
         --quick) MODE=quick; shift ;;
         --gpu-smoke) MODE=smoke; shift ;;
         --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
+        --only) ONLY=${2:?--only needs a comma-separated list of steps}; shift 2 ;;
         --budget=*) BUDGET=${1#--budget=}; shift ;;
         -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -50,7 +55,7 @@ OUT=$(cd "$OUT" && pwd)
 BB=$BUILD/bench
 mkdir -p "$BB"
 # A fresh run: only what earlier runs of this script wrote is removed.
-rm -f "$OUT"/*.jsonl "$OUT"/*.log "$OUT"/torch_lltm_ext_dir
+[ -n "$ONLY" ] || rm -f "$OUT"/*.jsonl "$OUT"/*.log "$OUT"/torch_lltm_ext_dir
 rm -rf "$OUT"/work-* "$OUT"/cache-*
 
 START=$(date +%s)
@@ -74,6 +79,10 @@ note_step() { # name status seconds reason
 step() {
     local name=$1 cap=$2
     shift 2
+    # --only: rerun some steps into an existing output dir, leaving the rest.
+    if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then
+        return 0
+    fi
     local left=$((DEADLINE - RESERVE - $(date +%s)))
     local limit=$((cap < left ? cap : left))
     if [ "$limit" -lt 5 ]; then

@@ -51,15 +51,20 @@ typedef struct lltm_kernel {
 
 /* Tilings (see kernels/lltm.cu): fwd <T, BM, BN, BK, TM, TN, KS, SAVE>,
  * threads (BM/TM)(BN/TN)KS; bwd <T, FUSED, BK, BM1, BN1, TM1, TN1, KS1, BM2,
- * BN2, TM2, TN2, KS2>. The small-size instances split each block's reduction
- * over KS thread groups: their time is the latency of the k-tile chain. */
-#define LLTM_FWD_BM 16
-#define LLTM_FWD_BN 8
+ * BN2, TM2, TN2, KS2>. At the small sizes the fused kernels run on a few
+ * dozen blocks, and a block's time is its chain of k tiles plus its shared
+ * memory reads: small output tiles (more blocks, fewer shared reads each)
+ * and the reduction split over KS thread groups (one round of k tiles at the
+ * tutorial's tiny size). The fp32 tilings were changed to 8x4 after the
+ * last timing (bench/lltm_NOTES.md): 16x8/16x32 tiles measured 8.5 and
+ * 10.7 us per launch there. */
+/* The fused forward's BM, BN per dtype (must match the names below). */
+static const unsigned lltm_fwd_tile[2][2] = {{8, 4}, {16, 8}};
 static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
     {
-        {"lltm_fwd<float, 16, 8, 32, 2, 1, 4, true>", 256},
-        {"lltm_fwd<float, 16, 8, 32, 2, 1, 4, false>", 256},
-        {"lltm_bwd<float, true, 32, 16, 32, 2, 2, 4, 32, 32, 2, 1, 1>", 512},
+        {"lltm_fwd<float, 8, 4, 32, 1, 1, 8, true>", 256},
+        {"lltm_fwd<float, 8, 4, 32, 1, 1, 8, false>", 256},
+        {"lltm_bwd<float, true, 32, 8, 4, 1, 1, 16, 32, 32, 2, 1, 1>", 512},
         {"lltm_bwd<float, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>", 128},
         {"lltm_bwd_gates<float, false>", 256},
         {"lltm_bwd_gates<float, true>", 256},
@@ -80,7 +85,7 @@ static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
 /* The d_X and d_W tilings of the two bwd instances (fused, split), per
  * dtype: BM1, BN1, BM2, BN2. */
 static const int lltm_bwd_tiles[2][2][4] = {
-    {{16, 32, 32, 32}, {32, 64, 64, 64}},
+    {{8, 4, 32, 32}, {32, 64, 64, 64}},
     {{16, 32, 32, 32}, {16, 32, 32, 32}},
 };
 
@@ -439,7 +444,7 @@ int jitop_lltm_forward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S, c
     } else if (status == JITOP_OK) {
         /* The whole forward in one launch. */
         enum lltm_slot slot = saved != NULL ? SLOT_FWD_SAVE : SLOT_FWD_NOSAVE;
-        unsigned bm = LLTM_FWD_BM, bn = LLTM_FWD_BN;
+        unsigned bm = lltm_fwd_tile[t][0], bn = lltm_fwd_tile[t][1];
         void *args[] = {&input, &weights, &bias, &old_h, &old_cell, &new_h, &new_cell, &saved,
                         &B, &I, &S};
         status = lltm_run(st, t, slot,

@@ -242,9 +242,12 @@ static bool run_reaps(jitop__watch *w)
 {
     bool left = false;
     pthread_mutex_lock(&w->lock);
-    for (entry *e = w->entries; e; e = e->next) {
-        if (!e->reap_due || e->removed || e->busy)
+    entry *e = w->entries;
+    while (e) {
+        if (!e->reap_due || e->removed || e->busy) {
+            e = e->next;
             continue;
+        }
         e->busy++;
         e->reap_due = false;
         pthread_mutex_unlock(&w->lock);
@@ -258,9 +261,9 @@ static bool run_reaps(jitop__watch *w)
             entry_free(dead);
             pthread_mutex_lock(&w->lock);
             e = w->entries; /* the list changed under us: start over */
-            if (!e)
-                break;
+            continue;
         }
+        e = e->next;
     }
     pthread_mutex_unlock(&w->lock);
     return left;
@@ -409,15 +412,15 @@ void jitop__watch_remove(jitop__watch *w, uint64_t id)
     }
     e->removed = true;
     jitop__watcher_forget(w->watcher, id);
-    /* Inside a report of this watch the caller may itself hold e: waiting
-     * would never end. The holder frees it. */
-    while (e->busy > 0 && reporting != w)
+    /* Our own hold first: whoever drops the last hold of a removed entry
+     * frees it, so without it a rebuild (or reap, or poll) finishing while
+     * we wait would free e under us. Inside a report of this watch the
+     * caller may itself hold e: waiting would never end, and the holder
+     * frees it when our release leaves its hold the last one. */
+    e->busy++;
+    while (e->busy > 1 && reporting != w)
         pthread_cond_wait(&w->released, &w->lock);
-    entry *dead = NULL;
-    if (e->busy == 0) {
-        e->busy = 1;
-        dead = release(w, e);
-    }
+    entry *dead = release(w, e);
     pthread_mutex_unlock(&w->lock);
     if (dead)
         entry_free(dead);

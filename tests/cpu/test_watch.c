@@ -354,6 +354,79 @@ static void test_remove_stops_reports(void **state)
     free(b);
 }
 
+/* A report that blocks until told to return, to hold the watch thread's
+ * reference to an entry while another thread removes it. */
+typedef struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool entered, go, left;
+} gate;
+
+static void on_report_gated(void *user, const jitop__unit_report *ur)
+{
+    gate *g = user;
+    (void)ur;
+    pthread_mutex_lock(&g->lock);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cond);
+    while (!g->go)
+        pthread_cond_wait(&g->cond, &g->lock);
+    g->left = true;
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void *open_gate_later(void *arg)
+{
+    gate *g = arg;
+    /* Long enough for the main thread to be waiting inside the remove; if
+     * it is not there yet the test still passes, it just checks less. */
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&g->lock);
+    g->go = true;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+/* A remove that has to wait for a rebuild in progress (the watch thread in
+ * the target's report): the rebuild's end must not free the entry under the
+ * waiting remove (it did, and the remove then freed it a second time: the
+ * reload_bench crash at jitop_unwatch). ASan/valgrind see it at once. */
+static void test_remove_while_a_rebuild_holds_it(void **state)
+{
+    fixture *f = *state;
+    gate g = {.entered = false};
+    pthread_mutex_init(&g.lock, NULL);
+    pthread_cond_init(&g.cond, NULL);
+    write_kernel(f->src, "k.cu", 1, false);
+    char *path = jt_path(f->src, "k.cu");
+    uint64_t id = 0;
+    int rc = jitop__watch_unit(f->w, f->ctx, JITOP_RELOAD_AUTO, path, "sm_90", NULL, 0, NULL, 0,
+                               on_report_gated, &g, &id);
+    if (rc != JITOP_OK)
+        fail_msg("jitop__watch_unit %s: %s", path, jitop_errmsg(NULL));
+    /* The first check builds and reports: wait until that report blocks. */
+    pthread_mutex_lock(&g.lock);
+    while (!g.entered)
+        pthread_cond_wait(&g.cond, &g.lock);
+    pthread_mutex_unlock(&g.lock);
+    pthread_t opener;
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_later, &g), 0);
+    jitop__watch_remove(f->w, id);
+    /* The remove waited for the report to end (no report outlives it). */
+    pthread_mutex_lock(&g.lock);
+    bool left = g.left;
+    pthread_mutex_unlock(&g.lock);
+    assert_true(left);
+    assert_int_equal(pthread_join(opener, NULL), 0);
+    settle(f);
+    jitop__watch_remove(f->w, id); /* already gone: ignored */
+    pthread_cond_destroy(&g.cond);
+    pthread_mutex_destroy(&g.lock);
+    free(path);
+}
+
 static void test_poll_mode_swaps_in_poll(void **state)
 {
     fixture *f = *state;
@@ -586,6 +659,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_new_include_is_watched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_stops_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_while_a_rebuild_holds_it, setup, teardown),
         cmocka_unit_test_setup_teardown(test_poll_mode_swaps_in_poll, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_then_recreate_is_one_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_public_calls_without_a_watch, setup, teardown),
