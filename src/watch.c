@@ -103,15 +103,19 @@ static int refresh_files(jitop__watch *w, entry *e)
  * hear. Runs on the watch thread (AUTO) or in jitop_poll (POLL); e is held.
  * Returns whether new code went in; *status gets the outcome. */
 static bool deliver(jitop__watch *w, entry *e, int *status, const char *msg, void *next,
-                    double ms)
+                    const jitop__reload_report *timing)
 {
-    jitop__reload_report r = {.status = *status, .message = msg, .ms = ms};
+    jitop__reload_report r = *timing;
+    r.status = *status;
+    r.message = msg;
     char *commit_msg = NULL;
     if (next) {
         pthread_mutex_lock(&w->lock);
         e->commits++;
         pthread_mutex_unlock(&w->lock);
+        double t0 = jitop__now_ms();
         int rc = e->ops->commit(e->self, next);
+        r.commit_ms = jitop__now_ms() - t0;
         if (rc != JITOP_OK) {
             commit_msg = jitop__strdup(jitop_errmsg(NULL));
             r.status = rc;
@@ -159,6 +163,9 @@ static void rebuild(jitop__watch *w, uint64_t id)
     void *next = NULL;
     int rc = e->ops->prepare(e->self, &next);
     double ms = jitop__now_ms() - t0;
+    /* For JITOP_VERBOSE: where a save-to-reload goes (the coalescing wait,
+     * the rebuild, the file list, the swap). */
+    double t_seen = jitop__watcher_batch_first_ms(w->watcher), t_files = 0;
     char *msg = NULL;
     if (rc != JITOP_OK) {
         msg = jitop__strdup(jitop_errmsg(NULL));
@@ -168,11 +175,14 @@ static void rebuild(jitop__watch *w, uint64_t id)
     /* A save that adds an #include must start watching it; a failure here
      * (a directory removed) keeps the earlier list: the next save of a file
      * still watched tries again. */
+    t_files = jitop__now_ms();
     (void)refresh_files(w, e);
+    t_files = jitop__now_ms() - t_files;
 
     void *stale = NULL;
     pthread_mutex_lock(&w->lock);
     w->stats.rebuilds++;
+    w->stats.last_rebuild_ms = ms;
     w->stats.failures += rc != JITOP_OK;
     w->stats.unchanged += rc == JITOP_OK && !next;
     bool auto_mode = mode == JITOP_RELOAD_AUTO && e->mode == JITOP_RELOAD_AUTO;
@@ -219,7 +229,9 @@ static void rebuild(jitop__watch *w, uint64_t id)
 
     if (deliver_now) {
         int status = rc;
-        if (deliver(w, e, &status, msg, next, ms) && e->ops->after_swap) {
+        jitop__reload_report timing = {
+            .ms = ms, .wait_ms = t_seen > 0 ? t0 - t_seen : -1, .files_ms = t_files};
+        if (deliver(w, e, &status, msg, next, &timing) && e->ops->after_swap) {
             bool left = e->ops->after_swap(e->self);
             pthread_mutex_lock(&w->lock);
             e->reap_due = left;
@@ -474,14 +486,16 @@ int jitop__watch_poll(jitop__watch *w, int *swapped)
     for (size_t i = 0; i < k; i++) {
         int status = JITOP_OK;
         if (d[i].ready || d[i].recover) {
-            bool in = deliver(w, d[i].e, &status, NULL, d[i].ready, d[i].ready_ms);
+            jitop__reload_report timing = {.ms = d[i].ready_ms, .wait_ms = -1};
+            bool in = deliver(w, d[i].e, &status, NULL, d[i].ready, &timing);
             d[i].ready = NULL;
             nswapped += in;
             reap = reap || (in && d[i].e->ops->after_swap);
         }
         if (status == JITOP_OK && d[i].err_status != JITOP_OK) {
             status = d[i].err_status;
-            deliver(w, d[i].e, &status, d[i].err_msg, NULL, d[i].err_ms);
+            jitop__reload_report timing = {.ms = d[i].err_ms, .wait_ms = -1};
+            deliver(w, d[i].e, &status, d[i].err_msg, NULL, &timing);
         }
         if (status != JITOP_OK && first == JITOP_OK) {
             first = status;
@@ -605,9 +619,12 @@ static void module_report(void *self, const jitop__reload_report *r)
 {
     module_target *t = self;
     if (r->status == JITOP_OK)
-        jitop__log(t->m->ctx, "watch %s: %s in %.1f ms (generation %llu)", t->m->name,
-                   r->swapped ? "reloaded" : "back to the code in place", r->ms,
-                   (unsigned long long)jitop_module_generation(t->m));
+        jitop__log(t->m->ctx,
+                   "watch %s: %s (generation %llu): waited %.1f ms for the files to settle, "
+                   "rebuilt in %.1f ms, file list %.1f ms, swap %.2f ms",
+                   t->m->name, r->swapped ? "reloaded" : "back to the code in place",
+                   (unsigned long long)jitop_module_generation(t->m), r->wait_ms, r->ms,
+                   r->files_ms, r->commit_ms);
     else
         jitop__log(t->m->ctx, "watch %s: rebuild failed in %.1f ms, the old code keeps running",
                    t->m->name, r->ms);

@@ -72,6 +72,9 @@ typedef enum jitop__wait_result {
  * jitop status after recording a message (the result is then STOPPED). */
 int jitop__watcher_wait(jitop__watcher *w, int timeout_ms, jitop__wait_result *result,
                         uint64_t **tags, size_t *ntags);
+/* When the first change of the batch the last CHANGED wait returned was
+ * seen (jitop__now_ms clock): the start of a save-to-reload timeline. */
+double jitop__watcher_batch_first_ms(jitop__watcher *w);
 /* Makes the current (or next) wait return WOKEN. Thread-safe. */
 void jitop__watcher_wake(jitop__watcher *w);
 /* Makes every wait from now on return STOPPED. Thread-safe. */
@@ -97,6 +100,9 @@ typedef struct jitop__reload_report {
     bool recovered;      /* OK, no new code: the files are back to what is in place
                             after a failed rebuild */
     double ms;           /* the rebuild's wall time (prepare, not waiting) */
+    double wait_ms;      /* first change seen -> rebuild start (coalescing); -1 unknown */
+    double files_ms;     /* re-reading the file list after the rebuild */
+    double commit_ms;    /* the swap (AUTO; 0 in POLL, where jitop_poll swaps) */
 } jitop__reload_report;
 
 /* What the watch thread rebuilds. self is the target's own state. */
@@ -131,6 +137,7 @@ typedef struct jitop__watch_stats {
     uint64_t swaps;      /* commits that put new code in place */
     uint64_t unchanged;  /* rebuilds that found the code in place */
     uint64_t failures;   /* rebuilds that failed */
+    double last_rebuild_ms; /* wall time of the latest prepare (compile, write, load) */
 } jitop__watch_stats;
 
 /* Starts a watch: a watcher and its thread (all signals blocked on it, so

@@ -44,6 +44,7 @@ struct jitop__watcher {
     wfile *files;
     size_t nfiles, capfiles;
     double first_ms, last_ms; /* first and latest event since the last report */
+    double batch_first_ms;    /* first_ms of the batch the last CHANGED wait returned */
     int quiet_ms, max_delay_ms;
     bool waiting, woken, stopped;
 };
@@ -424,6 +425,14 @@ static int collect(jitop__watcher *w, uint64_t **tags, size_t *ntags)
     return JITOP_OK;
 }
 
+double jitop__watcher_batch_first_ms(jitop__watcher *w)
+{
+    pthread_mutex_lock(&w->lock);
+    double t = w->batch_first_ms;
+    pthread_mutex_unlock(&w->lock);
+    return t;
+}
+
 int jitop__watcher_wait(jitop__watcher *w, int timeout_ms, jitop__wait_result *result,
                         uint64_t **tags, size_t *ntags)
 {
@@ -452,6 +461,7 @@ int jitop__watcher_wait(jitop__watcher *w, int timeout_ms, jitop__wait_result *r
             double cap_left = w->first_ms + w->max_delay_ms - now;
             double quiet_left = w->last_ms + w->quiet_ms - now;
             if (cap_left <= 0 || (!unsettled && quiet_left <= 0)) {
+                w->batch_first_ms = w->first_ms;
                 rc = collect(w, tags, ntags);
                 *result = rc == JITOP_OK ? JITOP__WAIT_CHANGED : JITOP__WAIT_STOPPED;
                 break;
