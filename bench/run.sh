@@ -193,7 +193,7 @@ if [ -n "$GPU" ]; then
     # (lltm_bench then builds the tutorial extension itself, once).
     py_step layernorm_bench 150
     py_step lltm_bench 180
-    drive_step torch 240
+    drive_step torch 330
 else
     for s in drive-gpu load_bench reload_bench lltm_host drive-torch lltm_bench layernorm_bench; do
         skip_step "$s" "no GPU: $NO_GPU_WHY"
