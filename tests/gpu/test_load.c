@@ -20,21 +20,8 @@
 #include "cuda_driver.h"
 #include "jitop.h"
 #include "loader.h"
+#include "gputest.h"
 #include "testutil.h"
-
-#define CU(call)                                                                                  \
-    do {                                                                                          \
-        CUresult r_ = (call);                                                                     \
-        if (r_ != CUDA_SUCCESS)                                                                   \
-            fail_msg("%s failed: %d", #call, (int)r_);                                            \
-    } while (0)
-
-#define OK(call)                                                                                  \
-    do {                                                                                          \
-        int st_ = (call);                                                                         \
-        if (st_ != JITOP_OK)                                                                      \
-            fail_msg("%s: %s: %s", #call, jitop_strerror(st_), jitop_errmsg(NULL));               \
-    } while (0)
 
 static const jitop__cuda_api *cu;
 

@@ -6,6 +6,7 @@
  * driver table (jitop__cuda), so without libcuda.so.1 every test SKIPs.
  * Waits have a generous deadline and fail only when it passes: no time is
  * asserted. */
+#include "gputest.h"
 #include "testutil.h"
 
 #include "cuda_driver.h"
@@ -21,20 +22,6 @@
 
 #define DEADLINE_MS 120000.0
 #define N 1024
-
-#define CU(call)                                                                                  \
-    do {                                                                                          \
-        CUresult r_ = (call);                                                                     \
-        if (r_ != CUDA_SUCCESS)                                                                   \
-            fail_msg("%s failed: %d", #call, (int)r_);                                            \
-    } while (0)
-
-#define OK(call)                                                                                  \
-    do {                                                                                          \
-        int st_ = (call);                                                                         \
-        if (st_ != JITOP_OK)                                                                      \
-            fail_msg("%s: %s: %s", #call, jitop_strerror(st_), jitop_errmsg(NULL));               \
-    } while (0)
 
 static const jitop__cuda_api *cu;
 
