@@ -100,7 +100,8 @@ typedef struct jitop_config {
      * from $JITOP_VERBOSE. */
     int verbose;
     /* Cache size cap in bytes, enforced by least-recently-used eviction after
-     * writes. 0: $JITOP_CACHE_MAX_SIZE, else 1 GiB. Negative: no cap. */
+     * writes. 0: $JITOP_CACHE_MAX_SIZE, else (unset or 0) 1 GiB. Negative:
+     * no cap. */
     int64_t cache_max_size;
     /* Where jitop's own kernels (layernorm.cu, lltm.cu) are read from. NULL:
      * $JITOP_KERNEL_DIR, else the installed share/jitop/kernels, else the
@@ -227,7 +228,9 @@ JITOP_API uint64_t jitop_module_generation(const jitop_module *m);
  * instance ("layernorm_fwd<__nv_bfloat16, 4096, true>"), which is compiled
  * on demand (through the cache) the first time it is asked for. The handle
  * stays valid for the life of the module, across reloads. An unknown name
- * fails with JITOP_ENOTFOUND and a message listing the ops that exist. */
+ * fails with JITOP_ENOTFOUND and a message listing the ops that exist; the
+ * failure is remembered (asking again fails at once, without compiling) until
+ * the module's code is reloaded. */
 JITOP_API int jitop_op_get(jitop_module *m, const char *name, jitop_op **out);
 
 #define JITOP_MAX_PARAMS 64
@@ -289,7 +292,9 @@ JITOP_API int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size
 /* Called once per rebuild of a watched module m: status JITOP_OK and message
  * NULL when the new code is in place (every op handle of m now launches it),
  * or an error status with the compile log in message when the rebuild failed
- * and the old code keeps running. Called on
+ * and the old code keeps running. Also called, once, with an error status and
+ * a message starting "hot reload stopped" if the watch itself fails (inotify
+ * or memory): the code in place keeps running, it no longer reloads. Called on
  * the watch thread in JITOP_RELOAD_AUTO mode and inside jitop_poll in
  * JITOP_RELOAD_POLL mode. message is valid during the call only. */
 typedef void (*jitop_reload_fn)(void *user, jitop_module *m, int status, const char *message);

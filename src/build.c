@@ -2,38 +2,28 @@
  * and the explanation of why a build would (not) hit the cache. */
 #include "core_private.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 /* How often a build starts over because a file changed while NVRTC read it
  * (an editor saving in bursts) before it gives up. */
 #define MAX_BUILD_ATTEMPTS 4
 
-static const jitop__dep *find_dep(const jitop__deps *d, const char *path)
-{
-    for (size_t i = 0; i < d->n; i++)
-        if (strcmp(d->v[i].path, path) == 0)
-            return &d->v[i];
-    return NULL;
-}
-
 /* Lines naming each file that differs between two dependency lists. */
 static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv *lines)
 {
     int rc = JITOP_OK;
     for (size_t i = 0; rc == JITOP_OK && i < cur->n; i++) {
-        const jitop__dep *o = find_dep(old, cur->v[i].path);
+        const jitop__dep *o = jitop__deps_find(old, cur->v[i].path);
         if (!o)
             rc = jitop__strv_pushf(lines, "%s: new file", cur->v[i].path);
         else if (!XXH128_isEqual(o->hash, cur->v[i].hash))
             rc = jitop__strv_pushf(lines, "%s: content changed", cur->v[i].path);
     }
     for (size_t i = 0; rc == JITOP_OK && i < old->n; i++)
-        if (!find_dep(cur, old->v[i].path))
+        if (!jitop__deps_find(cur, old->v[i].path))
             rc = jitop__strv_pushf(lines, "%s: removed", old->v[i].path);
     return rc;
 }
@@ -140,49 +130,9 @@ out:
     return status;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* After a compile: did any file change since it was scanned? NVRTC read the
- * files itself, so a header saved during the compile may be in the binary
- * while the key holds its old hash. Stat differences say so; a file whose
- * mtime is recent is hashed again, since a second save within one timestamp
- * tick leaves its stat data unchanged. *changed names the file (malloc'd). */
-static int deps_changed(const jitop__deps *d, char **changed)
-{
-    *changed = NULL;
-    int64_t recent = now_ns() - JITOP__RECENT_WINDOW_NS;
-    for (size_t i = 0; i < d->n; i++) {
-        const jitop__dep *dep = &d->v[i];
-        struct stat st;
-        bool differs = stat(dep->path, &st) != 0 || (int64_t)st.st_size != dep->size ||
-                       (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != dep->mtime_ns ||
-                       (uint64_t)st.st_ino != dep->ino || (uint64_t)st.st_dev != dep->dev;
-        if (!differs && dep->mtime_ns >= recent) {
-            char *data = NULL;
-            size_t len = 0;
-            if (jitop__read_file(dep->path, &data, &len) != JITOP_OK) {
-                differs = true;
-                jitop__clear_error();
-            } else {
-                differs = !XXH128_isEqual(XXH3_128bits(data, len), dep->hash);
-            }
-            free(data);
-        }
-        if (differs) {
-            *changed = jitop__strdup(dep->path);
-            return *changed ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
-        }
-    }
-    return JITOP_OK;
-}
-
-/* Records the unit's deps so that the next build takes the stat fast path.
- * A failure costs only speed: it is logged, not returned. */
+/* Records the unit's deps so that the next build takes the stat fast path
+ * (a recent dep keeps its flag, so the next build hashes it). A failure
+ * costs only speed: it is logged, not returned. */
 static void save_manifest(jitop_ctx *ctx, const char id[33], const jitop__deps *deps,
                           const char key[33])
 {
@@ -279,7 +229,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         t_compile = jitop__now_ms() - t_compile;
         if (status != JITOP_OK)
             goto out;
-        status = deps_changed(&deps, &changed);
+        status = jitop__deps_changed(&deps, &changed);
         if (status != JITOP_OK)
             goto out;
         if (!changed)
@@ -382,51 +332,72 @@ void jitop__built_free(jitop__built *b)
     jitop__entry_free(&b->entry);
 }
 
+/* What explain and would_hit share: the key the unit would be built under
+ * now, and whether the cache holds it (a peek: nothing is marked used or
+ * removed). The manifest's stat data is tried first; when it does not vouch
+ * for the files, they are scanned and hashed. */
+struct probe {
+    jitop__deps mdeps, deps; /* the manifest's deps; the scanned ones */
+    char mkey[33], key[33];
+    bool mfound, fresh, found;
+    char *stale;             /* why the manifest did not vouch, or NULL */
+};
+
+static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
+{
+    char id[33], *text = NULL;
+    int status = JITOP_OK;
+    memset(p, 0, sizeof *p);
+    jitop__manifest_id(u, id);
+    status = jitop__manifest_get(ctx->cache, id, &p->mdeps, p->mkey, &p->mfound);
+    if (status == JITOP_OK && p->mfound)
+        status = jitop__deps_fresh(&p->mdeps, &p->fresh, &p->stale);
+    if (status != JITOP_OK)
+        goto out;
+    if (p->fresh) {
+        jitop__cache_key(u, &p->mdeps, p->key);
+    } else {
+        status = jitop__deps_scan(u, &p->deps, &text);
+        if (status != JITOP_OK)
+            goto out;
+        jitop__cache_key(u, &p->deps, p->key);
+    }
+    status = jitop__cache_peek(ctx->cache, p->key, &p->found);
+out:
+    free(text);
+    return status;
+}
+
+static void probe_free(struct probe *p)
+{
+    jitop__deps_free(&p->mdeps);
+    jitop__deps_free(&p->deps);
+    free(p->stale);
+}
+
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why)
 {
-    int status = JITOP_OK;
-    jitop__deps mdeps = {0}, deps = {0};
-    char id[33], mkey[33], key[33];
-    char *text = NULL, *stale = NULL;
-    bool mfound = false, fresh = false, found = false;
+    struct probe p;
     *hit = false;
     *why = NULL;
     if (!ctx || !ctx->cache || !u)
         return jitop__fail(JITOP_EINVAL, "explain: NULL context, cache or unit");
-
-    jitop__manifest_id(u, id);
-    status = jitop__manifest_get(ctx->cache, id, &mdeps, mkey, &mfound);
-    if (status == JITOP_OK && mfound)
-        status = jitop__deps_fresh(&mdeps, &fresh, &stale);
+    int status = probe_unit(ctx, u, &p);
     if (status != JITOP_OK)
         goto out;
-    if (fresh) {
-        jitop__cache_key(u, &mdeps, key);
-    } else {
-        status = jitop__deps_scan(u, &deps, &text);
-        if (status != JITOP_OK)
-            goto out;
-        jitop__cache_key(u, &deps, key);
-    }
-    status = jitop__cache_peek(ctx->cache, key, &found);
-    if (status != JITOP_OK)
-        goto out;
-    if (found) {
+    if (p.found) {
         *hit = true;
-        *why = fresh ? jitop__sprintf("cached: %s (no file changed since the last build)", key)
-               : stale ? jitop__sprintf("cached: %s (%s; contents unchanged)", key, stale)
-                       : jitop__sprintf("cached: %s", key);
+        *why = p.fresh   ? jitop__sprintf("cached: %s (no file changed since the last build)", p.key)
+               : p.stale ? jitop__sprintf("cached: %s (%s; contents unchanged)", p.key, p.stale)
+                         : jitop__sprintf("cached: %s", p.key);
         if (!*why)
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    status = describe_miss(ctx, u, mfound ? &mdeps : NULL, mfound ? mkey : NULL,
-                           fresh ? &mdeps : &deps, key, why);
+    status = describe_miss(ctx, u, p.mfound ? &p.mdeps : NULL, p.mfound ? p.mkey : NULL,
+                           p.fresh ? &p.mdeps : &p.deps, p.key, why);
 out:
-    jitop__deps_free(&mdeps);
-    jitop__deps_free(&deps);
-    free(text);
-    free(stale);
+    probe_free(&p);
     return status;
 }
 
@@ -464,6 +435,23 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
     }
     if (status == JITOP_OK)
         jitop__built_free(&b);
+    jitop__unit_free(&u);
+    return status;
+}
+
+int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
+                           const char *const *options, size_t noptions,
+                           const char *const *names, size_t nnames, bool *hit)
+{
+    jitop__unit u;
+    struct probe p;
+    *hit = false;
+    int status = public_unit(ctx, "jitop build", path, arch, options, noptions, names, nnames, &u);
+    if (status != JITOP_OK)
+        return status;
+    status = probe_unit(ctx, &u, &p);
+    *hit = status == JITOP_OK && p.found;
+    probe_free(&p);
     jitop__unit_free(&u);
     return status;
 }

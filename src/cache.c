@@ -448,7 +448,8 @@ out:
 void jitop__cache_unlock(int fd)
 {
     /* Closing releases the flock even when close reports an error (the
-     * descriptor is gone either way), so there is nothing left to do. */
-    if (fd >= 0 && close(fd) != 0)
-        return;
+     * descriptor is gone either way, and the lock file holds no data), so
+     * its result is deliberately ignored. */
+    if (fd >= 0)
+        (void)close(fd);
 }

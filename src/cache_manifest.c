@@ -1,7 +1,16 @@
 /* Stat manifests: per unit, each file's size, mtime, inode and content
  * hash with the key they gave, so that an unchanged unit is found without
- * reading or hashing a source (deps.c compares, build.c decides). */
+ * reading or hashing a source (deps.c compares, build.c decides).
+ *
+ * Payload: the key (u32 length + bytes), the dep count (u32), then per dep
+ * its path (u32 length + bytes), size, mtime in ns, inode, device (u64
+ * each) and content hash (16 bytes). A recent dep (jitop__dep.recent) is
+ * stored with JITOP__MTIME_UNKNOWN as its mtime, which reads back as
+ * recent: its stat data never vouches for it. */
 #include "cache_private.h"
+
+/* The bytes of a dep record with an empty path: the smallest possible. */
+#define DEP_RECORD_MIN (4 + 4 * 8 + 16)
 
 static char *manifest_dir(const jitop__cache *c, const char id[33])
 {
@@ -41,7 +50,7 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
     struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, false};
     stored_key = jitop__rb_str(&r);
     uint32_t n = jitop__rb_u32(&r);
-    if (!r.bad && n <= (len - r.off) / 56) { /* 56: the smallest dep record */
+    if (!r.bad && n <= (len - r.off) / DEP_RECORD_MIN) {
         d.v = calloc(n ? n : 1, sizeof *d.v);
         if (!d.v) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
@@ -58,6 +67,7 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
         d.n++;
         dep->size = (int64_t)jitop__rb_u64(&r);
         dep->mtime_ns = (int64_t)jitop__rb_u64(&r);
+        dep->recent = dep->mtime_ns == JITOP__MTIME_UNKNOWN;
         dep->ino = jitop__rb_u64(&r);
         dep->dev = jitop__rb_u64(&r);
         dep->hash = jitop__rb_hash(&r);
@@ -91,7 +101,7 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
         const jitop__dep *dep = &deps->v[i];
         jitop__wb_str(&b, dep->path);
         jitop__wb_u64(&b, (uint64_t)dep->size);
-        jitop__wb_u64(&b, (uint64_t)dep->mtime_ns);
+        jitop__wb_u64(&b, (uint64_t)(dep->recent ? JITOP__MTIME_UNKNOWN : dep->mtime_ns));
         jitop__wb_u64(&b, dep->ino);
         jitop__wb_u64(&b, dep->dev);
         jitop__wb_hash(&b, dep->hash);

@@ -66,6 +66,21 @@ static bool is_arch_option(const char *opt)
     return strncmp(opt, "-arch", 5) == 0 || strncmp(opt, "--gpu-architecture", 18) == 0;
 }
 
+/* opt is name, or name=value. */
+static bool is_option(const char *opt, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(opt, name, n) == 0 && (opt[n] == '\0' || opt[n] == '=');
+}
+
+/* "-include FILE" / "--pre-include=FILE": NVRTC would read a header that the
+ * include scanner never sees, so it would be neither in the key nor
+ * watched, and an edit to it would go unnoticed. */
+static bool is_pre_include_option(const char *opt)
+{
+    return is_option(opt, "-include") || is_option(opt, "--pre-include");
+}
+
 /* Matches opt against one spelling. Returns the value (pointing into opt, or
  * "" when it is the next option) or NULL when the spelling does not match.
  * Single-dash spellings of one letter take a glued value ("-DX"); every
@@ -109,6 +124,11 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
                            "option %s: the architecture is chosen by the arch argument "
                            "(or JITOP_ARCH / --arch), not by an NVRTC option",
                            opt);
+    if (is_pre_include_option(opt))
+        return jitop__fail(JITOP_EINVAL,
+                           "option %s: a pre-included header would be neither in the cache key "
+                           "nor watched; #include it in the source instead",
+                           opt);
     for (size_t s = 0; s < sizeof opt_specs / sizeof opt_specs[0]; s++) {
         const struct opt_spec *spec = &opt_specs[s];
         for (const char *const *sp = spec->spellings; *sp; sp++) {
@@ -137,11 +157,13 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
                 /* Absolute, so that the key and NVRTC do not depend on the
                  * current directory. */
                 char *abs = jitop__abspath(value);
-                int rc = abs ? jitop__strv_pushf(&u->options, "-I%s", abs) : JITOP_ENOMEM;
+                if (!abs)
+                    return jitop__fail_prefix(jitop__fail_abspath(value), "option %s", opt);
+                int rc = jitop__strv_pushf(&u->options, "-I%s", abs);
                 if (rc == JITOP_OK)
                     rc = jitop__strv_push(&u->include_dirs, abs);
                 free(abs);
-                return rc == JITOP_OK ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+                return rc;
             }
             return jitop__strv_pushf(&u->options, "%s%s", spec->canonical, value) == JITOP_OK
                        ? JITOP_OK
@@ -152,18 +174,6 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
      * unknown one (JITOP_EINVAL with its message at compile time). */
     return jitop__strv_push(&u->options, opt) == JITOP_OK ? JITOP_OK
                                                            : jitop__fail(JITOP_ENOMEM, "out of memory");
-}
-
-static char *dirname_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, path, n);
-        d[n] = '\0';
-    }
-    return d;
 }
 
 int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
@@ -194,10 +204,14 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
             goto out;
         }
         u->source_path = jitop__abspath(path);
+        if (!u->source_path) {
+            status = jitop__fail_abspath(path);
+            goto out;
+        }
         /* NVRTC prints this name in "file(line): error"; the real path makes
          * the message clickable and unambiguous. */
-        u->source_name = u->source_path ? jitop__strdup(u->source_path) : NULL;
-        char *dir = u->source_path ? dirname_of(u->source_path) : NULL;
+        u->source_name = jitop__strdup(u->source_path);
+        char *dir = jitop__dirname(u->source_path);
         if (!u->source_name || !dir || jitop__strv_push(&u->include_dirs, dir) != JITOP_OK) {
             free(dir);
             status = jitop__fail(JITOP_ENOMEM, "out of memory");

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,23 +41,34 @@ static const char *nonempty_env(const char *name)
     return v && *v ? v : NULL;
 }
 
+/* path made absolute into *out; what names it (an option, a variable) goes
+ * first in the message of a failure. */
+static int resolve_dir(const char *what, const char *path, char **out)
+{
+    *out = jitop__abspath(path);
+    return *out ? JITOP_OK : jitop__fail_prefix(jitop__fail_abspath(path), "%s", what);
+}
+
 /* $JITOP_CACHE_DIR, else $XDG_CACHE_HOME/jitop, else ~/.cache/jitop. */
-static char *default_cache_dir(void)
+static int default_cache_dir(char **out)
 {
     const char *v = nonempty_env("JITOP_CACHE_DIR");
     if (v)
-        return jitop__abspath(v);
+        return resolve_dir("JITOP_CACHE_DIR", v, out);
     v = nonempty_env("XDG_CACHE_HOME");
-    if (v && v[0] == '/') /* the XDG spec says relative values are ignored */
-        return jitop__sprintf("%s/jitop", v);
-    const char *home = nonempty_env("HOME");
-    if (!home) {
-        struct passwd *pw = getpwuid(getuid());
-        home = pw ? pw->pw_dir : NULL;
+    if (v && v[0] == '/') { /* the XDG spec says relative values are ignored */
+        *out = jitop__sprintf("%s/jitop", v);
+    } else {
+        const char *home = nonempty_env("HOME");
+        if (!home) {
+            struct passwd *pw = getpwuid(getuid());
+            home = pw ? pw->pw_dir : NULL;
+        }
+        if (!home)
+            return jitop__fail(JITOP_EINVAL, "no cache directory: set JITOP_CACHE_DIR or HOME");
+        *out = jitop__sprintf("%s/.cache/jitop", home);
     }
-    if (!home)
-        return NULL;
-    return jitop__sprintf("%s/.cache/jitop", home);
+    return *out ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
 static bool is_dir(const char *path)
@@ -69,30 +81,33 @@ static bool is_dir(const char *path)
  * installed library must not read a stale checkout, and a developer running
  * from the tree must not read an old install, hence the order and the test
  * that the directory really holds kernels. */
-static char *default_kernel_dir(void)
+static int default_kernel_dir(char **out)
 {
     const char *v = nonempty_env("JITOP_KERNEL_DIR");
     if (v)
-        return jitop__abspath(v);
+        return resolve_dir("JITOP_KERNEL_DIR", v, out);
     const char *candidates[] = {JITOP_INSTALL_KERNEL_DIR, JITOP_SOURCE_KERNEL_DIR};
-    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+    const char *dir = NULL;
+    for (size_t i = 0; !dir && i < sizeof candidates / sizeof *candidates; i++) {
         char *probe = jitop__sprintf("%s/layernorm.cu", candidates[i]);
-        bool found = probe && access(probe, R_OK) == 0;
+        if (probe && access(probe, R_OK) == 0)
+            dir = candidates[i];
         free(probe);
-        if (found)
-            return jitop__strdup(candidates[i]);
     }
-    return jitop__strdup(is_dir(JITOP_SOURCE_KERNEL_DIR) ? JITOP_SOURCE_KERNEL_DIR
-                                                        : JITOP_INSTALL_KERNEL_DIR);
+    if (!dir)
+        dir = is_dir(JITOP_SOURCE_KERNEL_DIR) ? JITOP_SOURCE_KERNEL_DIR : JITOP_INSTALL_KERNEL_DIR;
+    *out = jitop__strdup(dir);
+    return *out ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
-/* Accepts "123", "64K", "512M", "1G" (powers of 1024). */
+/* Accepts "123", "64K", "512M", "1.5G" (powers of 1024), below 2^63 bytes
+ * (the largest an int64_t holds; larger, inf and nan are refused). */
 static int parse_size(const char *s, int64_t *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
+    if (errno || end == s || !isfinite(v) || v < 0)
         return JITOP_EINVAL;
     switch (*end) {
     case 'k': case 'K': v *= 1024.0; end++; break;
@@ -103,7 +118,7 @@ static int parse_size(const char *s, int64_t *out)
     }
     if (*end == 'i' || *end == 'B')
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    if (*end != '\0')
+    if (*end != '\0' || !(v < 9223372036854775808.0)) /* 2^63, exact in a double */
         return JITOP_EINVAL;
     *out = (int64_t)v;
     return JITOP_OK;
@@ -137,19 +152,16 @@ int jitop_ctx_create(const jitop_config *cfg_in, jitop_ctx **out)
         ctx->verbose = v && *v && strcmp(v, "0") != 0;
     }
 
-    ctx->cache_dir_owned =
-        cfg_in->cache_dir ? jitop__abspath(cfg_in->cache_dir) : default_cache_dir();
-    if (!ctx->cache_dir_owned) {
-        status = jitop__fail(JITOP_EINVAL, "no cache directory: set JITOP_CACHE_DIR or HOME");
+    status = cfg_in->cache_dir ? resolve_dir("cache_dir", cfg_in->cache_dir, &ctx->cache_dir_owned)
+                               : default_cache_dir(&ctx->cache_dir_owned);
+    if (status != JITOP_OK)
         goto out;
-    }
     ctx->cfg.cache_dir = ctx->cache_dir_owned;
 
-    ctx->kernel_dir = cfg_in->kernel_dir ? jitop__abspath(cfg_in->kernel_dir) : default_kernel_dir();
-    if (!ctx->kernel_dir) {
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    status = cfg_in->kernel_dir ? resolve_dir("kernel_dir", cfg_in->kernel_dir, &ctx->kernel_dir)
+                                : default_kernel_dir(&ctx->kernel_dir);
+    if (status != JITOP_OK)
         goto out;
-    }
     ctx->cfg.kernel_dir = ctx->kernel_dir;
 
     const char *arch = cfg_in->arch ? cfg_in->arch : nonempty_env("JITOP_ARCH");
@@ -170,6 +182,8 @@ int jitop_ctx_create(const jitop_config *cfg_in, jitop_ctx **out)
                                  "JITOP_CACHE_MAX_SIZE=%s: expected a size such as 500M or 2G", v);
             goto out;
         }
+        if (max_size == 0) /* as for cache_max_size, 0 means the default */
+            max_size = JITOP__DEFAULT_CACHE_MAX;
     }
     ctx->cfg.cache_max_size = max_size;
 

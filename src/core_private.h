@@ -1,20 +1,38 @@
-/* What the core files (deps.c, compile.c, cache.c, build.c) share beyond
- * internal.h: the freshness window, read-only looks at the cache for
- * jitop_explain (which must not mark entries used nor remove them), and the
- * NVRTC library's identity for keys. */
+/* What the core files (deps.c, compile.c, cache*.c, build.c) share beyond
+ * internal.h: the freshness window and the stat comparisons built on it,
+ * read-only looks at the cache for jitop_explain (which must not mark
+ * entries used nor remove them), and the NVRTC library's identity for keys. */
 #ifndef JITOP_CORE_PRIVATE_H
 #define JITOP_CORE_PRIVATE_H
 
 #include "internal.h"
 
-/* A file modified this recently is never trusted by its stat data alone
- * (deps.c's fast path, build.c's check after a compile). Timestamps have a
- * granularity: ext4 stamps files from a coarse kernel clock (a few ms), some
- * network file systems to 1 s, FAT to 2 s. Two writes within one tick, the
- * second after we looked, leave size and mtime unchanged (git calls this
- * "racy clean"). 2 s covers the coarsest of these; the cost is one content
- * hash per load for the first 2 s after an edit. */
+/* A file whose mtime is this close to the moment its stat data was recorded
+ * is never trusted by that stat data alone (jitop__dep.recent). Timestamps
+ * have a granularity: ext4 stamps files from a coarse kernel clock (a few
+ * ms), some network file systems to 1 s, FAT to 2 s. Two writes within one
+ * tick, the second after we looked, leave size and mtime unchanged (git
+ * calls this "racy clean"). The test is against the time of the recording,
+ * not of a later check: a manifest written in the tick of an edit must not
+ * be trusted once the tick is old. 2 s covers the coarsest of these; the
+ * cost is one content hash per check of a file saved less than 2 s before
+ * it was last scanned, until a scan records it older. */
 #define JITOP__RECENT_WINDOW_NS ((int64_t)2000000000)
+
+/* The mtime of a recent record read back from a manifest, which stores the
+ * flag in place of the time (cache_manifest.c): no file has this mtime (it
+ * is 292 years before 1970, and the ns count of such a time overflows). */
+#define JITOP__MTIME_UNKNOWN INT64_MIN
+
+/* The dep of d whose path is path, NULL when none (deps.c). */
+const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path);
+
+/* After a compile: did any file change since it was scanned? NVRTC read the
+ * files itself, so a header saved during the compile may be in the binary
+ * while the key holds its old hash. Stat differences say so; a recent record
+ * is hashed again. *changed names the first such file (malloc'd), NULL when
+ * none (deps.c). */
+int jitop__deps_changed(const jitop__deps *d, char **changed);
 
 /* Whether a valid entry exists under key. Does not mark it used and leaves
  * an invalid one in place. */

@@ -16,6 +16,8 @@ static int64_t mtime_ns_of(const struct stat *st)
     return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
+/* File times are wall-clock times, so this is the clock they are compared
+ * with. */
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -27,7 +29,9 @@ static int64_t now_ns(void)
  * descriptor BEFORE reading: if the file changes while it is read, the
  * recorded stat is the older one and the next fast-path check sees a
  * difference and hashes again. The other order could record a new stat
- * beside old contents and trust them forever. */
+ * beside old contents and trust them forever. The clock is read after the
+ * stat, so that "recent" is judged against a time no earlier than the
+ * recording. */
 static int read_dep(const char *path, jitop__dep *dep, char **data, size_t *len)
 {
     int status = JITOP_OK;
@@ -76,6 +80,7 @@ static int read_dep(const char *path, jitop__dep *dep, char **data, size_t *len)
     buf[n] = '\0';
     dep->size = (int64_t)st.st_size;
     dep->mtime_ns = mtime_ns_of(&st);
+    dep->recent = dep->mtime_ns >= now_ns() - JITOP__RECENT_WINDOW_NS;
     dep->ino = (uint64_t)st.st_ino;
     dep->dev = (uint64_t)st.st_dev;
     dep->hash = XXH3_128bits(buf, n);
@@ -245,12 +250,12 @@ static char *resolve_include(const struct include *inc, const char *cur_dir,
     return NULL;
 }
 
-static bool deps_contain(const jitop__deps *d, const char *path)
+const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path)
 {
     for (size_t i = 0; i < d->n; i++)
         if (strcmp(d->v[i].path, path) == 0)
-            return true;
-    return false;
+            return &d->v[i];
+    return NULL;
 }
 
 /* Appends a dep with only its path set (ownership of path moves). */
@@ -269,18 +274,6 @@ static int deps_append(jitop__deps *d, size_t *cap, char *path)
     memset(&d->v[d->n], 0, sizeof d->v[d->n]);
     d->v[d->n++].path = path;
     return JITOP_OK;
-}
-
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, path, n);
-        d[n] = '\0';
-    }
-    return d;
 }
 
 /* Resolves the includes of one text (whose own directory is cur_dir, NULL
@@ -305,7 +298,7 @@ static int add_includes(const jitop__unit *u, const char *text, size_t len, cons
         }
         if (!path)
             continue;
-        if (deps_contain(d, path)) {
+        if (jitop__deps_find(d, path)) {
             free(path);
             continue;
         }
@@ -353,7 +346,7 @@ int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text)
                                    u->source_path ? u->source_path : u->source_name);
             goto out;
         }
-        dir = dir_of(d.v[next].path);
+        dir = jitop__dirname(d.v[next].path);
         status = dir ? add_includes(u, data, len, dir, &d, &cap)
                      : jitop__fail(JITOP_ENOMEM, "out of memory");
         free(dir);
@@ -374,37 +367,64 @@ out:
     return status;
 }
 
+/* How a file compares with its record, from the stat data alone. */
+enum stat_verdict {
+    STAT_SAME,   /* the record vouches for the contents */
+    STAT_RECENT, /* nothing differs, but the record is recent: only a hash can tell */
+    STAT_GONE,   /* stat failed (errno kept in *err) */
+    STAT_SIZE,
+    STAT_INODE,
+    STAT_MTIME,
+};
+
+static enum stat_verdict compare_stat(const jitop__dep *dep, struct stat *st, int *err)
+{
+    if (stat(dep->path, st) != 0) {
+        *err = errno;
+        return STAT_GONE;
+    }
+    if ((int64_t)st->st_size != dep->size)
+        return STAT_SIZE;
+    if ((uint64_t)st->st_ino != dep->ino || (uint64_t)st->st_dev != dep->dev)
+        return STAT_INODE;
+    if (dep->mtime_ns != JITOP__MTIME_UNKNOWN && mtime_ns_of(st) != dep->mtime_ns)
+        return STAT_MTIME;
+    return dep->recent ? STAT_RECENT : STAT_SAME;
+}
+
 int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why)
 {
     *fresh = false;
     if (why)
         *why = NULL;
     char *reason = NULL;
-    int64_t recent = now_ns() - JITOP__RECENT_WINDOW_NS;
     for (size_t i = 0; i < d->n && !reason; i++) {
         const jitop__dep *dep = &d->v[i];
         struct stat st;
-        if (stat(dep->path, &st) != 0) {
-            reason = errno == ENOENT ? jitop__sprintf("%s: removed", dep->path)
-                                     : jitop__sprintf("%s: stat: %s", dep->path, strerror(errno));
-            if (!reason)
-                return jitop__fail(JITOP_ENOMEM, "out of memory");
+        int err = 0;
+        switch (compare_stat(dep, &st, &err)) {
+        case STAT_SAME:
+            continue;
+        case STAT_GONE:
+            reason = err == ENOENT ? jitop__sprintf("%s: removed", dep->path)
+                                   : jitop__sprintf("%s: stat: %s", dep->path, strerror(err));
             break;
-        }
-        int64_t mtime = mtime_ns_of(&st);
-        if ((int64_t)st.st_size != dep->size)
+        case STAT_SIZE:
             reason = jitop__sprintf("%s: size changed (%lld -> %lld bytes)", dep->path,
                                     (long long)dep->size, (long long)st.st_size);
-        else if (mtime != dep->mtime_ns)
-            reason = jitop__sprintf("%s: modification time changed", dep->path);
-        else if ((uint64_t)st.st_ino != dep->ino || (uint64_t)st.st_dev != dep->dev)
+            break;
+        case STAT_INODE:
             reason = jitop__sprintf("%s: replaced by another file (inode changed)", dep->path);
-        else if (mtime >= recent)
-            reason = jitop__sprintf("%s: modified within 2 s of now (timestamp granularity), "
-                                    "so its contents are checked",
+            break;
+        case STAT_MTIME:
+            reason = jitop__sprintf("%s: modification time changed", dep->path);
+            break;
+        case STAT_RECENT:
+            reason = jitop__sprintf("%s: saved within 2 s of when it was last scanned "
+                                    "(timestamp granularity), so its contents are checked",
                                     dep->path);
-        else
-            continue;
+            break;
+        }
         if (!reason)
             return jitop__fail(JITOP_ENOMEM, "out of memory");
     }
@@ -413,6 +433,33 @@ int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why)
         *why = reason;
     else
         free(reason);
+    return JITOP_OK;
+}
+
+int jitop__deps_changed(const jitop__deps *d, char **changed)
+{
+    *changed = NULL;
+    for (size_t i = 0; i < d->n; i++) {
+        const jitop__dep *dep = &d->v[i];
+        struct stat st;
+        int err = 0;
+        enum stat_verdict v = compare_stat(dep, &st, &err);
+        bool differs = v != STAT_SAME;
+        if (v == STAT_RECENT) {
+            char *data = NULL;
+            size_t len = 0;
+            if (jitop__read_file(dep->path, &data, &len) != JITOP_OK) {
+                jitop__clear_error(); /* unreadable now: changed, and the rebuild says why */
+            } else {
+                differs = !XXH128_isEqual(XXH3_128bits(data, len), dep->hash);
+            }
+            free(data);
+        }
+        if (differs) {
+            *changed = jitop__strdup(dep->path);
+            return *changed ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+    }
     return JITOP_OK;
 }
 

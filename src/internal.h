@@ -2,18 +2,29 @@
  * What the library's files share and users never see. Internal names are
  * jitop__*; nothing here is exported (-fvisibility=hidden).
  *
- * Files and their one idea each:
+ * Files and their one idea each (headers: core_private.h is what the core
+ * files share beyond this one, cache_private.h what the cache files share,
+ * cuda_driver.h the driver table, loader.h modules and ops, watch.h hot
+ * reload, ops_state.h the shipped ops' per-context state):
  *   util.c       errors (thread-local message), string lists, file helpers
  *   context.c    jitop_ctx: configuration, cache root, arch, version
- *   deps.c       a unit's dependency list: include scanning, stat, hashing
+ *   deps.c       a unit's dependency list: include scanning, stat, hashing,
+ *                the stat fast path
  *   compile.c    NVRTC: option normalization, compile, logs, name expressions
- *   cache.c      the on-disk cache: keys, entry format, manifests, locks,
- *                atomic writes, eviction
+ *   cache.c      the cache object: open, read-only mode and its in-memory
+ *                fallback, entries, locks
+ *   cache_file.c the cache's file format, directories, atomic writes,
+ *                checked reads
+ *   cache_key.c  keys and manifest ids
+ *   cache_manifest.c  stat manifests
+ *   cache_walk.c list, gc, LRU eviction, clean, explain's search
  *   build.c      one unit to one binary: stat fast path, key, cache, lock,
  *                compile (jitop_build / jitop_explain)
  *   cuda.c       the CUDA driver through dlopen: the only file that calls it
- *   jit_loader.c modules, ops, launch (jitop_load, jitop_op_get, jitop_launch)
- *   watch.c      hot reload: inotify, coalescing, background rebuilds
+ *   jit_loader.c modules: load through the cache, images, reload, teardown
+ *   jit_ops.c    ops: the op table, template instances, bindings, launches
+ *   watcher.c    which watched files changed (inotify, coalescing)
+ *   watch.c      hot reload: background rebuilds of the changed targets
  *   layernorm.c, lltm.c  the shipped ops' C entry points
  */
 #ifndef JITOP_INTERNAL_H
@@ -73,10 +84,16 @@ char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 
 /* Reads a whole file, NUL-terminated (the NUL is not counted in *len). */
 int jitop__read_file(const char *path, char **data, size_t *len);
-/* Absolute, normalized path (no symlink resolution needed by callers). */
+/* Absolute, normalized path (no symlink resolution needed by callers).
+ * NULL with errno set on failure: ENOMEM, or why the current directory
+ * could not be read for a relative path (ENOENT when it was deleted). */
 char *jitop__abspath(const char *path);
-/* mkdir -p with mode for the directories it creates. */
-int jitop__mkdir_p(const char *path, mode_t mode);
+/* Reports a failed jitop__abspath(path) from errno: "out of memory", or
+ * "cannot resolve PATH: <strerror>" (JITOP_EIO). Returns the status. */
+int jitop__fail_abspath(const char *path);
+/* The directory part of path: "/a/b" -> "/a", "/a" -> "/", "a" -> "".
+ * Malloc'd; NULL on ENOMEM. */
+char *jitop__dirname(const char *path);
 /* Monotonic clock in milliseconds. */
 double jitop__now_ms(void);
 
@@ -170,6 +187,12 @@ typedef struct jitop__dep {
     int64_t mtime_ns;
     uint64_t ino, dev;
     XXH128_hash_t hash;   /* of the contents */
+    /* The mtime was within JITOP__RECENT_WINDOW_NS of the moment the stat
+     * was recorded: a same-size save later in the same timestamp tick would
+     * leave size, mtime and inode as recorded, so this record never vouches
+     * for the contents by itself (git's "racy clean"); only a hash does. A
+     * manifest keeps the flag (and then no mtime). */
+    bool recent;
 } jitop__dep;
 
 /* The files one unit reads: [0] is the source (absent for inline text), then
@@ -186,8 +209,8 @@ typedef struct jitop__deps {
  * that is compiled, so that what is hashed is what is built. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
 /* Stat fast path: *fresh = 1 when every file's size, mtime and inode match
- * and none was modified within the timestamp granularity of now. Otherwise
- * *why (malloc'd, may be NULL) names the first file that differs. */
+ * and no record is recent (see jitop__dep). Otherwise *why (malloc'd, may be
+ * NULL) names the first file that differs. */
 int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why);
 void jitop__deps_free(jitop__deps *d);
 
@@ -247,6 +270,12 @@ typedef struct jitop__built {
 int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out);
 /* Would jitop__build_unit hit? If not, *why says what changed. */
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why);
+/* jitop_explain's answer without its reason: costs the stat fast path, or
+ * one hashing pass of the unit's files when that fails, and never the walk
+ * of the cache that explaining a miss may take (the CLI's hit check). */
+int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
+                           const char *const *options, size_t noptions,
+                           const char *const *names, size_t nnames, bool *hit);
 void jitop__built_free(jitop__built *b);
 
 #endif

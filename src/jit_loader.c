@@ -329,7 +329,7 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     for (size_t i = 0; status == JITOP_OK && i < nsources; i++) {
         char *abs = sources[i] ? jitop__abspath(sources[i]) : NULL;
         if (!abs) {
-            status = sources[i] ? jitop__fail(JITOP_ENOMEM, "out of memory")
+            status = sources[i] ? jitop__fail_abspath(sources[i])
                                 : jitop__fail(JITOP_EINVAL, "module %s: source %zu is NULL",
                                               name, i);
             break;
@@ -652,32 +652,53 @@ out:
 int jitop__module_reap(jitop_module *m, bool wait, size_t *left)
 {
     int status = JITOP_OK;
-    size_t idle = 0, still = 0;
+    size_t claimed = 0, still = 0;
     if (!m)
         return jitop__fail(JITOP_EINVAL, "jitop__module_reap: m is NULL");
     pthread_mutex_lock(&m->lock);
-    for (jitop__image *img = m->images; img; img = img->next)
-        if (img->retired && img->lib &&
-            atomic_load_explicit(&img->inflight, memory_order_seq_cst) == 0)
-            idle++;
-    if (wait && idle > 0) {
+    uint64_t ticket = ++m->reaps;
+    /* Only images idle BEFORE the sync may go: a launch that held an image
+     * then may queue its kernel while the sync runs and let go of the image
+     * after it, and that kernel is not covered by the sync. A retired image
+     * idle before the sync stays idle: no new launch can take hold of it
+     * (the binding no longer points to it; a launch that loaded the old
+     * binding sees the change at its re-check and never launches). Each
+     * reap claims the images it saw idle, so that a reap whose sync started
+     * earlier never unloads an image that went idle after its sync began. */
+    for (jitop__image *img = m->images; wait && img; img = img->next) {
+        if (img->retired && img->lib && !img->reap_claim &&
+            atomic_load_explicit(&img->inflight, memory_order_seq_cst) == 0) {
+            img->reap_claim = ticket;
+            claimed++;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (claimed > 0) {
         /* Kernels already queued may still run from these images: wait for
-         * every stream of the context before unloading. */
+         * every stream of the context before unloading. Without m->lock:
+         * images are freed only with the module (jitop_ctx_destroy joins
+         * the watch thread before it frees modules, and no other thread may
+         * use a module it is destroying), and a claimed image is unloaded
+         * only by its claimant, so it stays loaded meanwhile. */
         status = jitop__driver_make_current(m->drv);
         if (status == JITOP_OK)
             status = jitop__cu_check(m->drv->api->cuCtxSynchronize(),
                                      "cuCtxSynchronize before unloading an old image", m->name);
-        for (jitop__image *img = m->images; status == JITOP_OK && img; img = img->next) {
-            if (!img->retired || !img->lib ||
-                atomic_load_explicit(&img->inflight, memory_order_seq_cst) != 0)
-                continue;
-            status = jitop__cu_check(m->drv->api->cuLibraryUnload(img->lib), "cuLibraryUnload",
-                                     m->name);
-            img->lib = NULL;
-            free_kernels(img->kernels, img->nkernels);
-            img->kernels = NULL;
-            img->nkernels = 0;
+    }
+    pthread_mutex_lock(&m->lock);
+    for (jitop__image *img = m->images; claimed > 0 && img; img = img->next) {
+        if (img->reap_claim != ticket)
+            continue;
+        if (status != JITOP_OK) {
+            img->reap_claim = 0; /* a later reap tries again */
+            continue;
         }
+        status = jitop__cu_check(m->drv->api->cuLibraryUnload(img->lib), "cuLibraryUnload",
+                                 m->name);
+        img->lib = NULL;
+        free_kernels(img->kernels, img->nkernels);
+        img->kernels = NULL;
+        img->nkernels = 0;
     }
     for (jitop__image *img = m->images; img; img = img->next)
         if (img->retired && img->lib)

@@ -175,8 +175,81 @@ static int optab_insert(jitop_module *m, jitop_op *op)
     return JITOP_OK;
 }
 
+/* A name op_get failed on, for m->failed. */
+typedef struct jitop__failed_name {
+    char *name;
+    int status;
+    char *message;
+    struct jitop__failed_name *next;
+} jitop__failed_name;
+
+/* Remembering is an optimization: past this many names (a program probing
+ * names in a loop), new failures compile again instead of growing the list. */
+#define JITOP__FAILED_NAMES_MAX 64
+
+static void failed_names_free(jitop_module *m)
+{
+    jitop__failed_name *f = m->failed;
+    while (f) {
+        jitop__failed_name *next = f->next;
+        free(f->name);
+        free(f->message);
+        free(f);
+        f = next;
+    }
+    m->failed = NULL;
+    m->nfailed = 0;
+}
+
+/* Under m->lock. The failure remembered for name in the code in place, or
+ * NULL; failures of an older generation are dropped first. */
+static const jitop__failed_name *failed_name_find(jitop_module *m, const char *name)
+{
+    uint64_t gen = atomic_load_explicit(&m->generation, memory_order_relaxed);
+    if (m->failed_gen != gen) {
+        failed_names_free(m);
+        m->failed_gen = gen;
+    }
+    for (const jitop__failed_name *f = m->failed; f; f = f->next)
+        if (strcmp(f->name, name) == 0)
+            return f;
+    return NULL;
+}
+
+/* Remembers that name failed with status and the thread's message, unless
+ * a reload swapped new code in since the attempt began (gen). Known limit:
+ * a source edited on disk is seen only through a reload (jitop_watch,
+ * jitop_module_reload, or loading the module again), as for its kernels. */
+static void failed_name_remember(jitop_module *m, const char *name, int status, uint64_t gen)
+{
+    jitop__failed_name *f = calloc(1, sizeof *f);
+    if (!f || !(f->name = jitop__strdup(name)) ||
+        !(f->message = jitop__strdup(jitop_errmsg(NULL)))) {
+        if (f)
+            free(f->name);
+        free(f);
+        return; /* not remembered: the next ask compiles again */
+    }
+    f->status = status;
+    pthread_mutex_lock(&m->lock);
+    bool keep = !failed_name_find(m, name) && m->failed_gen == gen &&
+                m->nfailed < JITOP__FAILED_NAMES_MAX;
+    if (keep) {
+        f->next = m->failed;
+        m->failed = f;
+        m->nfailed++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (!keep) {
+        free(f->name);
+        free(f->message);
+        free(f);
+    }
+}
+
 void jitop__ops_free(jitop_module *m)
 {
+    failed_names_free(m);
     jitop_op *op = m->ops;
     while (op) {
         jitop_op *next = op->next;
@@ -364,8 +437,10 @@ out:
 
 /* Compiles name as a name expression from the unit that mentions it and
  * makes it an op. Compiling runs without m->lock (it may take long, and the
- * build may take ctx->lock). */
-static int instantiate(jitop_module *m, const char *name, jitop_op **out)
+ * build may take ctx->lock). *about_name: the failure is the answer for
+ * this name and these sources (no unit mentions it, it does not compile,
+ * it is no kernel), not a passing one (memory, I/O, the driver). */
+static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *about_name)
 {
     const jitop__unit *u = NULL;
     jitop__modunit *mu = NULL;
@@ -373,16 +448,20 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out)
     bool is_template = strchr(name, '<') != NULL, taken = false;
     int status = JITOP_OK;
 
+    *about_name = false;
     template_ident(name, ident, sizeof ident);
     if (ident[0])
         status = pick_unit(m, ident, &u);
-    if (status == JITOP_OK && !u)
+    if (status == JITOP_OK && !u) {
         status = not_found_locked(m, name, "");
+        *about_name = true;
+    }
     if (status == JITOP_OK && !(mu = calloc(1, sizeof *mu)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status == JITOP_OK) {
         const char *names[1] = {name};
         status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, mu);
+        *about_name = status == JITOP_ECOMPILE;
         /* A plain word that merely occurs in the source is a typo more often
          * than a C++ kernel: say what exists. */
         if (status == JITOP_ECOMPILE && !is_template)
@@ -392,8 +471,10 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out)
             mu = NULL;
         }
     }
-    if (status == JITOP_OK)
+    if (status == JITOP_OK) {
         status = instance_publish(m, name, mu, out, &taken);
+        *about_name = status == JITOP_ENOTFOUND; /* compiled, but to no kernel */
+    }
     if (mu && !taken) {
         jitop__image_free(m->drv, mu->image);
         jitop__modunit_free(mu);
@@ -403,14 +484,17 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out)
 }
 
 /* The slow path of jitop_op_get: an extern "C" kernel of the sources made
- * an op under m->lock, or else a name expression compiled on demand. */
+ * an op under m->lock, or else a name expression compiled on demand (unless
+ * that name already failed on the code in place: the same error again). */
 static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **op)
 {
     int status = JITOP_OK;
     jitop__binding *b = NULL;
     jitop__image *img = NULL;
     CUkernel k = NULL;
+    const jitop__failed_name *failed = NULL;
     bool compile = false;
+    uint64_t gen = 0;
     pthread_mutex_lock(&m->lock);
     *op = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, h);
     if (!*op && jitop__find_kernel(m, NULL, name, &img, &k)) {
@@ -419,13 +503,20 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
             status = op_new(m, name, SIZE_MAX, b, op);
         if (status == JITOP_OK)
             b = NULL;
+    } else if (!*op && (failed = failed_name_find(m, name))) {
+        status = jitop__fail(failed->status, "%s", failed->message);
     } else if (!*op) {
         compile = true;
+        gen = m->failed_gen; /* the generation failed_name_find just saw */
     }
     pthread_mutex_unlock(&m->lock);
     jitop__binding_free_chain(b);
-    if (compile)
-        status = instantiate(m, name, op);
+    if (compile) {
+        bool about_name = false;
+        status = instantiate(m, name, op, &about_name);
+        if (status != JITOP_OK && about_name)
+            failed_name_remember(m, name, status, gen);
+    }
     return status;
 }
 
@@ -601,13 +692,17 @@ static inline int launch_prepare(jitop_op *op, jitop__binding *b, size_t shared_
     if ((arg_sizes || nargs || !args) &&
         (status = check_args(op, b, args, arg_sizes, nargs)) != JITOP_OK)
         return status;
+    /* First, so that the sum below cannot wrap and the driver's unsigned
+     * (and cuFuncSetAttribute's int) get the value asked for. */
+    if (shared_bytes > INT_MAX)
+        return jitop__fail(JITOP_EINVAL,
+                           "op %s: shared_bytes %zu is too large (at most %d bytes)", op->name,
+                           shared_bytes, INT_MAX);
     /* The default 48 KiB covers static and dynamic shared memory together
-     * (the function's dynamic limit starts at 48 KiB minus its static part). */
+     * (the function's dynamic limit starts at 48 KiB minus its static part;
+     * static_shared_bytes came from an int, so the sum fits a size_t). */
     if (shared_bytes + b->static_shared_bytes > JITOP__SMEM_DEFAULT_LIMIT &&
         shared_bytes > atomic_load_explicit(&b->smem_raised, memory_order_acquire)) {
-        if (shared_bytes > INT_MAX)
-            return jitop__fail(JITOP_EINVAL, "op %s: shared_bytes %zu is too large", op->name,
-                               shared_bytes);
         status = raise_smem(op, b, shared_bytes);
         if (status != JITOP_OK)
             return status;

@@ -58,6 +58,9 @@ typedef struct jitop__image {
     CUlibrary lib;            /* NULL once unloaded */
     atomic_uint inflight;     /* launches between binding load and launch return */
     bool retired;             /* replaced by a commit; unloaded by the reaper */
+    /* The reap that saw no launch holding it before its sync and will unload
+     * it after that sync (m->reaps ticket; 0: none). Guarded by m->lock. */
+    uint64_t reap_claim;
     char key[33];             /* cache key of the binary */
     jitop__kernel *kernels;
     size_t nkernels;
@@ -126,6 +129,14 @@ struct jitop_module {
     jitop_op *ops;            /* every op, newest first (m->lock) */
     jitop__image *images;     /* live and retired (m->lock) */
     _Atomic uint64_t generation;
+    uint64_t reaps;           /* tickets handed to jitop__module_reap calls (m->lock) */
+    /* Names jitop_op_get could not make an op of (not a kernel, does not
+     * compile), with their error, so that asking again fails without
+     * another NVRTC compile. Only for generation failed_gen: a reload that
+     * swaps new code in forgets them (m->lock; jit_ops.c). */
+    struct jitop__failed_name *failed;
+    size_t nfailed;
+    uint64_t failed_gen;
     void *watch;              /* watch.c's per-module state; NULL when not watched */
     struct jitop_module *next; /* ctx->modules */
 };
@@ -161,10 +172,13 @@ void jitop__pending_free(jitop__pending *p);
 int jitop__module_files(jitop_module *m, jitop__strv *paths);
 
 /* Unloads retired images that no launch holds. wait: first waits for the
- * context's queued work (cuCtxSynchronize, blocking) so that no kernel still
- * queued on a stream runs from an unloaded image; without wait nothing is
- * unloaded (retired images stay until a waiting reap). *left (may be NULL)
- * gets the retired images still loaded. */
+ * context's queued work (cuCtxSynchronize, blocking, run without m->lock so
+ * that op_get, jitop_module_ops and launches that raise their shared memory
+ * limit do not wait for the GPU) so that no kernel still queued on a stream
+ * runs from an unloaded image; without wait nothing is unloaded (retired
+ * images stay until a waiting reap). *left (may be NULL) gets the retired
+ * images still loaded. Several reaps may run at once: each unloads only the
+ * images it claimed. */
 int jitop__module_reap(jitop_module *m, bool wait, size_t *left);
 
 /* The context's teardown of the loader part (registered with

@@ -131,13 +131,13 @@ char *jitop__sprintf(const char *fmt, ...)
 static int strv_take(jitop__strv *sv, char *s)
 {
     if (!s)
-        return JITOP_ENOMEM;
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
     if (sv->n == sv->cap) {
         size_t cap = sv->cap ? sv->cap * 2 : 8;
         char **v = realloc(sv->v, cap * sizeof *v);
         if (!v) {
             free(s);
-            return JITOP_ENOMEM;
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
         }
         sv->v = v;
         sv->cap = cap;
@@ -240,14 +240,13 @@ char *jitop__abspath(const char *path)
     } else {
         char cwd[PATH_MAX];
         if (!getcwd(cwd, sizeof cwd))
-            return NULL;
+            return NULL; /* errno says why: ENOENT for a deleted directory */
         joined = jitop__sprintf("%s/%s", cwd, path);
     }
-    if (!joined)
-        return NULL;
-    char *out = malloc(strlen(joined) + 2);
+    char *out = joined ? malloc(strlen(joined) + 2) : NULL;
     if (!out) {
         free(joined);
+        errno = ENOMEM;
         return NULL;
     }
     size_t n = 0;
@@ -279,27 +278,25 @@ char *jitop__abspath(const char *path)
     return out;
 }
 
-int jitop__mkdir_p(const char *path, mode_t mode)
+int jitop__fail_abspath(const char *path)
 {
-    char *p = jitop__strdup(path);
-    if (!p)
+    int e = errno;
+    if (e == ENOMEM)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
-    int status = JITOP_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, mode) != 0 && errno != EEXIST) {
-            status = jitop__fail(JITOP_EIO, "cannot create directory %s: %s", p, strerror(errno));
-            break;
-        }
-        *s = c;
-        if (c == '\0')
-            break;
+    return jitop__fail(JITOP_EIO, "cannot resolve %s: the current directory: %s", path,
+                       strerror(e));
+}
+
+char *jitop__dirname(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = '\0';
     }
-    free(p);
-    return status;
+    return d;
 }
 
 double jitop__now_ms(void)

@@ -32,6 +32,7 @@ typedef struct entry {
     int err_status;
     char *err_msg;
     double err_ms;
+    bool stop_due;      /* err_* says the watch thread ended (see watch_failed) */
     bool recover_due;
     struct entry *next;
 } entry;
@@ -281,6 +282,68 @@ static bool run_reaps(jitop__watch *w)
     return left;
 }
 
+/* The watch thread is about to end on status (an inotify or poll failure,
+ * out of memory): the application must hear that hot reload stopped. AUTO
+ * targets are told now, POLL targets at their next jitop_poll (their
+ * callbacks run there only). Logged to stderr when no target can say it. */
+static void watch_failed(jitop__watch *w, int status)
+{
+    char *why = jitop__strdup(jitop_errmsg(NULL));
+    char *msg = jitop__sprintf("hot reload stopped, the code in place keeps running: %s",
+                               why ? why : jitop_strerror(status));
+    const char *text = msg ? msg : "hot reload stopped (out of memory for the message)";
+    size_t n = 0, k = 0, polled = 0;
+    pthread_mutex_lock(&w->lock);
+    for (entry *e = w->entries; e; e = e->next)
+        n++;
+    entry **told = calloc(n ? n : 1, sizeof *told); /* the AUTO targets, held */
+    for (entry *e = w->entries; told && e; e = e->next) {
+        if (e->removed)
+            continue;
+        if (e->mode == JITOP_RELOAD_AUTO) {
+            e->busy++;
+            told[k++] = e;
+            continue;
+        }
+        char *copy = jitop__strdup(text);
+        if (!copy)
+            continue;
+        free(e->err_msg);
+        e->err_status = status;
+        e->err_msg = copy;
+        e->err_ms = 0;
+        e->stop_due = true;
+        polled++;
+        atomic_store_explicit(&w->poll_due, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (k == 0 && polled == 0)
+        jitop__log(NULL, "watch: %s", text);
+    for (size_t i = 0; i < k; i++) {
+        int st = status;
+        jitop__reload_report timing = {.wait_ms = -1, .stopped = true};
+        deliver(w, told[i], &st, text, NULL, &timing);
+    }
+    pthread_mutex_lock(&w->lock);
+    entry *dead_list = NULL;
+    for (size_t i = 0; i < k; i++) {
+        entry *dead = release(w, told[i]);
+        if (dead) {
+            dead->next = dead_list;
+            dead_list = dead;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    while (dead_list) {
+        entry *e = dead_list;
+        dead_list = e->next;
+        entry_free(e);
+    }
+    free(told);
+    free(msg);
+    free(why);
+}
+
 static void *watch_thread(void *arg)
 {
     jitop__watch *w = arg;
@@ -291,11 +354,13 @@ static void *watch_thread(void *arg)
         size_t ntags = 0;
         int rc = jitop__watcher_wait(w->watcher, reap_left ? REAP_RETRY_MS : -1, &res, &tags,
                                      &ntags);
-        /* An inotify read error ends the watch (res is STOPPED): the code in
-         * place keeps running, it just no longer reloads. */
-        (void)rc;
+        /* An inotify read error (or running out of memory) ends the watch
+         * (res is STOPPED): the code in place keeps running, it just no
+         * longer reloads, and every target is told so. */
         if (res == JITOP__WAIT_STOPPED) {
             free(tags);
+            if (rc != JITOP_OK)
+                watch_failed(w, rc);
             break;
         }
         for (size_t i = 0; i < ntags; i++)
@@ -385,6 +450,11 @@ void jitop__watch_tune(jitop__watch *w, int quiet_ms, int max_delay_ms)
     jitop__watcher_tune(w->watcher, quiet_ms, max_delay_ms);
 }
 
+void jitop__watch_inject_failure(jitop__watch *w, int status)
+{
+    jitop__watcher_inject_failure(w->watcher, status);
+}
+
 int jitop__watch_add(jitop__watch *w, jitop_reload_mode mode, const jitop__target_ops *ops,
                      void *self, uint64_t *id)
 {
@@ -446,6 +516,7 @@ typedef struct delivery {
     int err_status;
     char *err_msg;
     double err_ms;
+    bool stopped;
     bool recover;
 } delivery;
 
@@ -472,10 +543,11 @@ int jitop__watch_poll(jitop__watch *w, int *swapped)
         if (e->removed || !(e->ready || e->err_status != JITOP_OK || e->recover_due))
             continue;
         d[k] = (delivery){e, e->ready, e->ready_ms, e->err_status, e->err_msg, e->err_ms,
-                          e->recover_due};
+                          e->stop_due, e->recover_due};
         e->ready = NULL;
         e->err_status = JITOP_OK;
         e->err_msg = NULL;
+        e->stop_due = false;
         e->recover_due = false;
         e->busy++;
         k++;
@@ -494,7 +566,8 @@ int jitop__watch_poll(jitop__watch *w, int *swapped)
         }
         if (status == JITOP_OK && d[i].err_status != JITOP_OK) {
             status = d[i].err_status;
-            jitop__reload_report timing = {.ms = d[i].err_ms, .wait_ms = -1};
+            jitop__reload_report timing = {.ms = d[i].err_ms, .wait_ms = -1,
+                                           .stopped = d[i].stopped};
             deliver(w, d[i].e, &status, d[i].err_msg, NULL, &timing);
         }
         if (status != JITOP_OK && first == JITOP_OK) {
@@ -618,7 +691,9 @@ static void module_discard(void *self, void *next)
 static void module_report(void *self, const jitop__reload_report *r)
 {
     module_target *t = self;
-    if (r->status == JITOP_OK)
+    if (r->stopped)
+        jitop__log(t->m->ctx, "watch %s: %s", t->m->name, r->message);
+    else if (r->status == JITOP_OK)
         jitop__log(t->m->ctx,
                    "watch %s: %s (generation %llu): waited %.1f ms for the files to settle, "
                    "rebuilt in %.1f ms, file list %.1f ms, swap %.2f ms",
@@ -862,6 +937,8 @@ static void unit_report(void *self, const jitop__reload_report *r)
     ur.generation = t->generation;
     pthread_mutex_unlock(&t->lock);
     ur.key = key;
+    if (r->stopped)
+        jitop__log(t->ctx, "watch %s: %s", t->unit.source_path, r->message);
     if (t->fn)
         t->fn(t->user, &ur);
 }

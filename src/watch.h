@@ -79,6 +79,11 @@ double jitop__watcher_batch_first_ms(jitop__watcher *w);
 void jitop__watcher_wake(jitop__watcher *w);
 /* Makes every wait from now on return STOPPED. Thread-safe. */
 void jitop__watcher_stop(jitop__watcher *w);
+/* For tests: makes the next wait fail with status as a failed inotify read
+ * would (a recorded message, result STOPPED), so that what a watch does
+ * when its watcher breaks can be checked without breaking the kernel's.
+ * Thread-safe. */
+void jitop__watcher_inject_failure(jitop__watcher *w, int status);
 
 /* True when a waiter is blocked with nothing to report: no change pending
  * and no event left unread in the kernel's queue. Since inotify queues an
@@ -103,6 +108,9 @@ typedef struct jitop__reload_report {
     double wait_ms;      /* first change seen -> rebuild start (coalescing); -1 unknown */
     double files_ms;     /* re-reading the file list after the rebuild */
     double commit_ms;    /* the swap (AUTO; 0 in POLL, where jitop_poll swaps) */
+    bool stopped;        /* the watch itself failed (status, message say how) and
+                            its thread ended: the code in place keeps running,
+                            but nothing is reloaded any more */
 } jitop__reload_report;
 
 /* What the watch thread rebuilds. self is the target's own state. */
@@ -148,6 +156,9 @@ int jitop__watch_create(jitop__watch **out);
 void jitop__watch_destroy(jitop__watch *w);
 /* See jitop__watcher_tune. */
 void jitop__watch_tune(jitop__watch *w, int quiet_ms, int max_delay_ms);
+/* For tests: see jitop__watcher_inject_failure. The thread then reports
+ * the failure (stopped set) to every target and ends. */
+void jitop__watch_inject_failure(jitop__watch *w, int status);
 
 /* Adds a target (ops must outlive the watch). Its files are watched before
  * this returns, and the thread checks it once right away, so that a save

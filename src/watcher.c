@@ -47,6 +47,7 @@ struct jitop__watcher {
     double batch_first_ms;    /* first_ms of the batch the last CHANGED wait returned */
     int quiet_ms, max_delay_ms;
     bool waiting, woken, stopped;
+    int injected;             /* jitop__watcher_inject_failure's status; 0: none */
 };
 
 int jitop__watcher_open(jitop__watcher **out)
@@ -208,7 +209,7 @@ int jitop__watcher_set(jitop__watcher *w, uint64_t tag, const char *const *paths
     for (size_t i = 0; i < n; i++) {
         char *abs = jitop__abspath(paths[i]);
         if (!abs) {
-            rc = jitop__fail(JITOP_ENOMEM, "watch: out of memory");
+            rc = jitop__fail_abspath(paths[i]);
             goto out;
         }
         char *slash = strrchr(abs, '/');
@@ -322,6 +323,14 @@ void jitop__watcher_stop(jitop__watcher *w)
 {
     pthread_mutex_lock(&w->lock);
     w->stopped = true;
+    pthread_mutex_unlock(&w->lock);
+    wake_fd_signal(w);
+}
+
+void jitop__watcher_inject_failure(jitop__watcher *w, int status)
+{
+    pthread_mutex_lock(&w->lock);
+    w->injected = status;
     pthread_mutex_unlock(&w->lock);
     wake_fd_signal(w);
 }
@@ -443,6 +452,13 @@ int jitop__watcher_wait(jitop__watcher *w, int timeout_ms, jitop__wait_result *r
     pthread_mutex_lock(&w->lock);
     for (;;) {
         if (w->stopped) {
+            *result = JITOP__WAIT_STOPPED;
+            break;
+        }
+        if (w->injected != JITOP_OK) {
+            rc = jitop__fail(w->injected, "watch: reading inotify events: %s (injected by a test)",
+                             jitop_strerror(w->injected));
+            w->injected = JITOP_OK;
             *result = JITOP__WAIT_STOPPED;
             break;
         }

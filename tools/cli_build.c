@@ -4,16 +4,19 @@
  *
  * A no-op build must cost a few milliseconds for the whole process, so the
  * pairs are first asked, on the main thread, whether they would hit
- * (jitop_explain: the stat fast path, no file read when nothing changed);
+ * (jitop__build_would_hit: the stat fast path, no file read when nothing
+ * changed, one hashing pass when the stat data does not vouch; unlike
+ * jitop_explain it never walks the cache to say why a pair would miss);
  * hits are then taken from the cache right there, and worker threads start
  * only for the pairs that need NVRTC.
  */
 #include "cli.h"
 
+#include "internal.h" /* jitop__build_would_hit, jitop__now_ms: the CLI links the static library */
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct job {
@@ -118,26 +121,19 @@ static void print_result(build_run *r, const job *j)
     }
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Runs jitop_build for one job and keeps its outcome. A failing jitop_build
  * leaves its result untouched, so the time of a failure is taken here. */
 static void build_job(build_run *r, job *j)
 {
     const struct jitop_cli_build_args *a = r->a;
-    double t0 = now_ms();
+    double t0 = jitop__now_ms();
     j->status = jitop_build(r->ctx, j->file, j->arch, opts_of(a), a->options.n, names_of(a),
                             a->names.n, &j->res);
     if (j->status != JITOP_OK) {
         const char *msg = jitop_errmsg(r->ctx);
         j->error = strdup(msg && *msg ? msg : jitop_strerror(j->status));
         memset(&j->res, 0, sizeof j->res);
-        j->res.ms = now_ms() - t0;
+        j->res.ms = jitop__now_ms() - t0;
     }
 }
 
@@ -216,15 +212,13 @@ int jitop_cli_build(int argc, char **argv)
     }
     lock_ok = 1;
 
-    /* Cached pairs first, on this thread; an explain failure (an unreadable
+    /* Cached pairs first, on this thread; a failure to ask (an unreadable
      * file, a bad option) is left to jitop_build to report. */
     for (size_t i = 0; i < r.njobs; i++) {
         job *j = &r.jobs[i];
-        int hit = 0;
-        char *why = NULL;
-        int st = jitop_explain(r.ctx, j->file, j->arch, opts_of(&a), a.options.n, names_of(&a),
-                               a.names.n, &hit, &why);
-        jitop_free(why);
+        bool hit = false;
+        int st = jitop__build_would_hit(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
+                                        names_of(&a), a.names.n, &hit);
         if (st != JITOP_OK || !hit) {
             r.todo[r.ntodo++] = i;
             continue;

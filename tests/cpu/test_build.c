@@ -518,6 +518,120 @@ static void test_threads_share_a_context(void **state)
     project_free(&p);
 }
 
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Racy clean, end to end: a header saved half a second before a build (so
+ * inside the timestamp-granularity window when the manifest records it),
+ * then rewritten with the same size and its old mtime restored. Once the
+ * window has passed, a check against the time of the check would trust the
+ * manifest and serve the old binary; the manifest must have kept the header
+ * marked, so the build hashes it and compiles the new text. */
+static void test_racy_clean_manifest_not_trusted_later(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    jt_touch(p.b, -0.5);
+    struct stat st;
+    assert_int_equal(stat(p.b, &st), 0);
+    int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    jitop_build_result r1 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r1.cached, 0);
+
+    /* The premise: the manifest holds the header as recent (the scan ran
+     * within 1.5 s of the touch). */
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, p.src, NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_OK);
+    char id[33], key[33];
+    jitop__manifest_id(&u, id);
+    jitop__deps d;
+    bool found = false;
+    assert_int_equal(jitop__manifest_get(ctx->cache, id, &d, key, &found), JITOP_OK);
+    assert_true(found);
+    bool marked = false;
+    for (size_t i = 0; i < d.n; i++)
+        if (strcmp(d.v[i].path, p.b) == 0)
+            marked = d.v[i].recent;
+    assert_true(marked);
+    jitop__deps_free(&d);
+    jitop__unit_free(&u);
+
+    /* Same size, same inode, same mtime: only the bytes differ. */
+    FILE *f = fopen(p.b, "r+b");
+    assert_non_null(f);
+    const char *text = "#pragma once\n#define B_VALUE 2\n";
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    assert_int_equal(utimensat(AT_FDCWD, p.b, ts, 0), 0);
+    struct stat st2;
+    assert_int_equal(stat(p.b, &st2), 0);
+    assert_int_equal(st2.st_size, st.st_size);
+    assert_int_equal(st2.st_ino, st.st_ino);
+
+    /* Wait until the mtime is older than the window, as any later build
+     * would see it. */
+    while (realtime_ns() < mtime + (int64_t)2200000000) {
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    int hit = 1;
+    char *why = explain(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit);
+    assert_int_equal(hit, 0);
+    free(why);
+    jitop_build_result r2 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r2.cached, 0);
+    assert_string_not_equal(r2.key, r1.key);
+    /* Now recorded as old: the stat fast path serves the new binary. */
+    jitop_build_result r3 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(r3.cached, 1);
+    assert_string_equal(r3.key, r2.key);
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
+/* The CLI's hit check: the same answer as jitop_explain, without a reason. */
+static void test_would_hit(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    bool hit = true;
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
+    assert_false(hit);
+    build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
+    assert_true(hit);
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, "sm_80", NULL, 0, NULL, 0, &hit), JITOP_OK);
+    assert_false(hit);
+    const char *opts[] = {"-DEXTRA=1"};
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, opts, 1, NULL, 0, &hit), JITOP_OK);
+    assert_false(hit);
+    /* Touched but unchanged: still a hit (found by hashing). */
+    jt_touch(p.a, -20);
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
+    assert_true(hit);
+    /* Edited: a miss. */
+    free(jt_write(p.dir, "a.cuh", "#pragma once\n#include \"inc/b.cuh\"\n#define A_VALUE 4\n"));
+    jt_touch(p.a, -10);
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
+    assert_false(hit);
+    assert_int_equal(jitop__build_would_hit(ctx, "/no/such/file.cu", NULL, NULL, 0, NULL, 0, &hit),
+                     JITOP_ENOTFOUND);
+    assert_false(hit);
+    assert_int_equal(jitop__build_would_hit(ctx, p.src, "sm_9", NULL, 0, NULL, 0, &hit),
+                     JITOP_EINVAL);
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -551,6 +665,8 @@ int main(void)
         cmocka_unit_test(test_kill_9_during_compile),
         cmocka_unit_test(test_header_edited_during_compile_is_not_cached_stale),
         cmocka_unit_test(test_threads_share_a_context),
+        cmocka_unit_test(test_racy_clean_manifest_not_trusted_later),
+        cmocka_unit_test(test_would_hit),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

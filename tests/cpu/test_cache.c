@@ -2,7 +2,7 @@
  * checks, the unwritable-directory fallback, eviction, list/gc/clean. */
 #include "testutil.h"
 
-#include "internal.h"
+#include "core_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -264,6 +264,101 @@ static void test_manifest_round_trip_and_corruption(void **state)
     assert_false(exists(path));
     jitop__cache_close(c);
     free(root);
+}
+
+/* A recent dep keeps its mark through a manifest (and its stat data then
+ * never vouches for it), and a record with a short path is not taken for a
+ * truncated manifest. */
+static void test_manifest_recent_mark_and_short_paths(void **state)
+{
+    (void)state;
+    char *root = jt_tmpdir(), *dir = jt_tmpdir();
+    char *h = jt_write(dir, "h.cuh", "#define H 1\n");
+    jt_touch(h, -60);
+    struct stat st;
+    assert_int_equal(stat(h, &st), 0);
+    jitop__cache *c = NULL;
+    assert_int_equal(jitop__cache_open(root, -1, 0, &c), JITOP_OK);
+    jitop__dep v = {.path = h, .size = (int64_t)st.st_size,
+                    .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                    .ino = (uint64_t)st.st_ino, .dev = (uint64_t)st.st_dev,
+                    .hash = XXH3_128bits("#define H 1\n", 12)};
+    jitop__deps d = {&v, 1}, out;
+    char key[33], *why = NULL;
+    bool found = false, fresh = false;
+    for (int recent = 0; recent < 2; recent++) {
+        v.recent = recent;
+        assert_int_equal(jitop__manifest_put(c, key_b, &d, key_a), JITOP_OK);
+        assert_int_equal(jitop__manifest_get(c, key_b, &out, key, &found), JITOP_OK);
+        assert_true(found);
+        assert_int_equal(out.n, 1);
+        assert_int_equal(out.v[0].recent, recent);
+        assert_int_equal(out.v[0].mtime_ns, recent ? JITOP__MTIME_UNKNOWN : v.mtime_ns);
+        assert_int_equal(jitop__deps_fresh(&out, &fresh, &why), JITOP_OK);
+        assert_int_equal(fresh, !recent);
+        if (recent && (!why || !strstr(why, "within")))
+            fail_msg("a recent record should be checked by content: %s", why ? why : "(null)");
+        free(why);
+        jitop__deps_free(&out);
+    }
+
+    /* 4 + 2 + 4 * 8 + 16 = 54 bytes: shorter than the old bound of 56. */
+    jitop__dep s1 = {.path = "/a", .size = 1, .hash = XXH3_128bits("a", 1)};
+    jitop__deps short_deps = {&s1, 1};
+    assert_int_equal(jitop__manifest_put(c, key_a, &short_deps, key_b), JITOP_OK);
+    assert_int_equal(jitop__manifest_get(c, key_a, &out, key, &found), JITOP_OK);
+    assert_true(found);
+    assert_int_equal(out.n, 1);
+    assert_string_equal(out.v[0].path, "/a");
+    assert_string_equal(key, key_b);
+    jitop__deps_free(&out);
+    jitop__cache_close(c);
+    free(h); free(dir); free(root);
+}
+
+/* $JITOP_CACHE_MAX_SIZE: sizes with suffixes, 0 for the default, and
+ * nothing an int64_t cannot hold. */
+static void test_cache_max_size_env(void **state)
+{
+    (void)state;
+    char *cache = jt_tmpdir();
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    cfg.arch = "sm_90";
+    cfg.compile_only = 1;
+    static const struct {
+        const char *value;
+        int status;
+        int64_t size;
+    } cases[] = {
+        {"0", JITOP_OK, JITOP__DEFAULT_CACHE_MAX},
+        {"2G", JITOP_OK, (int64_t)2 << 30},
+        {"1.5K", JITOP_OK, 1536},
+        {"8388607T", JITOP_OK, ((int64_t)8388607) << 40},
+        {"8388608T", JITOP_EINVAL, 0}, /* 2^63 */
+        {"9223372036854775808", JITOP_EINVAL, 0},
+        {"1e300", JITOP_EINVAL, 0},
+        {"inf", JITOP_EINVAL, 0},
+        {"nan", JITOP_EINVAL, 0},
+        {"-1", JITOP_EINVAL, 0},
+        {"12X", JITOP_EINVAL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(setenv("JITOP_CACHE_MAX_SIZE", cases[i].value, 1), 0);
+        jitop_ctx *ctx = NULL;
+        int st = jitop_ctx_create(&cfg, &ctx);
+        if (st != cases[i].status)
+            fail_msg("JITOP_CACHE_MAX_SIZE=%s: %s (%s)", cases[i].value, jitop_strerror(st),
+                     jitop_errmsg(NULL));
+        if (st == JITOP_OK)
+            assert_int_equal(ctx->cfg.cache_max_size, cases[i].size);
+        else
+            assert_non_null(strstr(jitop_errmsg(NULL), "JITOP_CACHE_MAX_SIZE"));
+        jitop_ctx_destroy(ctx);
+    }
+    assert_int_equal(unsetenv("JITOP_CACHE_MAX_SIZE"), 0);
+    free(cache);
 }
 
 static void test_unsafe_caches_refused(void **state)
@@ -626,6 +721,8 @@ int main(void)
         cmocka_unit_test(test_corrupt_entries_are_misses_and_removed),
         cmocka_unit_test(test_corrupt_entry_rebuilt_by_build),
         cmocka_unit_test(test_manifest_round_trip_and_corruption),
+        cmocka_unit_test(test_manifest_recent_mark_and_short_paths),
+        cmocka_unit_test(test_cache_max_size_env),
         cmocka_unit_test(test_unsafe_caches_refused),
         cmocka_unit_test(test_unwritable_cache_still_works),
         cmocka_unit_test(test_uncreatable_root_keeps_binaries_in_memory),

@@ -6,10 +6,12 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const kernel_src =
@@ -160,6 +162,69 @@ static void test_bad_values_refused(void **state)
     assert_int_equal(jitop__unit_init(&u, NULL, NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_EINVAL);
 }
 
+/* A pre-included header is read by NVRTC behind the include scanner's back:
+ * it would be neither in the key nor watched, so the options are refused. */
+static void test_pre_include_refused(void **state)
+{
+    (void)state;
+    const char *bad[][2] = {{"-include", "/tmp/h.cuh"}, {"-include=/tmp/h.cuh", NULL},
+                            {"--pre-include=/tmp/h.cuh", NULL}, {"--pre-include", "/tmp/h.cuh"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *opts[2] = {bad[i][0], bad[i][1]};
+        jitop__unit u;
+        int st = jitop__unit_init(&u, "/tmp/x.cu", NULL, opts, bad[i][1] ? 2 : 1, NULL, 0, "sm_90");
+        assert_int_equal(st, JITOP_EINVAL);
+        if (!strstr(jitop_errmsg(NULL), bad[i][0]) || !strstr(jitop_errmsg(NULL), "#include"))
+            fail_msg("%s: the message should name the option and say to #include the header: %s",
+                     bad[i][0], jitop_errmsg(NULL));
+    }
+    /* The include path is not a pre-include. */
+    const char *ok[] = {"--include-path=/tmp"};
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, "/tmp/x.cu", NULL, ok, 1, NULL, 0, "sm_90"), JITOP_OK);
+    assert_string_equal(u.options.v[0], "-I/tmp");
+    jitop__unit_free(&u);
+}
+
+/* A relative path cannot be resolved once the working directory is deleted:
+ * the failure names the path and the reason, not "out of memory". */
+static void test_deleted_working_directory(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *gone = jt_path(dir, "gone");
+    int back = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(back >= 0);
+    assert_int_equal(mkdir(gone, 0700), 0);
+    assert_int_equal(chdir(gone), 0);
+    assert_int_equal(rmdir(gone), 0);
+
+    jitop__unit u;
+    assert_int_equal(jitop__unit_init(&u, "k.cu", NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_EIO);
+    const char *msg = jitop_errmsg(NULL);
+    int ok = strstr(msg, "cannot resolve k.cu") != NULL;
+    const char *inc[] = {"-I", "include"};
+    int st = jitop__unit_init(&u, "/tmp/x.cu", NULL, inc, 2, NULL, 0, "sm_90");
+    int inc_ok = st == JITOP_EIO && strstr(jitop_errmsg(NULL), "-I") &&
+                 strstr(jitop_errmsg(NULL), "cannot resolve include");
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = "cache";
+    cfg.compile_only = 1;
+    jitop_ctx *ctx = NULL;
+    int cst = jitop_ctx_create(&cfg, &ctx);
+    int ctx_ok = cst == JITOP_EIO && strstr(jitop_errmsg(NULL), "cache_dir") &&
+                 strstr(jitop_errmsg(NULL), "cannot resolve cache");
+
+    assert_int_equal(fchdir(back), 0); /* before any assertion can leave the test */
+    assert_int_equal(close(back), 0);
+    assert_true(ok);
+    assert_true(inc_ok);
+    assert_true(ctx_ok);
+    assert_null(ctx);
+    free(gone); free(dir);
+}
+
 static void test_cubin_and_lowered_names(void **state)
 {
     (void)state;
@@ -268,6 +333,8 @@ int main(void)
         cmocka_unit_test(test_arch_options_refused),
         cmocka_unit_test(test_arch_validated),
         cmocka_unit_test(test_bad_values_refused),
+        cmocka_unit_test(test_pre_include_refused),
+        cmocka_unit_test(test_deleted_working_directory),
         cmocka_unit_test(test_cubin_and_lowered_names),
         cmocka_unit_test(test_ptx_for_compute_arch),
         cmocka_unit_test(test_syntax_error_has_file_and_line),

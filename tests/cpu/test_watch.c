@@ -23,7 +23,7 @@ extern char **environ;
 
 typedef struct recorder {
     pthread_mutex_t lock;
-    int reports, swaps, failures, recoveries;
+    int reports, swaps, failures, recoveries, stops;
     int last_status;
     char *last_message;
     char key[33];
@@ -46,6 +46,7 @@ static void on_report(void *user, const jitop__unit_report *ur)
     r->swaps += ur->r->swapped;
     r->failures += ur->r->status != JITOP_OK;
     r->recoveries += ur->r->recovered;
+    r->stops += ur->r->stopped;
     r->last_status = ur->r->status;
     free(r->last_message);
     r->last_message = ur->r->message ? strdup(ur->r->message) : NULL;
@@ -465,6 +466,60 @@ static void test_poll_mode_swaps_in_poll(void **state)
     free(path);
 }
 
+/* The watch thread cannot be asked whether it waits once it ended: wait
+ * for a report count instead. */
+static void wait_reports(recorder *rec, int n)
+{
+    for (int ms = 0; snap(rec).reports < n; ms++) {
+        if (ms > SETTLE_MS)
+            fail_msg("no report %d after %d ms", n, SETTLE_MS);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_watcher_failure_is_reported(void **state)
+{
+    fixture *f = *state;
+    write_kernel(f->src, "a.cu", 1, false);
+    write_kernel(f->src, "b.cu", 2, false);
+    char *a = jt_path(f->src, "a.cu"), *b = jt_path(f->src, "b.cu");
+    watch_file(f, a, JITOP_RELOAD_AUTO, &f->rec);
+    watch_file(f, b, JITOP_RELOAD_POLL, &f->rec2);
+    settle(f);
+    int swapped = -1;
+    assert_int_equal(jitop__watch_poll(f->w, &swapped), JITOP_OK);
+    assert_int_equal(swapped, 1);
+    assert_int_equal(snap(&f->rec).reports, 1);
+    assert_int_equal(snap(&f->rec2).reports, 1);
+
+    /* As if reading inotify failed: the AUTO target hears it on the watch
+     * thread, the POLL target at its next poll (marked before the AUTO
+     * report is made, so once that report arrived, poll must see it). */
+    jitop__watch_inject_failure(f->w, JITOP_EIO);
+    wait_reports(&f->rec, 2);
+    recorder r = snap(&f->rec);
+    assert_int_equal(r.last_status, JITOP_EIO);
+    assert_int_equal(r.stops, 1);
+    assert_int_equal(r.swaps, 1);
+    assert_non_null(r.last_message);
+    if (!strstr(r.last_message, "hot reload stopped") || !strstr(r.last_message, "inotify"))
+        fail_msg("the stop report does not say why: %s", r.last_message);
+
+    assert_int_equal(snap(&f->rec2).reports, 1);
+    assert_int_equal(jitop__watch_poll(f->w, &swapped), JITOP_EIO);
+    assert_int_equal(swapped, 0);
+    if (!strstr(jitop_errmsg(NULL), "hot reload stopped"))
+        fail_msg("poll's message does not say hot reload stopped: %s", jitop_errmsg(NULL));
+    r = snap(&f->rec2);
+    assert_int_equal(r.reports, 2);
+    assert_int_equal(r.stops, 1);
+    assert_int_equal(r.last_status, JITOP_EIO);
+    assert_int_equal(jitop__watch_poll(f->w, &swapped), JITOP_OK); /* told once */
+    free(a);
+    free(b);
+}
+
 static void test_delete_then_recreate_is_one_change(void **state)
 {
     fixture *f = *state;
@@ -661,6 +716,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_stops_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_while_a_rebuild_holds_it, setup, teardown),
         cmocka_unit_test_setup_teardown(test_poll_mode_swaps_in_poll, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watcher_failure_is_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_then_recreate_is_one_change, setup, teardown),
         cmocka_unit_test_setup_teardown(test_public_calls_without_a_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cli_watch_json_and_sigterm, setup, teardown),

@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -308,6 +309,50 @@ static void test_unknown_op_lists_ops(void **state)
     jitop_ctx_destroy(ctx);
 }
 
+/* A name that is in the source but is no kernel fails once through NVRTC,
+ * then from memory with the same message (no compile per jitop_op_get),
+ * until a reload swaps new code in. The file is edited WITHOUT a reload in
+ * between to see that: an op_get that compiled again would now succeed. */
+static int run_version(jitop_op *op, int nargs, int *status);
+
+static void test_failed_name_remembered_until_reload(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    jitop_ctx *ctx = gpu_ctx(NULL);
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "f.cu",
+                         "__device__ int helper(int x) { return x + 1; }\n"
+                         "extern \"C\" __global__ void version(int *out) { *out = helper(0); }\n");
+    const char *sources[] = {src};
+    jitop_module *m = NULL;
+    OK(jitop_load(ctx, "failed_names", sources, 1, NULL, 0, &m));
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(m, "helper", &op), JITOP_ENOTFOUND);
+    assert_null(op);
+    char *first = strdup(jitop_errmsg(ctx));
+    assert_non_null(first);
+    assert_non_null(strstr(first, "helper"));
+    assert_non_null(strstr(first, "version"));
+
+    free(jt_write_rename(dir, "f.cu",
+                         "__global__ void helper(int *out) { *out = 7; }\n"
+                         "extern \"C\" __global__ void version(int *out) { *out = 2; }\n"));
+    assert_int_equal(jitop_op_get(m, "helper", &op), JITOP_ENOTFOUND);
+    assert_null(op);
+    assert_string_equal(jitop_errmsg(ctx), first);
+
+    OK(jitop_module_reload(m));
+    assert_int_equal(jitop_module_generation(m), 1);
+    OK(jitop_op_get(m, "helper", &op));
+    int st = 0;
+    assert_int_equal(run_version(op, 1, &st), 7);
+    free(first);
+    jitop_ctx_destroy(ctx);
+    free(src);
+    free(dir);
+}
+
 /* One kernel that writes a constant: which module a launch ran. */
 static int run_which(jitop_module *m)
 {
@@ -442,6 +487,22 @@ static void test_large_dynamic_shared(void **state)
     void *args[] = {&din, &dout, &n};
     assert_int_equal(jitop_launch(op, one, dim(1024), 1u << 20, NULL, args, NULL, 3), JITOP_ECUDA);
     assert_non_null(strstr(jitop_errmsg(ctx), "smem_reverse"));
+    /* Sizes the driver's int and unsigned cannot hold are refused before any
+     * sum with the static part can wrap (SIZE_MAX) or a cast truncate them
+     * to a size that would launch (2^32 + 16 KiB). */
+    const size_t huge[] = {(size_t)INT_MAX + 1, ((size_t)1 << 32) + 16384, SIZE_MAX};
+    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+        assert_int_equal(jitop_launch(op, one, dim(1024), huge[i], NULL, args, NULL, 3),
+                         JITOP_EINVAL);
+        assert_non_null(strstr(jitop_errmsg(ctx), "smem_reverse"));
+        jitop_launch_config lc;
+        memset(&lc, 0, sizeof lc);
+        lc.grid = one;
+        lc.block = dim(1024);
+        lc.shared_bytes = huge[i];
+        assert_int_equal(jitop_launch_ex(op, &lc, args, NULL, 3), JITOP_EINVAL);
+        assert_non_null(strstr(jitop_errmsg(ctx), "smem_reverse"));
+    }
     CU(cu->cuMemFree(din));
     CU(cu->cuMemFree(dout));
     free(in);
@@ -864,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_argument_mismatch),
         cmocka_unit_test(test_template_by_name),
         cmocka_unit_test(test_unknown_op_lists_ops),
+        cmocka_unit_test(test_failed_name_remembered_until_reload),
         cmocka_unit_test(test_same_name_different_sources),
         cmocka_unit_test(test_two_contexts),
         cmocka_unit_test(test_application_context),
