@@ -41,6 +41,34 @@ TOTAL = 64 * 1024 * 1024
 EPS = 1e-5
 
 
+SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def write_chart(rows, device_name, path):
+    """GB/s per shape for jitop and torch, with the copy ceiling. rows: dicts
+    with dtype, N, copy, jt_fwd, torch_fwd, jt_bwd, torch_bwd."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+        labels = [f"{SHORT.get(r['dtype'], r['dtype'])}\nN={r['N']}" for r in rows]
+        xs = range(len(rows))
+        for ax, key, title in ((axes[0], "fwd", "forward"), (axes[1], "bwd", "backward")):
+            ax.bar([i - 0.2 for i in xs], [r[f"jt_{key}"] for r in rows], 0.4, label="jitop")
+            ax.bar([i + 0.2 for i in xs], [r[f"torch_{key}"] for r in rows], 0.4, label="torch")
+            ax.plot(list(xs), [r["copy"] for r in rows], "k_", markersize=18, label="D2D copy")
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels(labels, fontsize=7)
+            ax.set_title(f"LayerNorm {title}, M*N = 64M ({device_name})")
+            ax.set_ylabel("GB/s (bytes read + written)")
+            ax.legend(loc="lower left")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    except Exception as ex:  # the table is the result; the chart is a view of it
+        log("chart not written:", ex)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("JITOP_BENCH_OUT") or os.path.join(HERE, "out"))
@@ -209,26 +237,7 @@ def main():
                  "GB/s: forward x read + y written, backward x, dy read + dx written; "
                  "copy: tensor.copy_ of the forward's bytes, same run.\n\n")
         fh.write(table + "\n")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
-        labels = [f"{r['dtype'][:4]}\nN={r['N']}" for r in rows]
-        xs = range(len(rows))
-        for ax, key, title in ((axes[0], "fwd", "forward"), (axes[1], "bwd", "backward")):
-            ax.bar([i - 0.2 for i in xs], [r[f"jt_{key}"] for r in rows], 0.4, label="jitop")
-            ax.bar([i + 0.2 for i in xs], [r[f"torch_{key}"] for r in rows], 0.4, label="torch")
-            ax.plot(list(xs), [r["copy"] for r in rows], "k_", markersize=18, label="D2D copy")
-            ax.set_xticks(list(xs))
-            ax.set_xticklabels(labels, fontsize=7)
-            ax.set_title(f"LayerNorm {title}, M*N = 64M ({dev.name})")
-            ax.set_ylabel("GB/s (bytes read + written)")
-            ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "layernorm.png"), dpi=110)
-    except Exception as ex:  # the table is the result; the chart is a view of it
-        log("chart not written:", ex)
+    write_chart(rows, dev.name, os.path.join(args.out, "layernorm.png"))
     return 1 if failed else 0
 
 
