@@ -1,0 +1,488 @@
+/* The loader (load, op lookup, launch, reload, reap, teardown) against the
+ * fake CUDA driver of tests/fakecuda, which needs no GPU and aborts the
+ * program when an image is unloaded while a kernel launched from it may
+ * still be queued. Compiling uses the real NVRTC.
+ *
+ * The program re-executes itself with $JITOP_BUILD/fakecuda first in
+ * LD_LIBRARY_PATH, so that jitop's dlopen("libcuda.so.1") finds the fake
+ * even on a machine with a real driver, which this test never touches. The
+ * re-exec runs under the same $JITOP_TEST_WRAPPER (valgrind): the outer
+ * process only execs, and valgrind does not follow an exec unless told to
+ * (--trace-children=yes, which would also trace every shell the other tests
+ * start), so the wrapper is put in front of the new process explicitly. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../fakecuda/fake_libcuda.h"
+#include "jitop.h"
+#include "loader.h"
+#include "testutil.h"
+
+/* Set in the re-executed process: the fake is first in LD_LIBRARY_PATH. */
+#define CHILD_MARKER "JITOP_TEST_FAKECUDA_CHILD"
+
+static fake_cuda_stats_fn g_fake_stats;
+static char *g_cache; /* one cache for the program: each source compiles once */
+
+/* Two versions of one source, the same size, so that reloads alternate
+ * between two cached binaries and cost no NVRTC compile after the first two.
+ * helper is a device function, not a kernel: asking for it must fail. */
+static char *kernel_source(int version)
+{
+    static const char fmt[] =
+        "__device__ int helper(int x) { return x + %d; }\n"
+        "extern \"C\" __global__ void k(int *out) { *out = helper(%d); }\n"
+        "template <int N> __global__ void t(int *out) { *out = N + %d; }\n";
+    char *text = NULL;
+    if (asprintf(&text, fmt, version, version, version) < 0)
+        fail_msg("asprintf failed");
+    return text;
+}
+
+static fake_cuda_stats stats(void)
+{
+    fake_cuda_stats s;
+    g_fake_stats(&s);
+    return s;
+}
+
+typedef struct fixture {
+    char *dir;
+    char *src;
+    jitop_ctx *ctx;
+    jitop_module *m;
+    jitop_op *k;  /* extern "C" */
+    jitop_op *t3; /* template instance, its own image */
+} fixture;
+
+static void fixture_write(fixture *f, int version)
+{
+    char *text = kernel_source(version);
+    free(f->src);
+    f->src = jt_write_rename(f->dir, "k.cu", text);
+    free(text);
+}
+
+static void fixture_open(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    f->dir = jt_tmpdir();
+    fixture_write(f, 0);
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = g_cache;
+    assert_int_equal(jitop_ctx_create(&cfg, &f->ctx), JITOP_OK);
+    const char *sources[] = {f->src};
+    assert_int_equal(jitop_load(f->ctx, "fake", sources, 1, NULL, 0, &f->m), JITOP_OK);
+    assert_int_equal(jitop_op_get(f->m, "k", &f->k), JITOP_OK);
+    assert_int_equal(jitop_op_get(f->m, "t<3>", &f->t3), JITOP_OK);
+}
+
+/* Destroying the context unloads every image and releases the context. */
+static void fixture_close(fixture *f)
+{
+    jitop_ctx_destroy(f->ctx);
+    fake_cuda_stats s = stats();
+    assert_int_equal(s.libraries_loaded, 0);
+    assert_int_equal(s.primary_ctx_refs, 0);
+    jt_rm_rf(f->dir);
+    free(f->dir);
+    free(f->src);
+}
+
+static const jitop_dim3 one = {1, 1, 1};
+
+static void test_load_get_launch(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+
+    /* The same sources again: the module already loaded. */
+    const char *sources[] = {f.src};
+    jitop_module *again = NULL;
+    assert_int_equal(jitop_load(f.ctx, "fake", sources, 1, NULL, 0, &again), JITOP_OK);
+    assert_ptr_equal(again, f.m);
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(f.m, "t<3>", &op), JITOP_OK);
+    assert_ptr_equal(op, f.t3);
+    /* The source unit and the instance: two images. */
+    assert_int_equal(stats().libraries_loaded, 2);
+
+    jitop_op_info info;
+    assert_int_equal(jitop_op_info_get(f.k, &info), JITOP_OK);
+    assert_string_equal(info.lowered, "k");
+    assert_int_equal(info.nparams, 1);
+    assert_int_equal(info.param_size[0], sizeof(int *));
+    assert_int_equal(jitop_op_info_get(f.t3, &info), JITOP_OK);
+    assert_string_not_equal(info.lowered, "t<3>"); /* a mangled C++ symbol */
+
+    op = (jitop_op *)0x1;
+    assert_int_equal(jitop_op_get(f.m, "helper", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "helper"));
+
+    /* The fake stores the id of the library a launch used. */
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    size_t sizes[] = {sizeof pout}, small[] = {4};
+    long launches = stats().launches;
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, sizes, 1), JITOP_OK);
+    int k_lib = out;
+    assert_true(k_lib > 0);
+    assert_int_equal(jitop_launch(f.t3, one, one, 0, NULL, args, sizes, 1), JITOP_OK);
+    assert_true(out > 0 && out != k_lib);
+    /* Over 48 KiB: jitop raises the limit first, or the fake refuses. */
+    assert_int_equal(jitop_launch(f.k, one, one, 70000, NULL, args, sizes, 1), JITOP_OK);
+    assert_int_equal(stats().launches, launches + 3);
+
+    /* Wrong sizes or counts are caught before anything is launched. */
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, small, 1), JITOP_EARGS);
+    assert_non_null(strstr(jitop_errmsg(NULL), "k"));
+    void *two[] = {&pout, &pout};
+    size_t two_sizes[] = {sizeof pout, sizeof pout};
+    assert_int_equal(jitop_launch(f.t3, one, one, 0, NULL, two, two_sizes, 2), JITOP_EARGS);
+    assert_non_null(strstr(jitop_errmsg(NULL), "t<3>"));
+    assert_int_equal(stats().launches, launches + 3);
+
+    fixture_close(&f);
+}
+
+static void test_huge_shared_bytes(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    const size_t huge[] = {(size_t)INT_MAX + 1, ((size_t)1 << 32) + 16384, SIZE_MAX};
+    long launches = stats().launches;
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        assert_int_equal(jitop_launch(f.k, one, one, huge[i], NULL, args, NULL, 1), JITOP_EINVAL);
+        assert_non_null(strstr(jitop_errmsg(NULL), "op k:"));
+        jitop_launch_config lc;
+        memset(&lc, 0, sizeof lc);
+        lc.grid = one;
+        lc.block = one;
+        lc.shared_bytes = huge[i];
+        assert_int_equal(jitop_launch_ex(f.t3, &lc, args, NULL, 1), JITOP_EINVAL);
+        assert_non_null(strstr(jitop_errmsg(NULL), "op t<3>:"));
+    }
+    assert_int_equal(stats().launches, launches);
+    fixture_close(&f);
+}
+
+/* The concurrent part. Workers must not call cmocka's asserts (they longjmp
+ * on the main thread's stack), so the first failure is kept here and checked
+ * by the main thread after the join. */
+typedef struct stress {
+    fixture *f;
+    size_t nops;            /* what jitop_module_ops lists, before any reload */
+    atomic_bool stop;
+    atomic_long rounds[6];  /* per worker: iterations done */
+    pthread_mutex_t fail_lock;
+    char failure[512];      /* "" while all is well */
+} stress;
+
+typedef struct worker {
+    stress *s;
+    int index;
+} worker;
+
+static void stress_fail(stress *s, const char *what, int status)
+{
+    if (pthread_mutex_lock(&s->fail_lock) != 0)
+        abort();
+    if (s->failure[0] == '\0')
+        snprintf(s->failure, sizeof s->failure, "%s: status %d: %s", what, status,
+                 jitop_errmsg(NULL));
+    if (pthread_mutex_unlock(&s->fail_lock) != 0)
+        abort();
+    atomic_store(&s->stop, true);
+}
+
+/* Launches both ops (one over 48 KiB of shared memory, which takes the
+ * module lock to raise the limit) and looks an op up. */
+static bool launch_round(stress *s)
+{
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    size_t sizes[] = {sizeof pout};
+    int st = jitop_launch(s->f->k, one, one, 0, NULL, args, sizes, 1);
+    if (st != JITOP_OK) {
+        stress_fail(s, "jitop_launch(k)", st);
+        return false;
+    }
+    st = jitop_launch(s->f->t3, one, one, 70000, NULL, args, sizes, 1);
+    if (st != JITOP_OK) {
+        stress_fail(s, "jitop_launch(t<3>, 70000 shared bytes)", st);
+        return false;
+    }
+    jitop_op *op = NULL;
+    st = jitop_op_get(s->f->m, "k", &op);
+    if (st != JITOP_OK || op != s->f->k) {
+        stress_fail(s, "jitop_op_get(k) gave another handle", st);
+        return false;
+    }
+    return true;
+}
+
+static bool bad_name_round(stress *s)
+{
+    jitop_op *op = NULL;
+    int st = jitop_op_get(s->f->m, "helper", &op);
+    if (st != JITOP_ENOTFOUND || op || !strstr(jitop_errmsg(NULL), "helper")) {
+        stress_fail(s, "jitop_op_get(helper) should fail with JITOP_ENOTFOUND", st);
+        return false;
+    }
+    return true;
+}
+
+static bool reap_round(stress *s)
+{
+    size_t left = 0;
+    int st = jitop__module_reap(s->f->m, true, &left);
+    if (st != JITOP_OK) {
+        stress_fail(s, "jitop__module_reap", st);
+        return false;
+    }
+    return true;
+}
+
+static bool list_round(stress *s)
+{
+    jitop_op_info infos[8];
+    size_t n = 0;
+    int st = jitop_module_ops(s->f->m, infos, 8, &n);
+    if (st != JITOP_OK || n != s->nops) {
+        stress_fail(s, "jitop_module_ops listed another number of ops", st);
+        return false;
+    }
+    jitop_op_info info;
+    st = jitop_op_info_get(s->f->k, &info);
+    if (st != JITOP_OK || info.nparams != 1) {
+        stress_fail(s, "jitop_op_info_get(k)", st);
+        return false;
+    }
+    return true;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    stress *s = w->s;
+    while (!atomic_load(&s->stop)) {
+        bool ok;
+        switch (w->index) {
+        case 0: case 1: case 2: ok = launch_round(s); break;
+        case 3: ok = bad_name_round(s); break;
+        case 4: ok = reap_round(s); break;
+        default: ok = list_round(s); break;
+        }
+        if (!ok)
+            break;
+        atomic_fetch_add(&s->rounds[w->index], 1);
+        sched_yield(); /* gives the reloading thread its turns on 2 cores */
+    }
+    return NULL;
+}
+
+/* Valgrind runs threads one at a time and NVRTC slowly: fewer reloads there. */
+static int reload_count(void)
+{
+    const char *wrapper = getenv("JITOP_TEST_WRAPPER");
+    return wrapper && strstr(wrapper, "valgrind") ? 4 : 50;
+}
+
+static void test_reload_while_launching(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    stress s;
+    memset(&s, 0, sizeof s);
+    s.f = &f;
+    assert_int_equal(pthread_mutex_init(&s.fail_lock, NULL), 0);
+    assert_int_equal(jitop_module_ops(f.m, NULL, 0, &s.nops), JITOP_OK);
+    assert_true(s.nops >= 1);
+    fake_cuda_stats before = stats();
+
+    enum { NWORKERS = 6 };
+    worker workers[NWORKERS];
+    pthread_t threads[NWORKERS];
+    for (int i = 0; i < NWORKERS; i++) {
+        workers[i] = (worker){&s, i};
+        assert_int_equal(pthread_create(&threads[i], NULL, worker_main, &workers[i]), 0);
+    }
+    /* Reload only once every worker is running, so that each one overlaps
+     * the reloads whatever the scheduler does. */
+    for (int i = 0; i < NWORKERS && !atomic_load(&s.stop); i++)
+        while (atomic_load(&s.rounds[i]) == 0 && !atomic_load(&s.stop))
+            sched_yield();
+
+    int reloads = reload_count();
+    int reload_status = JITOP_OK;
+    for (int i = 1; i <= reloads && !atomic_load(&s.stop); i++) {
+        fixture_write(&f, i % 2);
+        reload_status = jitop_module_reload(f.m);
+        if (reload_status != JITOP_OK) {
+            stress_fail(&s, "jitop_module_reload", reload_status);
+            break;
+        }
+        if (jitop_module_generation(f.m) != (uint64_t)i) {
+            stress_fail(&s, "a reload did not swap new code in", reload_status);
+            break;
+        }
+    }
+    atomic_store(&s.stop, true);
+    for (int i = 0; i < NWORKERS; i++)
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+    assert_int_equal(pthread_mutex_destroy(&s.fail_lock), 0);
+    if (s.failure[0])
+        fail_msg("%s", s.failure);
+    assert_int_equal(jitop_module_generation(f.m), (uint64_t)reloads);
+
+    /* A last waiting reap leaves only the current images: the source unit
+     * and the t<3> instance. Each reload replaced both. */
+    size_t left = 99;
+    assert_int_equal(jitop__module_reap(f.m, true, &left), JITOP_OK);
+    assert_int_equal(left, 0);
+    fake_cuda_stats after = stats();
+    assert_int_equal(after.libraries_loaded, 2);
+    assert_int_equal(after.libraries_ever - before.libraries_ever, 2L * reloads);
+    assert_int_equal(after.unloads - before.unloads, 2L * reloads);
+    print_message("%d reloads: %ld launches, %ld syncs, rounds: launch %ld/%ld/%ld, bad name %ld, "
+                  "reap %ld, list %ld\n",
+                  reloads, after.launches - before.launches, after.syncs - before.syncs,
+                  atomic_load(&s.rounds[0]), atomic_load(&s.rounds[1]),
+                  atomic_load(&s.rounds[2]), atomic_load(&s.rounds[3]),
+                  atomic_load(&s.rounds[4]), atomic_load(&s.rounds[5]));
+
+    /* The handles launch the code of the last reload. */
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
+    assert_true(out > before.libraries_ever);
+    fixture_close(&f);
+}
+
+/* Runs this program again with the fake first in the library path, behind
+ * the same wrapper. Returns (1) only on failure. */
+static int reexec_with_fake(char **argv)
+{
+    char *path = NULL, *wrapper = NULL;
+    char **args = NULL;
+    const char *build = getenv("JITOP_BUILD");
+    if (!build || !*build) {
+        fprintf(stderr, "test_loader_fake: JITOP_BUILD is not set (make test sets it)\n");
+        goto out;
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0) {
+        perror("test_loader_fake: readlink /proc/self/exe");
+        goto out;
+    }
+    self[n] = '\0';
+    const char *old = getenv("LD_LIBRARY_PATH");
+    const char *given = getenv("JITOP_TEST_WRAPPER");
+    size_t argc = 0;
+    while (argv[argc])
+        argc++;
+    wrapper = strdup(given ? given : "");
+    if (asprintf(&path, "%s/fakecuda%s%s", build, old && *old ? ":" : "", old ? old : "") < 0)
+        path = NULL;
+    /* The wrapper's words (at most one per character), self, our arguments. */
+    if (wrapper)
+        args = calloc(strlen(wrapper) + argc + 2, sizeof *args);
+    if (!path || !args) {
+        fprintf(stderr, "test_loader_fake: out of memory\n");
+        goto out;
+    }
+    size_t nargs = 0;
+    for (char *save = NULL, *word = strtok_r(wrapper, " \t", &save); word;
+         word = strtok_r(NULL, " \t", &save))
+        args[nargs++] = word;
+    args[nargs++] = self;
+    for (size_t i = 1; i < argc; i++)
+        args[nargs++] = argv[i];
+    if (setenv("LD_LIBRARY_PATH", path, 1) != 0 || setenv(CHILD_MARKER, "1", 1) != 0) {
+        perror("test_loader_fake: setenv");
+        goto out;
+    }
+    execvp(args[0], args);
+    fprintf(stderr, "test_loader_fake: cannot run %s: %s\n", args[0], strerror(errno));
+out:
+    free(args);
+    free(wrapper);
+    free(path);
+    return 1;
+}
+
+/* Opens the fake by its path and checks that the name jitop opens,
+ * libcuda.so.1, now resolves to it. The handle stays open for the life of
+ * the process (jitop never closes the driver either). */
+static int open_fake(void)
+{
+    int status = 1;
+    char *path = NULL;
+    if (asprintf(&path, "%s/fakecuda/libcuda.so.1", getenv("JITOP_BUILD")) < 0) {
+        path = NULL;
+        fprintf(stderr, "test_loader_fake: out of memory\n");
+        goto out;
+    }
+    void *fake = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!fake) {
+        fprintf(stderr, "test_loader_fake: cannot open the fake driver: %s\n", dlerror());
+        goto out;
+    }
+    g_fake_stats = (fake_cuda_stats_fn)dlsym(fake, FAKE_CUDA_STATS_SYMBOL);
+    void *by_name = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (by_name != fake || !g_fake_stats) {
+        fprintf(stderr, "test_loader_fake: libcuda.so.1 is not the fake driver\n");
+        goto out;
+    }
+    /* RTLD_NOLOAD took a reference too. */
+    if (dlclose(by_name) != 0) {
+        fprintf(stderr, "test_loader_fake: dlclose: %s\n", dlerror());
+        goto out;
+    }
+    status = 0;
+out:
+    free(path);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    if (!getenv(CHILD_MARKER))
+        return reexec_with_fake(argv);
+    if (open_fake() != 0)
+        return 1;
+    char *dir = jt_tmpdir();
+    g_cache = jt_path(dir, "cache");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_get_launch),
+        cmocka_unit_test(test_huge_shared_bytes),
+        cmocka_unit_test(test_reload_while_launching),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    free(g_cache);
+    free(dir);
+    jt_cleanup();
+    return failed;
+}

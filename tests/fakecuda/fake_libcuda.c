@@ -1,0 +1,698 @@
+/*
+ * A fake CUDA driver (libcuda.so.1) for testing jitop's loader on machines
+ * without a GPU. It is built only for the tests (never installed, never part
+ * of libjitop) and loaded in place of the real driver through
+ * LD_LIBRARY_PATH (tests/cpu/test_loader_fake.c).
+ *
+ * What it fakes. Every entry point jitop resolves (JITOP__CUDA_FUNCS in
+ * src/cuda_driver.h; the fake fails to compile when that list gains one it
+ * lacks) is served through cuGetProcAddress_v2. One device, "Fake H100",
+ * compute capability 9.0, 132 SMs, 227 KiB of opt-in shared memory per block.
+ * cuLibraryLoadData takes the cubin jitop built with the real NVRTC and finds
+ * its kernels from the ELF section names (".text.<kernel>"). No kernel runs:
+ * a launch only records that it happened, and stores the id of the library
+ * it launched from into the int its first argument points to, so that a test
+ * can see which image a launch used. Every kernel is described as taking one
+ * 8-byte parameter (a pointer), which is what the loader tests' kernels take;
+ * real parameter layouts would need the cubin's .nv.info attributes. Memory
+ * calls use host memory; event timings read 0 ms.
+ *
+ * What it checks (abort() with a "FAKE:" line on stderr, so the test program
+ * dies and the runner counts a failure):
+ *  - a library unloaded twice, or used (kernel lookup, function, launch)
+ *    after its unload;
+ *  - an unload that could race a queued kernel: the real driver queues a
+ *    launch and returns, and cuLibraryUnload promises nothing about kernels
+ *    still queued, so jitop must finish a cuCtxSynchronize *started after* an
+ *    image's last launch before unloading that image. Launches get sequence
+ *    numbers; a sync covers the launches numbered up to what it saw when it
+ *    started; unloading a library whose last launch no finished sync covers
+ *    aborts;
+ *  - a launch with more than 48 KiB of dynamic shared memory on a function
+ *    whose limit was not raised (cuFuncSetAttribute) fails, as on a GPU;
+ *  - primary context releases without a retain.
+ * Libraries stay allocated after their unload (that is how use-after-unload
+ * is seen) and are freed when the fake itself is unloaded at process exit.
+ *
+ * Costs: one mutex around all bookkeeping, which serializes launches; fine
+ * for tests, which count interleavings, not throughput.
+ */
+#include "cuda_driver.h"
+#include "fake_libcuda.h"
+
+#include <elf.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAKE_DRIVER_VERSION 13000
+#define FAKE_SM_COUNT 132
+#define FAKE_SMEM_OPTIN 232448
+#define FAKE_SMEM_DEFAULT 49152
+
+typedef struct fake_library fake_library;
+
+typedef struct fake_kernel {
+    char *name;
+    fake_library *lib;
+    int max_dynamic_smem; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (g_lock) */
+} fake_kernel;
+
+struct fake_library {
+    long id;                   /* 1, 2, ... in load order */
+    bool loaded;               /* false after cuLibraryUnload */
+    unsigned long last_launch; /* sequence number of its newest launch, 0: none */
+    fake_kernel *kernels;
+    size_t nkernels;
+    fake_library *next;        /* every library ever loaded, freed at exit */
+};
+
+/* Guards everything below and every library's fields. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static fake_library *g_libraries;
+static unsigned long g_launch_seq;    /* launches so far */
+static unsigned long g_completed_seq; /* launches a finished sync covers */
+static fake_cuda_stats g_stats;
+
+/* The one context: any non-NULL handle will do, jitop only passes it back. */
+static int g_primary_ctx_object;
+/* The context current on each thread. A pthread key, not _Thread_local:
+ * with a _Thread_local here, LeakSanitizer's exit scan crashed (signal 11 in
+ * its tracer) in the SAN=1 build, where this library is dlopen'ed. */
+static pthread_once_t g_current_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_current_key;
+
+static void current_key_create(void)
+{
+    if (pthread_key_create(&g_current_key, NULL) != 0)
+        abort();
+}
+
+static CUcontext current(void)
+{
+    if (pthread_once(&g_current_once, current_key_create) != 0)
+        abort();
+    return (CUcontext)pthread_getspecific(g_current_key);
+}
+
+static CUresult set_current(CUcontext ctx)
+{
+    if (pthread_once(&g_current_once, current_key_create) != 0)
+        abort();
+    return pthread_setspecific(g_current_key, ctx) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static int g_stream_object, g_event_object;
+
+static void lock(void)
+{
+    if (pthread_mutex_lock(&g_lock) != 0)
+        abort();
+}
+
+static void unlock(void)
+{
+    if (pthread_mutex_unlock(&g_lock) != 0)
+        abort();
+}
+
+static void die(const char *what, const fake_library *lib)
+{
+    fprintf(stderr, "FAKE: %s (library %ld)\n", what, lib ? lib->id : 0L);
+    abort();
+}
+
+/* Called with g_lock held. */
+static void require_loaded(const fake_library *lib, const char *use)
+{
+    if (!lib->loaded)
+        die(use, lib);
+}
+
+static CUresult CUDAAPI fake_cuInit(unsigned int flags)
+{
+    return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult CUDAAPI fake_cuDriverGetVersion(int *version)
+{
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = FAKE_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuGetErrorName(CUresult error, const char **name)
+{
+    switch (error) {
+    case CUDA_SUCCESS: *name = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *name = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *name = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; break;
+    default: *name = "CUDA_ERROR_UNKNOWN"; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuGetErrorString(CUresult error, const char **text)
+{
+    (void)error;
+    *text = "reported by the fake CUDA driver (tests/fakecuda)";
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuDeviceGet(CUdevice *device, int ordinal)
+{
+    if (ordinal != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuDeviceGetCount(int *count)
+{
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuDeviceGetAttribute(int *value, CUdevice_attribute attr,
+                                                  CUdevice device)
+{
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = FAKE_SM_COUNT; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = FAKE_SMEM_OPTIN; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    default: return CUDA_ERROR_INVALID_VALUE; /* jitop asks only for the ones above */
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuDeviceGetName(char *name, int len, CUdevice device)
+{
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "Fake H100");
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device)
+{
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    lock();
+    g_stats.primary_ctx_refs++;
+    unlock();
+    *ctx = (CUcontext)&g_primary_ctx_object;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuDevicePrimaryCtxRelease(CUdevice device)
+{
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    lock();
+    if (g_stats.primary_ctx_refs == 0)
+        die("primary context released more often than retained", NULL);
+    g_stats.primary_ctx_refs--;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuCtxGetCurrent(CUcontext *ctx)
+{
+    *ctx = current();
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuCtxSetCurrent(CUcontext ctx)
+{
+    return set_current(ctx);
+}
+
+/* No context stack: one context exists, so push and pop only set it. */
+static CUresult CUDAAPI fake_cuCtxPushCurrent(CUcontext ctx)
+{
+    return set_current(ctx);
+}
+
+static CUresult CUDAAPI fake_cuCtxPopCurrent(CUcontext *ctx)
+{
+    if (ctx)
+        *ctx = current();
+    return set_current(NULL);
+}
+
+static CUresult CUDAAPI fake_cuCtxGetDevice(CUdevice *device)
+{
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+/* Covers the launches made before it started: a launch that another thread
+ * makes while the sync waits may still be queued when it returns. The yield
+ * between the two halves lets other threads launch in that window. */
+static CUresult CUDAAPI fake_cuCtxSynchronize(void)
+{
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    lock();
+    unsigned long covered = g_launch_seq;
+    unlock();
+    sched_yield();
+    lock();
+    if (covered > g_completed_seq)
+        g_completed_seq = covered;
+    g_stats.syncs++;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* Reads an ELF structure at any offset without assuming alignment. */
+static bool read_at(const unsigned char *image, size_t image_size, size_t offset, void *out,
+                    size_t size)
+{
+    if (offset > image_size || size > image_size - offset)
+        return false;
+    memcpy(out, image + offset, size);
+    return true;
+}
+
+/* The kernels of a cubin: its ".text.<name>" sections. The image has no
+ * size argument; the section header table ends it (nvcc and NVRTC put it
+ * last), so its end bounds every read. */
+static CUresult find_kernels(const unsigned char *image, fake_library *lib)
+{
+    static const char prefix[] = ".text.";
+    Elf64_Ehdr eh;
+    memcpy(&eh, image, sizeof eh);
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shstrndx >= eh.e_shnum)
+        return CUDA_ERROR_INVALID_IMAGE;
+    size_t image_size = (size_t)eh.e_shoff + (size_t)eh.e_shnum * sizeof(Elf64_Shdr);
+    Elf64_Shdr names;
+    if (!read_at(image, image_size, eh.e_shoff + (size_t)eh.e_shstrndx * sizeof names, &names,
+                 sizeof names) ||
+        names.sh_offset > image_size || names.sh_size > image_size - names.sh_offset)
+        return CUDA_ERROR_INVALID_IMAGE;
+    const char *strtab = (const char *)image + names.sh_offset;
+
+    lib->kernels = calloc(eh.e_shnum, sizeof *lib->kernels);
+    if (!lib->kernels)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+        if (!read_at(image, image_size, eh.e_shoff + i * sizeof sh, &sh, sizeof sh) ||
+            sh.sh_name >= names.sh_size ||
+            !memchr(strtab + sh.sh_name, '\0', names.sh_size - sh.sh_name))
+            return CUDA_ERROR_INVALID_IMAGE;
+        const char *section = strtab + sh.sh_name;
+        if (strncmp(section, prefix, sizeof prefix - 1) != 0)
+            continue;
+        fake_kernel *k = &lib->kernels[lib->nkernels];
+        k->name = strdup(section + sizeof prefix - 1);
+        if (!k->name)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        k->lib = lib;
+        k->max_dynamic_smem = FAKE_SMEM_DEFAULT;
+        lib->nkernels++;
+    }
+    return CUDA_SUCCESS;
+}
+
+static void library_free(fake_library *lib)
+{
+    for (size_t i = 0; i < lib->nkernels; i++)
+        free(lib->kernels[i].name);
+    free(lib->kernels);
+    free(lib);
+}
+
+static CUresult CUDAAPI fake_cuLibraryLoadData(CUlibrary *library, const void *code,
+                                               CUjit_option *jit_options, void **jit_values,
+                                               unsigned int njit, CUlibraryOption *lib_options,
+                                               void **lib_values, unsigned int nlib)
+{
+    (void)jit_options, (void)jit_values, (void)njit, (void)lib_options, (void)lib_values,
+        (void)nlib;
+    if (!library || !code)
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_library *lib = calloc(1, sizeof *lib);
+    if (!lib)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = find_kernels(code, lib);
+    if (r != CUDA_SUCCESS) {
+        library_free(lib);
+        return r;
+    }
+    lock();
+    lib->id = ++g_stats.libraries_ever;
+    lib->loaded = true;
+    lib->next = g_libraries;
+    g_libraries = lib;
+    g_stats.libraries_loaded++;
+    unlock();
+    *library = (CUlibrary)lib;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuLibraryUnload(CUlibrary library)
+{
+    fake_library *lib = (fake_library *)library;
+    lock();
+    require_loaded(lib, "cuLibraryUnload of a library already unloaded");
+    if (lib->last_launch > g_completed_seq) {
+        fprintf(stderr,
+                "FAKE: library %ld unloaded while its launch %lu may still be queued (the last "
+                "finished cuCtxSynchronize covers launches up to %lu)\n",
+                lib->id, lib->last_launch, g_completed_seq);
+        abort();
+    }
+    lib->loaded = false;
+    g_stats.libraries_loaded--;
+    g_stats.unloads++;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuLibraryGetKernel(CUkernel *kernel, CUlibrary library,
+                                                const char *name)
+{
+    fake_library *lib = (fake_library *)library;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    lock();
+    require_loaded(lib, "cuLibraryGetKernel on an unloaded library");
+    for (size_t i = 0; i < lib->nkernels; i++) {
+        if (strcmp(lib->kernels[i].name, name) == 0) {
+            *kernel = (CUkernel)&lib->kernels[i];
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return r;
+}
+
+static CUresult CUDAAPI fake_cuLibraryGetKernelCount(unsigned int *count, CUlibrary library)
+{
+    fake_library *lib = (fake_library *)library;
+    lock();
+    require_loaded(lib, "cuLibraryGetKernelCount on an unloaded library");
+    *count = (unsigned int)lib->nkernels;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n,
+                                                       CUlibrary library)
+{
+    fake_library *lib = (fake_library *)library;
+    lock();
+    require_loaded(lib, "cuLibraryEnumerateKernels on an unloaded library");
+    for (size_t i = 0; i < n && i < lib->nkernels; i++)
+        kernels[i] = (CUkernel)&lib->kernels[i];
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* The name is owned by the library, which outlives every unload. */
+static CUresult CUDAAPI fake_cuKernelGetName(const char **name, CUkernel kernel)
+{
+    *name = ((const fake_kernel *)kernel)->name;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t *offset,
+                                                  size_t *size)
+{
+    (void)kernel;
+    if (index >= 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    *offset = 0;
+    *size = sizeof(void *);
+    return CUDA_SUCCESS;
+}
+
+/* A CUfunction is the kernel itself: one context, so nothing to bind. */
+static CUresult CUDAAPI fake_cuKernelGetFunction(CUfunction *fn, CUkernel kernel)
+{
+    fake_kernel *k = (fake_kernel *)kernel;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    lock();
+    require_loaded(k->lib, "cuKernelGetFunction on an unloaded library");
+    unlock();
+    *fn = (CUfunction)k;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuFuncGetAttribute(int *value, CUfunction_attribute attr,
+                                                CUfunction fn)
+{
+    fake_kernel *k = (fake_kernel *)fn;
+    switch (attr) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        lock();
+        *value = k->max_dynamic_smem;
+        unlock();
+        break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr,
+                                                int value)
+{
+    fake_kernel *k = (fake_kernel *)fn;
+    if (attr != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (value < 0 || value > FAKE_SMEM_OPTIN)
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    require_loaded(k->lib, "cuFuncSetAttribute on an unloaded library");
+    k->max_dynamic_smem = value;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* Records the launch (see the queued-kernel check at the top). */
+static CUresult launch(fake_kernel *k, unsigned int shared_bytes, void **args)
+{
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = CUDA_SUCCESS;
+    lock();
+    require_loaded(k->lib, "launch of a kernel of an unloaded library");
+    if (shared_bytes > (unsigned int)k->max_dynamic_smem) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        k->lib->last_launch = ++g_launch_seq;
+        g_stats.launches++;
+        if (args && args[0]) {
+            int *out = *(int **)args[0];
+            if (out)
+                *out = (int)k->lib->id;
+        }
+    }
+    unlock();
+    return r;
+}
+
+static CUresult CUDAAPI fake_cuLaunchKernel(CUfunction fn, unsigned int gx, unsigned int gy,
+                                            unsigned int gz, unsigned int bx, unsigned int by,
+                                            unsigned int bz, unsigned int shared_bytes,
+                                            CUstream stream, void **args, void **extra)
+{
+    (void)stream;
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch((fake_kernel *)fn, shared_bytes, args);
+}
+
+static CUresult CUDAAPI fake_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn,
+                                              void **args, void **extra)
+{
+    if (!config)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fake_cuLaunchKernel(fn, config->gridDimX, config->gridDimY, config->gridDimZ,
+                               config->blockDimX, config->blockDimY, config->blockDimZ,
+                               config->sharedMemBytes, config->hStream, args, extra);
+}
+
+static CUresult CUDAAPI fake_cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size,
+                                                              CUfunction fn,
+                                                              CUoccupancyB2DSize smem_of_block,
+                                                              size_t smem, int block_limit)
+{
+    (void)fn, (void)smem_of_block, (void)smem, (void)block_limit;
+    *min_grid = FAKE_SM_COUNT;
+    *block_size = 1024;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks,
+                                                                         CUfunction fn,
+                                                                         int block_size,
+                                                                         size_t smem)
+{
+    (void)fn, (void)smem;
+    *blocks = block_size > 0 ? 2048 / block_size : 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuMemFree(CUdeviceptr ptr)
+{
+    free((void *)ptr);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
+{
+    memcpy((void *)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
+{
+    memcpy(dst, (const void *)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t bytes)
+{
+    memset((void *)dst, value, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuStreamCreate(CUstream *stream, unsigned int flags)
+{
+    (void)flags;
+    *stream = (CUstream)&g_stream_object;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuStreamDestroy(CUstream stream)
+{
+    (void)stream;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuStreamSynchronize(CUstream stream)
+{
+    (void)stream;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuEventCreate(CUevent *event, unsigned int flags)
+{
+    (void)flags;
+    *event = (CUevent)&g_event_object;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuEventDestroy(CUevent event)
+{
+    (void)event;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuEventRecord(CUevent event, CUstream stream)
+{
+    (void)event, (void)stream;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuEventSynchronize(CUevent event)
+{
+    (void)event;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    (void)start, (void)end;
+    *ms = 0.0f;
+    return CUDA_SUCCESS;
+}
+
+/* Each fake must have the prototype jitop calls it with (the header's, which
+ * cuda.c checks against the ABI version it asks for). */
+#define FAKE_CHECK_PROTOTYPE(fn, version)                                                         \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(fn) *, __typeof__(&fake_##fn)),       \
+                   "fake_" #fn " does not have the prototype of " #fn);
+JITOP__CUDA_FUNCS(FAKE_CHECK_PROTOTYPE)
+#undef FAKE_CHECK_PROTOTYPE
+
+#define FAKE_ENTRY(fn, version) {#fn, (void *)fake_##fn},
+static const struct {
+    const char *name;
+    void *fn;
+} g_entry_points[] = {JITOP__CUDA_FUNCS(FAKE_ENTRY)};
+#undef FAKE_ENTRY
+
+/* The only symbol jitop looks up with dlsym. The version asked for is not
+ * checked: each fake has the one prototype jitop uses. */
+__attribute__((visibility("default"))) CUresult CUDAAPI
+cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                    CUdriverProcAddressQueryResult *found)
+{
+    (void)version, (void)flags;
+    for (size_t i = 0; i < sizeof g_entry_points / sizeof g_entry_points[0]; i++) {
+        if (strcmp(g_entry_points[i].name, symbol) == 0) {
+            *pfn = g_entry_points[i].fn;
+            if (found)
+                *found = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    }
+    *pfn = NULL;
+    if (found)
+        *found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+__attribute__((visibility("default"))) void fake_cuda_get_stats(fake_cuda_stats *out)
+{
+    lock();
+    *out = g_stats;
+    unlock();
+}
+
+/* Runs when the process exits (the fake is never dlclose'd before): frees
+ * the libraries kept for the use-after-unload check. */
+__attribute__((destructor)) static void free_libraries(void)
+{
+    lock();
+    while (g_libraries) {
+        fake_library *next = g_libraries->next;
+        library_free(g_libraries);
+        g_libraries = next;
+    }
+    unlock();
+}

@@ -1,0 +1,20 @@
+/* What a test can ask the fake driver (fake_libcuda.c) about. The fake is
+ * opened with dlopen, never linked, so a test looks the function up with
+ * dlsym(handle, FAKE_CUDA_STATS_SYMBOL); finding it is also how a test knows
+ * that libcuda.so.1 is the fake and not a real driver. */
+#ifndef JITOP_FAKE_LIBCUDA_H
+#define JITOP_FAKE_LIBCUDA_H
+
+typedef struct fake_cuda_stats {
+    long libraries_loaded;   /* loaded now (cuLibraryLoadData minus cuLibraryUnload) */
+    long libraries_ever;     /* every cuLibraryLoadData that succeeded */
+    long unloads;
+    long launches;
+    long syncs;              /* finished cuCtxSynchronize calls */
+    long primary_ctx_refs;   /* cuDevicePrimaryCtxRetain minus Release */
+} fake_cuda_stats;
+
+#define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"
+typedef void (*fake_cuda_stats_fn)(fake_cuda_stats *out);
+
+#endif
