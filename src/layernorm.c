@@ -273,6 +273,23 @@ static int ln_max_cluster(const jitop_ctx *ctx)
     return jitop__driver_of(ctx)->cc_major >= 9 ? LN_MAX_CLUSTER : 1;
 }
 
+/* The template instance for a shape, as kernels/layernorm.cu names them:
+ * KIND_generic<T, AFFINE, VEC> for rows the specialized kernels do not take,
+ * KIND<T, N, AFFINE, VEC, TPR> for one block per row group, and
+ * KIND_cluster<T, N, AFFINE, VEC, TPR, CL> for a row split over a cluster. */
+static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dtype dtype, int n,
+                             int affine, int vec, int special, int tpr, int cl)
+{
+    const char *aff = affine ? "true" : "false";
+    if (!special)
+        snprintf(name, cap, "%s_generic<%s, %s, %d>", kind, ln_ctype(dtype), aff, vec);
+    else if (cl == 1)
+        snprintf(name, cap, "%s<%s, %d, %s, %d, %d>", kind, ln_ctype(dtype), n, aff, vec, tpr);
+    else
+        snprintf(name, cap, "%s_cluster<%s, %d, %s, %d, %d, %d>", kind, ln_ctype(dtype), n, aff,
+                 vec, tpr, cl);
+}
+
 static int ln_rows_per_block(int tpr, int cl)
 {
     return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
@@ -347,15 +364,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
     const int special =
         ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, ln_max_cluster(ctx), &tpr, &cl);
     char name[128];
-    if (!special)
-        snprintf(name, sizeof name, "layernorm_fwd_generic<%s, %s, %d>", ln_ctype(dtype),
-                 affine ? "true" : "false", vec);
-    else if (cl == 1)
-        snprintf(name, sizeof name, "layernorm_fwd<%s, %d, %s, %d, %d>", ln_ctype(dtype), n,
-                 affine ? "true" : "false", vec, tpr);
-    else
-        snprintf(name, sizeof name, "layernorm_fwd_cluster<%s, %d, %s, %d, %d, %d>",
-                 ln_ctype(dtype), n, affine ? "true" : "false", vec, tpr, cl);
+    ln_instance_name(name, sizeof name, "layernorm_fwd", dtype, n, affine, vec, special, tpr, cl);
     ln_inst *inst;
     if ((rc = ln_get(s, name, &inst)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
@@ -427,15 +436,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     const int special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, ln_max_cluster(ctx), &tpr,
                                  &cl);
     char name[128];
-    if (!special)
-        snprintf(name, sizeof name, "layernorm_bwd_generic<%s, %s, %d>", ln_ctype(dtype),
-                 affine ? "true" : "false", vec);
-    else if (cl == 1)
-        snprintf(name, sizeof name, "layernorm_bwd<%s, %d, %s, %d, %d>", ln_ctype(dtype), n,
-                 affine ? "true" : "false", vec, tpr);
-    else
-        snprintf(name, sizeof name, "layernorm_bwd_cluster<%s, %d, %s, %d, %d, %d>",
-                 ln_ctype(dtype), n, affine ? "true" : "false", vec, tpr, cl);
+    ln_instance_name(name, sizeof name, "layernorm_bwd", dtype, n, affine, vec, special, tpr, cl);
     ln_inst *inst, *red = NULL;
     if ((rc = ln_get(s, name, &inst)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
