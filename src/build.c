@@ -11,6 +11,8 @@
  * (an editor saving in bursts) before it gives up. */
 #define MAX_BUILD_ATTEMPTS 4
 
+void (*jitop__after_compile_hook)(const char *source);
+
 /* Lines naming each file that differs between two dependency lists. */
 static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv *lines)
 {
@@ -229,6 +231,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         t_compile = jitop__now_ms() - t_compile;
         if (status != JITOP_OK)
             goto out;
+        if (jitop__after_compile_hook)
+            jitop__after_compile_hook(u->source_name);
         status = jitop__deps_changed(&deps, &changed);
         if (status != JITOP_OK)
             goto out;

@@ -34,6 +34,13 @@ const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path);
  * none (deps.c). */
 int jitop__deps_changed(const jitop__deps *d, char **changed);
 
+/* A test seam (build.c): when set, the build calls it after NVRTC returns
+ * and before it checks the files again, with the unit's source name. Tests
+ * use it to edit a header "during" a compile, or to die there, at a known
+ * point rather than by racing a timer (which valgrind's scheduler loses).
+ * NULL in normal use; set it only while no build runs. */
+extern void (*jitop__after_compile_hook)(const char *source);
+
 /* Whether a valid entry exists under key. Does not mark it used and leaves
  * an invalid one in place. */
 int jitop__cache_peek(jitop__cache *c, const char key[33], bool *found);

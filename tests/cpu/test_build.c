@@ -2,7 +2,7 @@
  * test, several processes and a kill -9 where the contract says so. */
 #include "testutil.h"
 
-#include "internal.h"
+#include "core_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -375,15 +375,16 @@ static bool lock_held_by_other(const char *path)
     return held;
 }
 
-/* Waits (up to 5 minutes, valgrind is slow) until another party holds the lock. */
-static void wait_for_lock(const char *path)
+/* The child's seam: tell the parent NVRTC is done, then wait to be killed
+ * between the compile and the cache write. */
+static int kill_point_fd = -1;
+static void stop_after_compile(const char *source)
 {
-    for (int i = 0; i < 300000; i++) {
-        if (lock_held_by_other(path))
-            return;
-        usleep(1000);
-    }
-    fail_msg("nobody took the lock %s", path);
+    (void)source;
+    if (write(kill_point_fd, "c", 1) != 1)
+        _exit(4);
+    for (;;)
+        pause();
 }
 
 static void test_kill_9_during_compile(void **state)
@@ -392,13 +393,18 @@ static void test_kill_9_during_compile(void **state)
     char *dir = jt_tmpdir(), *cache = jt_tmpdir();
     char *src = jt_write(dir, "slow.cu", slow_src);
     free(jt_write(dir, "h.cuh", "#define H 1.0f\n"));
-    const char *opts[] = {"-DDEPTH=40"};
+    const char *opts[] = {"-DDEPTH=3"};
     char key[33];
     key_of(src, opts, 1, key);
     char *lock = lock_file(cache, key), *entry = entry_file(cache, key);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        close(ready[0]);
+        kill_point_fd = ready[1];
+        jitop__after_compile_hook = stop_after_compile;
         jitop_config cfg;
         jitop_config_init(&cfg);
         cfg.cache_dir = cache;
@@ -414,7 +420,11 @@ static void test_kill_9_during_compile(void **state)
         free(lock); free(entry); free(src); free(dir); free(cache);
         _exit(code);
     }
-    wait_for_lock(lock);
+    close(ready[1]);
+    char c = 0;
+    assert_int_equal(read(ready[0], &c, 1), 1); /* compiled, not yet written */
+    close(ready[0]);
+    assert_true(lock_held_by_other(lock));
     assert_int_equal(kill(pid, SIGKILL), 0);
     int ws = 0;
     assert_int_equal(waitpid(pid, &ws, 0), pid);
@@ -435,20 +445,21 @@ static void test_kill_9_during_compile(void **state)
     free(lock); free(entry); free(src); free(dir); free(cache);
 }
 
-struct bg_build {
-    jitop_ctx *ctx;
-    const char *src;
-    const char *const *opts;
-    size_t nopts;
-    int status;
-    jitop_build_result r;
-};
-
-static void *bg_build_main(void *arg)
+/* The seam that plays an editor saving h.cuh while NVRTC reads it: the
+ * first `edits_left` compiles each see a new version appear (a rename, as
+ * editors save), with a distinct text each time. */
+static const char *edit_dir;
+static int edits_left, edits_made;
+static void save_header_during_compile(const char *source)
 {
-    struct bg_build *b = arg;
-    b->status = jitop_build(b->ctx, b->src, NULL, b->opts, b->nopts, NULL, 0, &b->r);
-    return NULL;
+    (void)source;
+    if (edits_left == 0)
+        return;
+    edits_left--;
+    edits_made++;
+    char text[64];
+    snprintf(text, sizeof text, "#define H %d.0f\n", edits_made + 1);
+    free(jt_write_rename(edit_dir, "h.cuh", text));
 }
 
 static void test_header_edited_during_compile_is_not_cached_stale(void **state)
@@ -458,30 +469,71 @@ static void test_header_edited_during_compile_is_not_cached_stale(void **state)
     char *src = jt_write(dir, "slow.cu", slow_src);
     char *h = jt_write(dir, "h.cuh", "#define H 1.0f\n");
     jt_touch(h, -60);
-    const char *opts[] = {"-DDEPTH=25"};
+    const char *opts[] = {"-DDEPTH=3"};
     char old_key[33], new_key[33];
     key_of(src, opts, 1, old_key);
-    char *lock = lock_file(cache, old_key);
     jitop_ctx *ctx = jt_ctx(cache, "sm_90");
-    struct bg_build b = {ctx, src, opts, 1, -1, {0}};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, bg_build_main, &b), 0);
-    wait_for_lock(lock);
-    /* Saved while NVRTC works on the old text. */
-    free(jt_write_rename(dir, "h.cuh", "#define H 2.0f\n"));
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(b.status, JITOP_OK);
+    edit_dir = dir;
+    edits_left = 1;
+    edits_made = 0;
+    jitop__after_compile_hook = save_header_during_compile;
+    jitop_build_result r;
+    int status = jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r);
+    jitop__after_compile_hook = NULL;
+    assert_int_equal(status, JITOP_OK);
+    assert_int_equal(edits_made, 1);
     key_of(src, opts, 1, new_key);
     assert_string_not_equal(old_key, new_key);
     /* What was cached is the build of the new header, under its key; the
      * compile that raced the edit was not stored under the old key. */
-    assert_string_equal(b.r.key, new_key);
-    assert_int_equal(b.r.cached, 0);
-    char *old_entry = entry_file(cache, old_key);
+    assert_string_equal(r.key, new_key);
+    assert_int_equal(r.cached, 0);
+    char *old_entry = entry_file(cache, old_key), *new_entry = entry_file(cache, new_key);
     assert_false(exists(old_entry));
+    assert_true(exists(new_entry));
     jitop_ctx_destroy(ctx);
-    free(old_entry); free(lock); free(src); free(h); free(dir); free(cache);
+    free(old_entry); free(new_entry); free(src); free(h); free(dir); free(cache);
 }
+
+/* A file that changes during every compile: the build gives up after a few
+ * tries with an error naming it, and caches nothing. */
+static void test_header_that_keeps_changing_fails_cleanly(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "slow.cu", slow_src);
+    char *h = jt_write(dir, "h.cuh", "#define H 1.0f\n");
+    const char *opts[] = {"-DDEPTH=1"};
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    edit_dir = dir;
+    edits_left = 1000;
+    edits_made = 0;
+    jitop__after_compile_hook = save_header_during_compile;
+    jitop_build_result r;
+    int status = jitop_build(ctx, src, NULL, opts, 1, NULL, 0, &r);
+    jitop__after_compile_hook = NULL;
+    assert_int_equal(status, JITOP_EIO);
+    assert_non_null(strstr(jitop_errmsg(ctx), "h.cuh"));
+    assert_non_null(strstr(jitop_errmsg(ctx), "kept changing"));
+    assert_true(edits_made >= 2 && edits_made < 1000);
+    /* Once the editor stops, the next build succeeds and is what is on disk. */
+    char key[33];
+    key_of(src, opts, 1, key);
+    r = build(ctx, src, NULL, opts, 1, NULL, 0);
+    assert_int_equal(r.cached, 0);
+    assert_string_equal(r.key, key);
+    jitop_ctx_destroy(ctx);
+    free(src); free(h); free(dir); free(cache);
+}
+
+struct bg_build {
+    jitop_ctx *ctx;
+    const char *src;
+    const char *const *opts;
+    size_t nopts;
+    int status;
+    jitop_build_result r;
+};
 
 static void *thread_build(void *arg)
 {
@@ -664,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_16_processes_compile_once),
         cmocka_unit_test(test_kill_9_during_compile),
         cmocka_unit_test(test_header_edited_during_compile_is_not_cached_stale),
+        cmocka_unit_test(test_header_that_keeps_changing_fails_cleanly),
         cmocka_unit_test(test_threads_share_a_context),
         cmocka_unit_test(test_racy_clean_manifest_not_trusted_later),
         cmocka_unit_test(test_would_hit),
