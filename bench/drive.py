@@ -38,7 +38,7 @@ PY = sys.executable or "python3"
 # JITOP_BENCH_OP_<KERNEL> overrides the op.
 KERNELS = [
     ("saxpy", "bench/kernels/saxpy.cu", "saxpy"),
-    ("lltm", "kernels/lltm.cu", "lltm_fwd<float,16,16,16,2,2,true>"),
+    ("lltm", "kernels/lltm.cu", "lltm_fwd<float, 8, 4, 32, 1, 1, 8, true>"),
     ("layernorm", "kernels/layernorm.cu", "layernorm_fwd<float, 1024, true>"),
 ]
 SYSTEMS_GPU = ("floor", "jitop-c", "cupy")
@@ -304,6 +304,14 @@ def gpu_skip_all(drv, why):
                 drv.note(area, k, s, area, "skipped", why)
 
 
+def gpu_areas():
+    """JITOP_BENCH_AREAS (comma-separated, e.g. "warm") narrows the GPU
+    phase to some areas; one cold rep always runs, since it fills the
+    caches the warm reps load from."""
+    want = os.environ.get("JITOP_BENCH_AREAS", "")
+    return set(a.strip() for a in want.split(",") if a.strip()) or {"cold", "warm", "inproc", "edit", "launch"}
+
+
 def phase_gpu(drv):
     arch, gpu, why = detect_arch(drv)
     if not gpu:
@@ -318,19 +326,21 @@ def phase_gpu(drv):
             drv.put({"area": "env", "key": "nvidia-smi", "value": smi.stdout.strip().splitlines()[0]})
     except (OSError, subprocess.TimeoutExpired):
         pass
-    r_cold, r_warm = reps(5, 2, 1), reps(10, 3, 1)
+    areas = gpu_areas()
+    r_cold, r_warm = reps(5, 2, 1) if "cold" in areas else 1, reps(10, 3, 1)
     for k, src, op in kernels():
         if not os.path.exists(src):
             for area in ("cold", "warm", "inproc", "edit"):
                 for s in SYSTEMS_GPU:
                     drv.note(area, k, s, area, "skipped", "%s does not exist" % src)
             continue
-        gpu_kernel(drv, k, src, op, r_cold, r_warm)
-    k, src, op = kernels()[0]
-    gpu_launch(drv, k, src, op)
+        gpu_kernel(drv, k, src, op, r_cold, r_warm if "warm" in areas else 0, areas)
+    if "launch" in areas:
+        k, src, op = kernels()[0]
+        gpu_launch(drv, k, src, op)
 
 
-def gpu_kernel(drv, k, src, op, r_cold, r_warm):
+def gpu_kernel(drv, k, src, op, r_cold, r_warm, areas):
     base = ["--src", src, "--kernel", k, "--op", op]
     cupy = [PY, os.path.join(ROOT, "bench", "peers.py"), "cupy", "--src", src, "--kernel", k, "--op", op]
     cubin = os.path.join(drv.fresh("floor"), "floor.cubin")
@@ -372,10 +382,13 @@ def gpu_kernel(drv, k, src, op, r_cold, r_warm):
         if ok:
             drv.whole("warm", k, "cupy", "whole process: exec to exit (python + import cupy)", wall)
     # In-process: one process each, many repetitions inside.
-    drv.run([drv.floor, "inproc"] + base, ("inproc", k, "floor", "get again"))
-    drv.run([drv.jb, "inproc"] + base, ("inproc", k, "jitop-c", "get again"), env={"JITOP_CACHE_DIR": jcache})
-    drv.run(cupy + ["--step", "inproc"], ("inproc", k, "cupy", "get again"), env={"CUPY_CACHE_DIR": ccache})
+    if "inproc" in areas:
+        drv.run([drv.floor, "inproc"] + base, ("inproc", k, "floor", "get again"))
+        drv.run([drv.jb, "inproc"] + base, ("inproc", k, "jitop-c", "get again"), env={"JITOP_CACHE_DIR": jcache})
+        drv.run(cupy + ["--step", "inproc"], ("inproc", k, "cupy", "get again"), env={"CUPY_CACHE_DIR": ccache})
     # Edit to live: each system edits its own copy of the source.
+    if "edit" not in areas:
+        return
     if drv.left() < 30:
         for s in SYSTEMS_GPU:
             drv.note("edit", k, s, "edit", "skipped", "out of the phase's time budget")

@@ -71,7 +71,8 @@ out:
     return status;
 }
 
-int jitop__image_load(jitop_module *m, const jitop__built *b, const char *what, jitop__image **out)
+int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *bin,
+                      const char *what, jitop__image **out)
 {
     const jitop__driver *drv = m->drv;
     jitop__image *img = calloc(1, sizeof *img);
@@ -80,15 +81,14 @@ int jitop__image_load(jitop_module *m, const jitop__built *b, const char *what, 
     if (!img)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     atomic_init(&img->inflight, 0);
-    memcpy(img->key, b->key, sizeof img->key);
+    memcpy(img->key, key, sizeof img->key);
     /* Loading is context-independent, but the kernels are then looked up in
      * m's context: make it current (a reload may run on any thread). */
     status = jitop__driver_make_current(drv);
     if (status != JITOP_OK)
         goto out;
     /* The driver copies the image, so the entry can be freed afterwards. */
-    CUresult r = drv->api->cuLibraryLoadData(&img->lib, b->entry.bin.data, NULL, NULL, 0, NULL,
-                                             NULL, 0);
+    CUresult r = drv->api->cuLibraryLoadData(&img->lib, bin->data, NULL, NULL, 0, NULL, NULL, 0);
     if (r != CUDA_SUCCESS) {
         img->lib = NULL;
         status = jitop__cu_check(r, "cuLibraryLoadData", what);
@@ -116,6 +116,7 @@ void jitop__modunit_free(jitop__modunit *mu)
         return;
     jitop__unit_free(&mu->unit);
     jitop__deps_free(&mu->deps);
+    jitop__binary_free(&mu->unloaded);
     free(mu->lowered);
     memset(mu, 0, sizeof *mu);
 }
@@ -125,14 +126,15 @@ static const char *unit_label(const jitop__unit *u)
     return u->source_path ? u->source_path : u->source_name ? u->source_name : "inline source";
 }
 
-/* Builds mu->unit (already initialized) and loads its image; the deps move
- * into mu. */
-static int build_and_load(jitop_module *m, jitop__modunit *mu, jitop__image **img,
-                          jitop__deps *deps, char **lowered)
+/* Builds mu->unit (already initialized) and loads its image, or keeps its
+ * binary when lazy; key, deps and lowered name move into mu. */
+static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy)
 {
     jitop__built built;
     memset(&built, 0, sizeof built);
+    double t_build = jitop__now_ms();
     int status = jitop__build_unit(m->ctx, &mu->unit, &built);
+    t_build = jitop__now_ms() - t_build;
     if (status != JITOP_OK)
         goto out;
     if (mu->unit.names.n > 0) {
@@ -141,26 +143,40 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, jitop__image **im
                                  m->name, mu->unit.names.v[0]);
             goto out;
         }
-        if (!(*lowered = jitop__strdup(built.entry.bin.lowered.v[0]))) {
+        if (!(mu->lowered = jitop__strdup(built.entry.bin.lowered.v[0]))) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             goto out;
         }
     }
-    status = jitop__image_load(m, &built, unit_label(&mu->unit), img);
-    if (status != JITOP_OK) {
-        free(*lowered);
-        *lowered = NULL;
+    double t_load = jitop__now_ms();
+    if (!lazy)
+        status = jitop__image_load(m, built.key, &built.entry.bin, unit_label(&mu->unit),
+                                   &mu->image);
+    t_load = jitop__now_ms() - t_load;
+    if (status != JITOP_OK)
         goto out;
-    }
-    *deps = built.deps;
+    /* Where a load's time goes (JITOP_VERBOSE=1): the cache or NVRTC, then
+     * the driver. */
+    jitop__log(m->ctx, "module %s: %s%s%s: %s %.3f ms, %zu bytes, %s %.3f ms", m->name,
+               unit_label(&mu->unit), mu->unit.names.n ? " as " : "",
+               mu->unit.names.n ? mu->unit.names.v[0] : "", built.cached ? "cache hit" : "built",
+               t_build, built.entry.bin.size,
+               lazy ? "image loaded when needed" : "cuLibraryLoadData + kernel list", t_load);
+    memcpy(mu->key, built.key, sizeof mu->key);
+    mu->deps = built.deps;
     memset(&built.deps, 0, sizeof built.deps);
+    if (lazy) {
+        mu->unloaded = built.entry.bin;
+        memset(&built.entry.bin, 0, sizeof built.entry.bin);
+    }
 out:
     jitop__built_free(&built);
     return status;
 }
 
 int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
-                         const char *const *names, size_t nnames, jitop__modunit *mu)
+                         const char *const *names, size_t nnames, bool lazy,
+                         jitop__modunit *mu)
 {
     memset(mu, 0, sizeof *mu);
     int status = jitop__unit_init(&mu->unit, path, text, (const char *const *)m->options.v,
@@ -169,7 +185,7 @@ int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
         memset(mu, 0, sizeof *mu);
         return jitop__fail_prefix(status, "module %s", m->name);
     }
-    status = build_and_load(m, mu, &mu->image, &mu->deps, &mu->lowered);
+    status = build_and_load(m, mu, lazy);
     if (status != JITOP_OK)
         jitop__modunit_free(mu);
     return status;
@@ -283,23 +299,51 @@ static int module_new(jitop_ctx *ctx, const char *name, const char *arch, const 
     return JITOP_OK;
 }
 
-/* Builds and loads every unit of a new module (no lock held: loads of
- * different modules compile in parallel). */
+/* Builds every unit of a new module (no lock held: loads of different
+ * modules compile in parallel). The images wait for their first use (see
+ * jitop__modunit) when they are cubins for the device's own arch, which the
+ * driver loads; built for another arch (PTX, an older or newer GPU), they
+ * are loaded now, so that a binary the device cannot run fails the load. */
 static int module_build(jitop_module *m, const jitop__strv *paths, const char *text)
 {
+    bool lazy = strcmp(m->arch, m->drv->arch) == 0;
     size_t n = text ? 1 : paths->n;
     m->units = calloc(n, sizeof *m->units);
     if (!m->units)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0,
+        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0, lazy,
                                           &m->units[i]);
         if (status != JITOP_OK)
             return status;
-        m->units[i].image->next = m->images;
-        m->images = m->units[i].image;
+        if (m->units[i].image) {
+            m->units[i].image->next = m->images;
+            m->images = m->units[i].image;
+        }
         m->nunits++;
     }
+    m->units_loaded = !lazy;
+    return JITOP_OK;
+}
+
+int jitop__units_load(jitop_module *m)
+{
+    for (size_t i = 0; !m->units_loaded && i < m->nunits; i++) {
+        jitop__modunit *mu = &m->units[i];
+        if (mu->image)
+            continue;
+        double t = jitop__now_ms();
+        int status = jitop__image_load(m, mu->key, &mu->unloaded, unit_label(&mu->unit),
+                                       &mu->image);
+        if (status != JITOP_OK)
+            return status;
+        jitop__log(m->ctx, "module %s: %s: image loaded on first use, %zu kernels, %.3f ms",
+                   m->name, unit_label(&mu->unit), mu->image->nkernels, jitop__now_ms() - t);
+        mu->image->next = m->images;
+        m->images = mu->image;
+        jitop__binary_free(&mu->unloaded);
+    }
+    m->units_loaded = true;
     return JITOP_OK;
 }
 
@@ -413,8 +457,11 @@ uint64_t jitop_module_generation(const jitop_module *m)
 typedef struct pending_item {
     jitop__modunit *mu;
     char old_key[33];
+    char key[33];           /* the new key (old_key when nothing changed) */
     jitop__deps deps;       /* fresh stat data, moved into mu at commit */
-    jitop__image *image;    /* NULL: the key did not change */
+    bool changed;           /* key differs: image or bin holds the new code */
+    jitop__image *image;    /* the new image, for a unit loaded at prepare */
+    jitop__binary bin;      /* the new binary, for a source not loaded at prepare */
     char *lowered;
 } pending_item;
 
@@ -433,6 +480,7 @@ void jitop__pending_free(jitop__pending *p)
         jitop__deps_free(&p->items[i].deps);
         /* A prepared image was never published: nothing can launch it. */
         jitop__image_free(p->m->drv, p->items[i].image);
+        jitop__binary_free(&p->items[i].bin);
         free(p->items[i].lowered);
     }
     free(p->items);
@@ -456,16 +504,20 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
     p->m = m;
 
     /* Snapshot the units under the lock; they never move or change, only
-     * their image and deps (which commit replaces) do. */
+     * their key, image and deps (which commit replaces) do. A source not
+     * loaded now is rebuilt without loading (commit loads it if it was
+     * loaded meanwhile). */
     pthread_mutex_lock(&m->lock);
     size_t n = m->nunits + m->ninstances;
-    p->items = calloc(n, sizeof *p->items);
+    bool *lazy = calloc(n ? n : 1, sizeof *lazy);
+    p->items = lazy ? calloc(n ? n : 1, sizeof *p->items) : NULL;
     if (p->items) {
         p->n = n;
         for (size_t i = 0; i < n; i++) {
             jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
             p->items[i].mu = mu;
-            memcpy(p->items[i].old_key, mu->image->key, sizeof p->items[i].old_key);
+            memcpy(p->items[i].old_key, mu->key, sizeof p->items[i].old_key);
+            lazy[i] = !mu->image;
         }
     }
     pthread_mutex_unlock(&m->lock);
@@ -486,13 +538,19 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
         }
         it->deps = built.deps;
         memset(&built.deps, 0, sizeof built.deps);
+        memcpy(it->key, built.key, sizeof it->key);
         if (strcmp(built.key, it->old_key) != 0) {
             if (it->mu->unit.names.n > 0 && built.entry.bin.lowered.n > 0 &&
                 !(it->lowered = jitop__strdup(built.entry.bin.lowered.v[0])))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            if (status == JITOP_OK)
-                status = jitop__image_load(m, &built, unit_label(&it->mu->unit), &it->image);
-            p->changed = true;
+            if (status == JITOP_OK && !lazy[i])
+                status = jitop__image_load(m, built.key, &built.entry.bin,
+                                           unit_label(&it->mu->unit), &it->image);
+            if (status == JITOP_OK && lazy[i]) {
+                it->bin = built.entry.bin;
+                memset(&built.entry.bin, 0, sizeof built.entry.bin);
+            }
+            it->changed = p->changed = true;
         }
         jitop__built_free(&built);
         if (status != JITOP_OK)
@@ -501,6 +559,7 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
     *out = p;
     p = NULL;
 out:
+    free(lazy);
     jitop__pending_free(p);
     return status;
 }
@@ -567,7 +626,7 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
     }
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < p->n; i++)
-        if (strcmp(p->items[i].mu->image->key, p->items[i].old_key) != 0) {
+        if (strcmp(p->items[i].mu->key, p->items[i].old_key) != 0) {
             status = jitop__fail(JITOP_ESTALE,
                                  "module %s changed since this rebuild was prepared (another "
                                  "reload won): prepare again",
@@ -583,6 +642,16 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             goto out;
         }
+        /* A source that was loaded after prepare rebuilt it lazily: load
+         * its new binary now, so that its ops move to the new code. */
+        for (size_t i = 0; i < p->n && status == JITOP_OK; i++) {
+            pending_item *it = &p->items[i];
+            if (it->changed && !it->image && it->mu->image)
+                status = jitop__image_load(m, it->key, &it->bin, unit_label(&it->mu->unit),
+                                           &it->image);
+        }
+        if (status != JITOP_OK)
+            goto out;
         for (size_t i = 0; i < p->n; i++)
             images[i] = p->items[i].image ? p->items[i].image : p->items[i].mu->image;
         /* Every new binding is made before anything is published, so that a
@@ -608,6 +677,14 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
         jitop__deps_free(&it->mu->deps);
         it->mu->deps = it->deps;
         memset(&it->deps, 0, sizeof it->deps);
+        memcpy(it->mu->key, it->key, sizeof it->mu->key);
+        if (it->changed && !it->image) {
+            /* A source still not loaded: keep the new binary for later. */
+            jitop__binary_free(&it->mu->unloaded);
+            it->mu->unloaded = it->bin;
+            memset(&it->bin, 0, sizeof it->bin);
+            continue;
+        }
         if (!it->image)
             continue;
         it->mu->image->retired = true;

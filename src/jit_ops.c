@@ -272,14 +272,17 @@ void jitop__ops_free(jitop_module *m)
 /* ------------------------------------------------------------ op lookup */
 
 /* The kernels the module holds and the instances made so far, for the
- * "no such op" message. Under m->lock. */
-static char *list_ops(const jitop_module *m)
+ * "no such op" message. Under m->lock. Loads the source images if needed;
+ * should that fail, the list has what is loaded. */
+static char *list_ops(jitop_module *m)
 {
     jitop__strv names = {0};
     int status = JITOP_OK;
+    if (jitop__units_load(m) != JITOP_OK)
+        jitop__clear_error();
     for (size_t i = 0; status == JITOP_OK && i < m->nunits; i++) {
         const jitop__image *img = m->units[i].image;
-        for (size_t j = 0; status == JITOP_OK && j < img->nkernels; j++)
+        for (size_t j = 0; status == JITOP_OK && img && j < img->nkernels; j++)
             status = jitop__strv_push(&names, img->kernels[j].name);
     }
     for (size_t i = 0; status == JITOP_OK && i < m->ninstances; i++)
@@ -289,7 +292,7 @@ static char *list_ops(const jitop_module *m)
     return s;
 }
 
-static int not_found(const jitop_module *m, const char *name, const char *extra)
+static int not_found(jitop_module *m, const char *name, const char *extra)
 {
     char *list = list_ops(m);
     int status = jitop__fail(JITOP_ENOTFOUND,
@@ -419,7 +422,11 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
         m->instances = v;
         m->cap_instances = cap;
     }
+    double t_bind = jitop__now_ms();
     status = jitop__binding_make(m, mu->image, k->kernel, mu->lowered, &b);
+    if (status == JITOP_OK)
+        jitop__log(m->ctx, "module %s: op %s bound in %.3f ms", m->name, name,
+                   jitop__now_ms() - t_bind);
     if (status == JITOP_OK)
         status = op_new(m, name, m->ninstances, b, out);
     if (status == JITOP_OK) {
@@ -460,7 +467,7 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status == JITOP_OK) {
         const char *names[1] = {name};
-        status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, mu);
+        status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false, mu);
         *about_name = status == JITOP_ECOMPILE;
         /* A plain word that merely occurs in the source is a typo more often
          * than a C++ kernel: say what exists. */
@@ -497,18 +504,30 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
     uint64_t gen = 0;
     pthread_mutex_lock(&m->lock);
     *op = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, h);
-    if (!*op && jitop__find_kernel(m, NULL, name, &img, &k)) {
+    /* A name expression ("fwd<float, 4>", "ns::k") is no kernel's symbol
+     * and needs no source image; anything else may be an extern "C" kernel
+     * (loading the sources may fail: the driver's error is the answer). */
+    if (!*op && !strpbrk(name, "<>:( "))
+        status = jitop__units_load(m);
+    if (*op || status != JITOP_OK)
+        goto unlock;
+    if (jitop__find_kernel(m, NULL, name, &img, &k)) {
+        double t_bind = jitop__now_ms();
         status = jitop__binding_make(m, img, k, name, &b);
+        if (status == JITOP_OK)
+            jitop__log(m->ctx, "module %s: op %s bound in %.3f ms", m->name, name,
+                       jitop__now_ms() - t_bind);
         if (status == JITOP_OK)
             status = op_new(m, name, SIZE_MAX, b, op);
         if (status == JITOP_OK)
             b = NULL;
-    } else if (!*op && (failed = failed_name_find(m, name))) {
+    } else if ((failed = failed_name_find(m, name))) {
         status = jitop__fail(failed->status, "%s", failed->message);
-    } else if (!*op) {
+    } else {
         compile = true;
         gen = m->failed_gen; /* the generation failed_name_find just saw */
     }
+unlock:
     pthread_mutex_unlock(&m->lock);
     jitop__binding_free_chain(b);
     if (compile) {
@@ -609,6 +628,7 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
     if (!m || !count || (cap && !infos))
         return jitop__fail(JITOP_EINVAL, "jitop_module_ops: NULL argument");
     pthread_mutex_lock(&m->lock);
+    status = jitop__units_load(m);
     /* Kernels of the sources (first definition wins, as for jitop_op_get),
      * then the template instances made so far. Strings are owned by the
      * module's images and live as long as the module. */

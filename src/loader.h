@@ -95,11 +95,22 @@ struct jitop_op {
 
 /* A unit the module was built from, with what its current image came from.
  * Sources are m->units; template instances are m->instances (one unit each,
- * compiled with the name expression, loaded as their own image). */
+ * compiled with the name expression, loaded as their own image).
+ *
+ * Source images are loaded lazily. NVRTC emits no code for a template that
+ * is not instantiated, so a source made of templates (the shipped kernels)
+ * compiles to an image with no kernel, and loading it would cost a
+ * cuLibraryLoadData in every warm load of a module used only through its
+ * instances. jitop_load still builds every source (a compile error shows at
+ * load) and keeps the binary; the source images are loaded, all together,
+ * the first time something needs their kernels: an op that is not a name
+ * expression, the op list, an unknown-name error (m->units_loaded). */
 typedef struct jitop__modunit {
     jitop__unit unit;
     jitop__deps deps;         /* files of the current generation (guarded by m->lock) */
-    jitop__image *image;      /* current image */
+    char key[33];             /* cache key of the current generation's binary */
+    jitop__image *image;      /* current image; NULL for a source not loaded yet */
+    jitop__binary unloaded;   /* while image is NULL: the binary to load */
     char *lowered;            /* instances: the instance's symbol in the current image */
 } jitop__modunit;
 
@@ -121,6 +132,7 @@ struct jitop_module {
     char arch[32];
     jitop__modunit *units;
     size_t nunits;
+    bool units_loaded;        /* every source image is loaded (m->lock; see jitop__modunit) */
     jitop__modunit **instances; /* grown under m->lock; elements never move */
     size_t ninstances, cap_instances;
     jitop__strv options;      /* as given at load */
@@ -189,18 +201,24 @@ void jitop__loader_ctx_destroy(jitop_ctx *ctx);
 /* Shared by jit_loader.c (modules, reload) and jit_ops.c (ops, launch). */
 
 /* Compiles one unit through the cache (jitop__unit_init + jitop__build_unit)
- * for m's arch and loads its image. names: template name expressions (may
- * be NULL). On success mu holds the unit, its deps, image and, for one name,
- * its lowered symbol; on failure mu is zeroed. The image is linked into
+ * for m's arch and, unless lazy, loads its image (lazy: keeps the binary in
+ * mu->unloaded). names: template name expressions (may be NULL). On success
+ * mu holds the unit, its key, deps, image or binary and, for one name, its
+ * lowered symbol; on failure mu is zeroed. The image is linked into
  * m->images by the caller (under m->lock). */
 int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
-                         const char *const *names, size_t nnames, jitop__modunit *mu);
+                         const char *const *names, size_t nnames, bool lazy,
+                         jitop__modunit *mu);
 void jitop__modunit_free(jitop__modunit *mu);
+
+/* Loads the source images not loaded yet (m->lock held): after it, every
+ * m->units[i].image is set and m->units_loaded is true. */
+int jitop__units_load(jitop_module *m);
 
 /* Loads a built binary as an image (cuLibraryLoadData) and enumerates its
  * kernels. what names the unit in messages. */
-int jitop__image_load(jitop_module *m, const jitop__built *b, const char *what,
-                      jitop__image **out);
+int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *bin,
+                      const char *what, jitop__image **out);
 /* Unloads (if still loaded) and frees. Accepts NULL. */
 void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
 /* The kernel of img with this exact driver name, or NULL. */
@@ -217,7 +235,8 @@ void jitop__binding_free_chain(jitop__binding *b);
 /* Where an extern "C" op's kernel lives now: the first unit image (in
  * source order) holding a kernel of that name. images[i] overrides
  * m->units[i].image (commit looks up in the images it is about to swap in);
- * may be NULL. */
+ * may be NULL. Source images not loaded are not searched: load them first
+ * (jitop__units_load). */
 int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
                        jitop__image **img, CUkernel *k);
 

@@ -300,6 +300,128 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* The key jitop_build gives the file now: what an image of it must hold. */
+static void current_key(jitop_ctx *ctx, const char *src, char key[33])
+{
+    jitop_build_result r;
+    assert_int_equal(jitop_build(ctx, src, NULL, NULL, 0, NULL, 0, &r), JITOP_OK);
+    memcpy(key, r.key, 33);
+}
+
+static const char *binding_key(jitop_op *op)
+{
+    jitop__binding *b = atomic_load(&op->cur);
+    assert_non_null(b->image);
+    return b->image->key;
+}
+
+/* A module used only through template instances never loads the image of
+ * its source (which holds no instance); the first op that may be an extern
+ * "C" kernel loads it, from the current code, also across reloads. */
+static void test_source_image_loaded_on_first_use(void **state)
+{
+    (void)state;
+    fixture f;
+    memset(&f, 0, sizeof f);
+    f.dir = jt_tmpdir();
+    fixture_write(&f, 0);
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = g_cache;
+    assert_int_equal(jitop_ctx_create(&cfg, &f.ctx), JITOP_OK);
+    const char *sources[] = {f.src};
+    fake_cuda_stats s0 = stats();
+    assert_int_equal(jitop_load(f.ctx, "lazy", sources, 1, NULL, 0, &f.m), JITOP_OK);
+    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 0);
+    assert_int_equal(jitop_op_get(f.m, "t<3>", &f.t3), JITOP_OK);
+    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 1); /* the instance only */
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    assert_int_equal(jitop_launch(f.t3, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
+
+    /* A reload while the source is not loaded rebuilds it without loading. */
+    fixture_write(&f, 1);
+    assert_int_equal(jitop_module_reload(f.m), JITOP_OK);
+    assert_int_equal(jitop_module_generation(f.m), 1);
+    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 2); /* the new instance */
+    char key1[33];
+    current_key(f.ctx, f.src, key1);
+    assert_string_equal(f.m->units[0].key, key1);
+    assert_null(f.m->units[0].image);
+
+    /* The first plain name loads it: the version now on disk. */
+    assert_int_equal(jitop_op_get(f.m, "k", &f.k), JITOP_OK);
+    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 3);
+    assert_string_equal(binding_key(f.k), key1);
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
+
+    /* Loaded now: a reload loads the new source image at once. */
+    fixture_write(&f, 2);
+    assert_int_equal(jitop_module_reload(f.m), JITOP_OK);
+    char key2[33];
+    current_key(f.ctx, f.src, key2);
+    assert_string_equal(binding_key(f.k), key2);
+
+    /* Loaded between a prepare (which saw it unloaded and kept the new
+     * binary) and the commit: the commit loads the new binary, and the op
+     * made meanwhile from the old one moves to it. */
+    char *dir4 = jt_tmpdir();
+    char *text = kernel_source(5);
+    char *src4 = jt_write(dir4, "k4.cu", text);
+    free(text);
+    const char *sources4[] = {src4};
+    jitop_module *m4 = NULL;
+    assert_int_equal(jitop_load(f.ctx, "lazy4", sources4, 1, NULL, 0, &m4), JITOP_OK);
+    assert_null(m4->units[0].image);
+    text = kernel_source(6);
+    free(jt_write_rename(dir4, "k4.cu", text));
+    free(text);
+    jitop__pending *p = NULL;
+    assert_int_equal(jitop__module_prepare(m4, &p), JITOP_OK);
+    assert_true(jitop__pending_changed(p));
+    jitop_op *k4 = NULL;
+    assert_int_equal(jitop_op_get(m4, "k", &k4), JITOP_OK);
+    char key6[33];
+    current_key(f.ctx, src4, key6);
+    assert_string_not_equal(binding_key(k4), key6);
+    assert_int_equal(jitop__module_commit(m4, p), JITOP_OK);
+    assert_string_equal(binding_key(k4), key6);
+    assert_string_equal(m4->units[0].image->key, key6);
+
+    jitop_module *m2 = NULL, *m3 = NULL;
+    assert_int_equal(jitop_load_inline(f.ctx, "lazy2",
+                                       "extern \"C\" __global__ void k2(int *o) {}\n"
+                                       "template <int N> __global__ void u(int *o) { *o = N; }\n",
+                                       NULL, 0, &m2),
+                     JITOP_OK);
+    assert_int_equal(jitop_load_inline(f.ctx, "lazy3",
+                                       "extern \"C\" __global__ void k3(int *o) {}\n"
+                                       "template <int N> __global__ void v(int *o) { *o = N; }\n",
+                                       NULL, 0, &m3),
+                     JITOP_OK);
+    jitop_op *v1 = NULL;
+    assert_int_equal(jitop_op_get(m3, "v<1>", &v1), JITOP_OK);
+    assert_null(m2->units[0].image);
+    assert_null(m3->units[0].image);
+    /* What lists or misses a name loads the sources too. */
+    size_t n = 0;
+    assert_int_equal(jitop_module_ops(m3, NULL, 0, &n), JITOP_OK);
+    assert_int_equal(n, 2); /* k3 and the instance v<1> */
+    assert_non_null(m3->units[0].image);
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(m2, "nope<1>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "k2"));
+
+    jitop_ctx_destroy(f.ctx);
+    assert_int_equal(stats().libraries_loaded, 0);
+    jt_rm_rf(dir4);
+    free(dir4);
+    free(src4);
+    jt_rm_rf(f.dir);
+    free(f.dir);
+    free(f.src);
+}
+
 /* Valgrind runs threads one at a time and NVRTC slowly: fewer reloads there. */
 static int reload_count(void)
 {
@@ -478,6 +600,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
+        cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_reload_while_launching),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -292,6 +292,27 @@ static void test_template_by_name(void **state)
     jitop_ctx_destroy(ctx);
 }
 
+/* A module used first through a template instance: its source image is
+ * loaded only when the extern "C" op is asked for, and both run correctly;
+ * the op list then has both. */
+static void test_template_first_then_extern_c(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    jitop_ctx *ctx = gpu_ctx(NULL);
+    jitop_module *m = load_basic(ctx);
+    jitop_op *d7 = NULL, *axpby = NULL;
+    OK(jitop_op_get(m, "add_n<double, 7>", &d7));
+    check_add_n_double(d7, 7.0);
+    OK(jitop_op_get(m, "axpby", &axpby));
+    check_axpby(axpby, NULL);
+    check_add_n_double(d7, 7.0);
+    size_t n = 0;
+    OK(jitop_module_ops(m, NULL, 0, &n));
+    assert_true(n >= 2);
+    jitop_ctx_destroy(ctx);
+}
+
 static void test_unknown_op_lists_ops(void **state)
 {
     (void)state;
@@ -924,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_launch_checked),
         cmocka_unit_test(test_argument_mismatch),
         cmocka_unit_test(test_template_by_name),
+        cmocka_unit_test(test_template_first_then_extern_c),
         cmocka_unit_test(test_unknown_op_lists_ops),
         cmocka_unit_test(test_failed_name_remembered_until_reload),
         cmocka_unit_test(test_same_name_different_sources),
