@@ -50,6 +50,17 @@ JITOP_API int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_
                                        const void *gamma, const float *mean, const float *rstd,
                                        void *dx, void *dgamma, void *dbeta, void *stream);
 
+/* Builds into the cache, without a GPU (a compile_only context will do),
+ * every kernel jitop_layernorm_forward and jitop_layernorm_backward use for
+ * rows of cols elements of dtype on a GPU of arch ("sm_90"; NULL: the
+ * context's arch), with and without gamma/beta, for buffers aligned as
+ * cuMemAlloc returns them; their first call there then compiles nothing
+ * (a misaligned pointer picks a narrower instance, compiled on first use).
+ * For a deployment: run it for each arch and shape before the first call,
+ * on any machine that shares the cache directory (JITOP_CACHE_DIR). */
+JITOP_API int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
+                                      int64_t cols);
+
 /* LLTM: declared by the lltm work (kernels/lltm.cu). */
 /* The LLTM cell of PyTorch's C++/CUDA extension tutorial (B batch, I input
  * features, S state size, K = S + I), row-major, dtype JITOP_FLOAT32 or
@@ -98,6 +109,11 @@ JITOP_API int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int 
                                   const void *grad_h, const void *grad_cell, void *saved,
                                   const void *weights, void *d_old_h, void *d_input,
                                   void *d_weights, void *d_bias, void *d_old_cell, void *stream);
+
+/* Builds into the cache, without a GPU, every kernel jitop_lltm_forward and
+ * jitop_lltm_backward may use for dtype (float32 or float64) on a GPU of
+ * arch (NULL: the context's arch), whatever the sizes. */
+JITOP_API int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype);
 
 #ifdef __cplusplus
 }

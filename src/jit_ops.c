@@ -303,39 +303,9 @@ static int not_found(jitop_module *m, const char *name, const char *extra)
     return status;
 }
 
-static bool is_ident_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_';
-}
-
-/* The template's identifier in a name expression: "ns::fwd<float, 4>" ->
- * "fwd". Empty when there is none. */
-static void template_ident(const char *name, char *out, size_t cap)
-{
-    size_t end = strcspn(name, "<(");
-    while (end > 0 && (name[end - 1] == ' ' || name[end - 1] == '\t'))
-        end--;
-    size_t start = end;
-    while (start > 0 && is_ident_char(name[start - 1]))
-        start--;
-    size_t n = end - start < cap - 1 ? end - start : cap - 1;
-    memcpy(out, name + start, n);
-    out[n] = '\0';
-}
-
-static bool mentions_word(const char *text, const char *word)
-{
-    size_t n = strlen(word);
-    for (const char *p = text; n && (p = strstr(p, word)); p += n)
-        if ((p == text || !is_ident_char(p[-1])) && !is_ident_char(p[n]))
-            return true;
-    return false;
-}
-
 /* The unit whose text mentions the template's identifier (a module of
  * several sources compiles the instance from the one that defines it). */
-static int pick_unit(jitop_module *m, const char *ident, const jitop__unit **unit)
+static int pick_unit(jitop_module *m, const char *name, const jitop__unit **unit)
 {
     int status = JITOP_OK;
     *unit = NULL;
@@ -344,12 +314,12 @@ static int pick_unit(jitop_module *m, const char *ident, const jitop__unit **uni
         char *text = NULL;
         size_t len = 0;
         if (u->inline_text) {
-            if (mentions_word(u->inline_text, ident))
+            if (jitop__mentions_template(u->inline_text, name))
                 *unit = u;
             continue;
         }
         status = jitop__read_file(u->source_path, &text, &len);
-        if (status == JITOP_OK && mentions_word(text, ident))
+        if (status == JITOP_OK && jitop__mentions_template(text, name))
             *unit = u;
         free(text);
     }
@@ -451,14 +421,11 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
 {
     const jitop__unit *u = NULL;
     jitop__modunit *mu = NULL;
-    char ident[256];
     bool is_template = strchr(name, '<') != NULL, taken = false;
     int status = JITOP_OK;
 
     *about_name = false;
-    template_ident(name, ident, sizeof ident);
-    if (ident[0])
-        status = pick_unit(m, ident, &u);
+    status = pick_unit(m, name, &u);
     if (status == JITOP_OK && !u) {
         status = not_found_locked(m, name, "");
         *about_name = true;

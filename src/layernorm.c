@@ -90,6 +90,12 @@ static void ln_state_destroy(jitop_ctx *ctx)
 
 /* The state with the module loaded (first call: loads kernels/layernorm.cu,
  * which starts the driver). */
+/* kernels/layernorm.cu as the ops load it (malloc'd; NULL on ENOMEM). */
+static char *ln_source(const jitop_ctx *ctx)
+{
+    return jitop__sprintf("%s/layernorm.cu", ctx->kernel_dir ? ctx->kernel_dir : ".");
+}
+
 static int ln_state(jitop_ctx *ctx, struct jitop__layernorm_state **out)
 {
     struct jitop__layernorm_state *s = NULL;
@@ -99,7 +105,7 @@ static int ln_state(jitop_ctx *ctx, struct jitop__layernorm_state **out)
         return JITOP_OK;
     }
     int rc;
-    char *path = jitop__sprintf("%s/layernorm.cu", ctx->kernel_dir ? ctx->kernel_dir : ".");
+    char *path = ln_source(ctx);
     jitop_module *m = NULL;
     if (path == NULL)
         return jitop__fail(JITOP_ENOMEM, "layernorm: out of memory");
@@ -290,6 +296,38 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
                  vec, tpr, cl);
 }
 
+/* The instance and launch shape for a row length: one rule for the ops and
+ * for jitop_layernorm_prewarm, so that a prewarm builds what a call asks. */
+typedef struct ln_plan {
+    int special, tpr, cl; /* ln_shape's answer */
+    char name[128];
+} ln_plan;
+
+static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl)
+{
+    const size_t es = jitop_dtype_size(dtype);
+    p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, max_cl, &p->tpr, &p->cl);
+    ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
+                     p->tpr, p->cl);
+}
+
+static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl)
+{
+    const size_t es = jitop_dtype_size(dtype);
+    const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
+                              ? LN_BWD_LONG_MAX_BYTES
+                              : LN_BWD_MAX_BYTES;
+    p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, max_cl, &p->tpr, &p->cl);
+    ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
+                     p->tpr, p->cl);
+}
+
+/* The backward's dgamma/dbeta reduction (affine only). */
+static void ln_reduce_name(char *name, size_t cap, jitop_dtype dtype)
+{
+    snprintf(name, cap, "layernorm_bwd_reduce<%s>", ln_ctype(dtype));
+}
+
 static int ln_rows_per_block(int tpr, int cl)
 {
     return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
@@ -360,13 +398,11 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
         if (ptrs[k] != NULL)
             ptrs_nonnull[np++] = ptrs[k];
     const int vec = ln_vec(n, es, ptrs_nonnull, np);
-    int tpr = 0, cl = 0;
-    const int special =
-        ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, ln_max_cluster(ctx), &tpr, &cl);
-    char name[128];
-    ln_instance_name(name, sizeof name, "layernorm_fwd", dtype, n, affine, vec, special, tpr, cl);
+    ln_plan plan;
+    ln_fwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx));
+    const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
-    if ((rc = ln_get(s, name, &inst)) != JITOP_OK)
+    if ((rc = ln_get(s, plan.name, &inst)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
 
     long long m = rows;
@@ -429,20 +465,15 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     if (gamma != NULL)
         all[np++] = gamma;
     const int vec = ln_vec(n, es, all, np);
-    int tpr = 0, cl = 0;
-    const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
-                              ? LN_BWD_LONG_MAX_BYTES
-                              : LN_BWD_MAX_BYTES;
-    const int special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, ln_max_cluster(ctx), &tpr,
-                                 &cl);
-    char name[128];
-    ln_instance_name(name, sizeof name, "layernorm_bwd", dtype, n, affine, vec, special, tpr, cl);
+    ln_plan plan;
+    ln_bwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx));
+    const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
-    if ((rc = ln_get(s, name, &inst)) != JITOP_OK)
+    if ((rc = ln_get(s, plan.name, &inst)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     if (affine) {
         char rname[64];
-        snprintf(rname, sizeof rname, "layernorm_bwd_reduce<%s>", ln_ctype(dtype));
+        ln_reduce_name(rname, sizeof rname, dtype);
         if ((rc = ln_get(s, rname, &red)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
     }
@@ -487,4 +518,44 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     return JITOP_OK;
+}
+
+/* ------------------------------------------------------------ prewarm */
+
+int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype, int64_t cols)
+{
+    static const char *fn = "jitop_layernorm_prewarm";
+    int rc = ln_check_common(ctx, fn, dtype, 1, cols);
+    if (rc != JITOP_OK)
+        return rc;
+    if (arch == NULL && (rc = jitop_ctx_arch(ctx, &arch)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    const int major = jitop__arch_major(arch);
+    if (major < 0)
+        return jitop__fail(JITOP_EINVAL, "%s: arch '%s' is not sm_NN or compute_NN", fn, arch);
+    /* What a call on a GPU of this arch picks for buffers from cuMemAlloc
+     * (aligned for the widest vector), with and without gamma/beta. */
+    const int n = (int)cols;
+    const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
+    const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
+    char names[5][128];
+    ln_plan plan;
+    for (int affine = 0; affine <= 1; affine++) {
+        ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl);
+        memcpy(names[affine * 2], plan.name, sizeof plan.name);
+        ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl);
+        memcpy(names[affine * 2 + 1], plan.name, sizeof plan.name);
+    }
+    ln_reduce_name(names[4], sizeof names[4], dtype);
+    char *path = ln_source(ctx);
+    if (path == NULL)
+        return jitop__fail(JITOP_ENOMEM, "%s: out of memory", fn);
+    jitop_build_result r;
+    rc = jitop_build(ctx, path, arch, NULL, 0, NULL, 0, &r); /* what jitop_load builds */
+    for (int i = 0; rc == JITOP_OK && i < 5; i++) {
+        const char *one[1] = {names[i]};
+        rc = jitop_build(ctx, path, arch, NULL, 0, one, 1, &r);
+    }
+    free(path);
+    return rc == JITOP_OK ? JITOP_OK : jitop__fail_prefix(rc, "%s (%s)", fn, arch);
 }

@@ -533,3 +533,33 @@ int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S,
     }
     return status;
 }
+
+/* ------------------------------------------------------------ prewarm */
+
+int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype)
+{
+    static const char *fn = "jitop_lltm_prewarm";
+    if (ctx == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: ctx is NULL", fn);
+    if (dtype != JITOP_FLOAT32 && dtype != JITOP_FLOAT64)
+        return jitop__fail(JITOP_EINVAL, "%s: dtype %d is not float32 or float64", fn, (int)dtype);
+    if (ctx->kernel_dir == NULL)
+        return jitop__fail(JITOP_ENOTFOUND, "%s: the context has no kernel directory", fn);
+    int status = JITOP_OK;
+    if (arch == NULL && (status = jitop_ctx_arch(ctx, &arch)) != JITOP_OK)
+        return jitop__fail_prefix(status, "%s", fn);
+    char *path = jitop__sprintf("%s/lltm.cu", ctx->kernel_dir);
+    if (path == NULL)
+        return jitop__fail(JITOP_ENOMEM, "%s: out of memory", fn);
+    /* The source as jitop_load builds it, then every instance the ops may
+     * ask for (which ones a call uses depends on its sizes). */
+    const int t = dtype == JITOP_FLOAT64;
+    jitop_build_result r;
+    status = jitop_build(ctx, path, arch, NULL, 0, NULL, 0, &r);
+    for (int slot = 0; status == JITOP_OK && slot < SLOT_COUNT; slot++) {
+        const char *one[1] = {lltm_kernels[t][slot].name};
+        status = jitop_build(ctx, path, arch, NULL, 0, one, 1, &r);
+    }
+    free(path);
+    return status == JITOP_OK ? JITOP_OK : jitop__fail_prefix(status, "%s (%s)", fn, arch);
+}

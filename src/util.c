@@ -1,6 +1,7 @@
 /* Errors, string lists and file helpers shared by the library's files. */
 #include "internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -321,4 +322,45 @@ size_t jitop_dtype_size(jitop_dtype dtype)
     case JITOP_FLOAT64: return 8;
     }
     return 0;
+}
+
+static bool is_ident_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_';
+}
+
+bool jitop__mentions_template(const char *text, const char *name_expr)
+{
+    /* The identifier: the word just before the first '<' or '('. */
+    size_t end = strcspn(name_expr, "<(");
+    while (end > 0 && (name_expr[end - 1] == ' ' || name_expr[end - 1] == '\t'))
+        end--;
+    size_t start = end;
+    while (start > 0 && is_ident_char(name_expr[start - 1]))
+        start--;
+    size_t n = end - start;
+    if (n == 0)
+        return false;
+    const char *word = name_expr + start; /* n bytes, not NUL-terminated */
+    for (const char *p = strchr(text, word[0]); p; p = strchr(p + 1, word[0]))
+        if (strncmp(p, word, n) == 0 && (p == text || !is_ident_char(p[-1])) &&
+            !is_ident_char(p[n]))
+            return true;
+    return false;
+}
+
+int jitop__arch_major(const char *arch)
+{
+    const char *p = NULL;
+    if (arch && strncmp(arch, "sm_", 3) == 0)
+        p = arch + 3;
+    else if (arch && strncmp(arch, "compute_", 8) == 0)
+        p = arch + 8;
+    if (!p || !isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1]))
+        return -1;
+    int v = 0, digits = 0;
+    for (; isdigit((unsigned char)*p) && digits < 4; p++, digits++)
+        v = v * 10 + (*p - '0');
+    return digits <= 3 ? v / 10 : -1;
 }

@@ -11,6 +11,7 @@
  *   cli_help.c     the help text of every command
  *   cli_json.c     JSON string escaping
  *   cli_build.c    `jitop build` / `jitop explain`
+ *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
  *   cmd_watch.c    `jitop watch` (the watch engineer's)
@@ -68,6 +69,24 @@ struct jitop_cli_build_args {
     int verbose; /* --verbose: the library says why each binary was built */
     int help;    /* -h / --help was given: print the command's help, exit 0 */
 };
+
+/* One binary a build, explain or watch of the command line covers. */
+typedef struct jitop_cli_unit {
+    const char *file, *arch; /* borrowed from the file and arch lists */
+    const char *name;        /* a --name, borrowed; NULL: the file alone */
+} jitop_cli_unit;
+
+/* The units of a command line: for each file, the file alone and each
+ * --name whose template the file mentions, each for every arch. That is how
+ * the runtime builds them (jitop_load compiles each source alone, and
+ * jitop_op_get each instance as its own unit, from the source that defines
+ * it), so that what `jitop build` prewarms is what a program looks up. A
+ * file that cannot be read gets every name (its build reports why). On
+ * success *out (free it) and *n; otherwise prints "jitop CMD: ..." and
+ * returns JITOP_CLI_EXIT_USAGE (a --name no file mentions) or
+ * JITOP_CLI_EXIT_FAIL (out of memory). */
+int jitop_cli_units(const char *cmd, const jitop_cli_strs *files, const jitop_cli_strs *archs,
+                    const jitop_cli_strs *names, jitop_cli_unit **out, size_t *n);
 
 /* A flag the calling command adds to the shared ones (watch's own flags).
  * Called for every argument that starts with '-' and is not a build flag;

@@ -1,6 +1,7 @@
 /*
- * `jitop build` and `jitop explain`: every (file, arch) pair of the command
- * line, built into the cache or explained.
+ * `jitop build` and `jitop explain`: every unit of the command line (each
+ * file alone and with each --name its source defines, for each arch:
+ * jitop_cli_units), built into the cache or explained.
  *
  * A no-op build must cost a few milliseconds for the whole process, so the
  * pairs are first asked, on the main thread, whether they would hit
@@ -21,6 +22,7 @@
 
 typedef struct job {
     const char *file, *arch; /* borrowed from the file and arch lists */
+    const char *name;        /* a --name (borrowed), NULL for the file alone */
     int status;              /* JITOP_OK, or the jitop_build failure */
     jitop_build_result res;
     char *error;             /* jitop_errmsg of a failure, malloc'd */
@@ -47,9 +49,15 @@ static const char *const *opts_of(const struct jitop_cli_build_args *a)
     return (const char *const *)a->options.v;
 }
 
-static const char *const *names_of(const struct jitop_cli_build_args *a)
+/* The name list of a job's unit for jitop_build: none, or its one name. */
+static const char *const *names_of(const job *j)
 {
-    return (const char *const *)a->names.v;
+    return j->name ? &j->name : NULL;
+}
+
+static size_t nnames_of(const job *j)
+{
+    return j->name ? 1 : 0;
 }
 
 /* Parses the flags, resolves the arch and expands the paths: what build and
@@ -98,6 +106,11 @@ static void print_result(build_run *r, const job *j)
         jitop_cli_json_str(stdout, j->file);
         fputs(",\"arch\":", stdout);
         jitop_cli_json_str(stdout, j->arch);
+        fputs(",\"name\":", stdout);
+        if (j->name)
+            jitop_cli_json_str(stdout, j->name);
+        else
+            fputs("null", stdout);
         printf(",\"status\":\"%s\",\"key\":", status);
         if (j->status == JITOP_OK)
             jitop_cli_json_str(stdout, j->res.key);
@@ -110,14 +123,17 @@ static void print_result(build_run *r, const job *j)
         }
         fputs("}\n", stdout);
     } else if (j->status == JITOP_OK) {
-        printf("%s %s %s %s %.1f ms\n", j->file, j->arch, status, j->res.key, j->res.ms);
+        printf("%s %s %s %s %.1f ms%s%s\n", j->file, j->arch, status, j->res.key, j->res.ms,
+               j->name ? "  " : "", j->name ? j->name : "");
     } else {
-        printf("%s %s error %.1f ms\n", j->file, j->arch, j->res.ms);
+        printf("%s %s error %.1f ms%s%s\n", j->file, j->arch, j->res.ms, j->name ? "  " : "",
+               j->name ? j->name : "");
     }
     fflush(stdout);
     if (j->status != JITOP_OK) {
-        fprintf(stderr, "jitop build: %s (%s): %s\n%s\n", j->file, j->arch,
-                jitop_strerror(j->status), j->error ? j->error : "");
+        fprintf(stderr, "jitop build: %s (%s%s%s): %s\n%s\n", j->file, j->arch,
+                j->name ? ", " : "", j->name ? j->name : "", jitop_strerror(j->status),
+                j->error ? j->error : "");
     }
 }
 
@@ -127,8 +143,8 @@ static void build_job(build_run *r, job *j)
 {
     const struct jitop_cli_build_args *a = r->a;
     double t0 = jitop__now_ms();
-    j->status = jitop_build(r->ctx, j->file, j->arch, opts_of(a), a->options.n, names_of(a),
-                            a->names.n, &j->res);
+    j->status = jitop_build(r->ctx, j->file, j->arch, opts_of(a), a->options.n, names_of(j),
+                            nnames_of(j), &j->res);
     if (j->status != JITOP_OK) {
         const char *msg = jitop_errmsg(r->ctx);
         j->error = strdup(msg && *msg ? msg : jitop_strerror(j->status));
@@ -141,8 +157,9 @@ static void draw_progress(build_run *r)
 {
     if (!r->progress || r->in_flight == 0 || !r->last_started)
         return;
-    fprintf(stderr, "\r\033[K[%zu/%zu] compiling %s (%s)", r->shown, r->njobs,
-            r->last_started->file, r->last_started->arch);
+    fprintf(stderr, "\r\033[K[%zu/%zu] compiling %s (%s%s%s)", r->shown, r->njobs,
+            r->last_started->file, r->last_started->arch, r->last_started->name ? ", " : "",
+            r->last_started->name ? r->last_started->name : "");
     r->progress_drawn = 1;
 }
 
@@ -169,21 +186,24 @@ static void compile_task(void *user, size_t task)
     pthread_mutex_unlock(&r->out);
 }
 
-static int make_jobs(const jitop_cli_strs *files, const jitop_cli_strs *archs, job **out,
-                     size_t *n)
+/* One job per unit of the command line. */
+static int make_jobs(const char *cmd, const jitop_cli_strs *files,
+                     const struct jitop_cli_build_args *a, job **out, size_t *n)
 {
-    *n = files->n * archs->n;
+    jitop_cli_unit *units = NULL;
+    int rc = jitop_cli_units(cmd, files, &a->archs, &a->names, &units, n);
+    if (rc != JITOP_CLI_EXIT_OK)
+        return rc;
     *out = calloc(*n ? *n : 1, sizeof **out);
-    if (!*out)
-        return -1;
-    for (size_t f = 0; f < files->n; f++) {
-        for (size_t k = 0; k < archs->n; k++) {
-            job *j = &(*out)[f * archs->n + k];
-            j->file = files->v[f];
-            j->arch = archs->v[k];
-        }
+    if (!*out) {
+        free(units);
+        fprintf(stderr, "jitop %s: out of memory\n", cmd);
+        return JITOP_CLI_EXIT_FAIL;
     }
-    return 0;
+    for (size_t i = 0; i < *n; i++)
+        (*out)[i] = (job){.file = units[i].file, .arch = units[i].arch, .name = units[i].name};
+    free(units);
+    return JITOP_CLI_EXIT_OK;
 }
 
 int jitop_cli_build(int argc, char **argv)
@@ -199,8 +219,9 @@ int jitop_cli_build(int argc, char **argv)
         goto out;
     r.a = &a;
     r.progress = isatty(STDERR_FILENO);
-    if (make_jobs(&files, &a.archs, &r.jobs, &r.njobs) != 0 ||
-        !(r.todo = calloc(r.njobs ? r.njobs : 1, sizeof *r.todo))) {
+    if ((rc = make_jobs("build", &files, &a, &r.jobs, &r.njobs)) != JITOP_CLI_EXIT_OK)
+        goto out;
+    if (!(r.todo = calloc(r.njobs ? r.njobs : 1, sizeof *r.todo))) {
         fprintf(stderr, "jitop build: out of memory\n");
         rc = JITOP_CLI_EXIT_FAIL;
         goto out;
@@ -218,7 +239,7 @@ int jitop_cli_build(int argc, char **argv)
         job *j = &r.jobs[i];
         bool hit = false;
         int st = jitop__build_would_hit(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
-                                        names_of(&a), a.names.n, &hit);
+                                        names_of(j), nnames_of(j), &hit);
         if (st != JITOP_OK || !hit) {
             r.todo[r.ntodo++] = i;
             continue;
@@ -266,12 +287,18 @@ static void print_explain(const struct jitop_cli_build_args *a, const job *j, in
         jitop_cli_json_str(stdout, j->file);
         fputs(",\"arch\":", stdout);
         jitop_cli_json_str(stdout, j->arch);
+        fputs(",\"name\":", stdout);
+        if (j->name)
+            jitop_cli_json_str(stdout, j->name);
+        else
+            fputs("null", stdout);
         printf(",\"hit\":%s,\"why\":", hit ? "true" : "false");
         jitop_cli_json_str(stdout, why ? why : "");
         fputs("}\n", stdout);
     } else if (why && *why) {
         /* one line per pair: the library's reasons are joined with "; " */
-        printf("%s %s %s: ", j->file, j->arch, hit ? "hit" : "miss");
+        printf("%s %s%s%s %s: ", j->file, j->arch, j->name ? " " : "", j->name ? j->name : "",
+               hit ? "hit" : "miss");
         for (const char *p = why; *p; p++) {
             if (*p != '\n')
                 putchar(*p);
@@ -280,7 +307,8 @@ static void print_explain(const struct jitop_cli_build_args *a, const job *j, in
         }
         putchar('\n');
     } else {
-        printf("%s %s %s\n", j->file, j->arch, hit ? "hit" : "miss");
+        printf("%s %s%s%s %s\n", j->file, j->arch, j->name ? " " : "", j->name ? j->name : "",
+               hit ? "hit" : "miss");
     }
 }
 
@@ -297,16 +325,13 @@ int jitop_cli_explain(int argc, char **argv)
         goto out;
     if ((rc = jitop_cli_ctx_create("explain", &a, &ctx)) != JITOP_CLI_EXIT_OK)
         goto out;
-    if (make_jobs(&files, &a.archs, &jobs, &njobs) != 0) {
-        fprintf(stderr, "jitop explain: out of memory\n");
-        rc = JITOP_CLI_EXIT_FAIL;
+    if ((rc = make_jobs("explain", &files, &a, &jobs, &njobs)) != JITOP_CLI_EXIT_OK)
         goto out;
-    }
     for (size_t i = 0; i < njobs; i++) {
         int hit = 0;
         char *why = NULL;
         int st = jitop_explain(ctx, jobs[i].file, jobs[i].arch, opts_of(&a), a.options.n,
-                               names_of(&a), a.names.n, &hit, &why);
+                               names_of(&jobs[i]), nnames_of(&jobs[i]), &hit, &why);
         if (st != JITOP_OK) {
             fprintf(stderr, "jitop explain: %s (%s): %s: %s\n", jobs[i].file, jobs[i].arch,
                     jitop_strerror(st), jitop_errmsg(ctx));

@@ -1,8 +1,9 @@
 /*
- * `jitop watch [build flags] PATH... [-- COMMAND]`: builds every (file,
- * arch) pair, then rebuilds on every save of a source or of a header it
- * includes, prints one line per result, and reruns COMMAND after each batch
- * of saves once every pair builds.
+ * `jitop watch [build flags] PATH... [-- COMMAND]`: builds every unit of the
+ * command line (each file alone and with each --name it defines, for each
+ * arch: jitop_cli_units), then rebuilds on every save of a source or of a
+ * header it includes, prints one line per result, and reruns COMMAND after
+ * each batch of saves once every unit builds.
  *
  * Threads: the library's watch thread builds (a compile-only context: no
  * GPU needed), prints and runs COMMAND; the main thread only waits for
@@ -29,6 +30,7 @@ extern char **environ;
 typedef struct pair {
     struct watch_run *run;
     const char *file, *arch; /* borrowed from the argument lists */
+    const char *name;        /* a --name (borrowed); NULL: the file alone */
     int status;              /* latest outcome */
     bool reported;           /* built at least once */
 } pair;
@@ -63,6 +65,11 @@ static void on_report(void *user, const jitop__unit_report *ur)
         jitop_cli_json_str(stdout, p->file);
         fputs(",\"arch\":", stdout);
         jitop_cli_json_str(stdout, p->arch);
+        fputs(",\"name\":", stdout);
+        if (p->name)
+            jitop_cli_json_str(stdout, p->name);
+        else
+            fputs("null", stdout);
         printf(",\"status\":\"%s\",\"key\":", rr->status == JITOP_OK ? "ok" : "error");
         if (rr->status == JITOP_OK)
             jitop_cli_json_str(stdout, ur->key);
@@ -77,10 +84,12 @@ static void on_report(void *user, const jitop__unit_report *ur)
         fputs("}\n", stdout);
     } else if (rr->status == JITOP_OK) {
         const char *note = rr->recovered ? " (unchanged)" : ur->cached ? " (cached)" : "";
-        printf("%sok%s %s (%s) %.1f ms%s\n", green, reset, p->file, p->arch, rr->ms, note);
+        printf("%sok%s %s (%s%s%s) %.1f ms%s\n", green, reset, p->file, p->arch,
+               p->name ? ", " : "", p->name ? p->name : "", rr->ms, note);
     } else {
-        printf("%serror%s %s (%s) %.1f ms: %s\n%s\n", red, reset, p->file, p->arch, rr->ms,
-               jitop_strerror(rr->status), rr->message ? rr->message : "");
+        printf("%serror%s %s (%s%s%s) %.1f ms: %s\n%s\n", red, reset, p->file, p->arch,
+               p->name ? ", " : "", p->name ? p->name : "", rr->ms, jitop_strerror(rr->status),
+               rr->message ? rr->message : "");
     }
     fflush(stdout);
     pthread_mutex_lock(&r->lock);
@@ -238,8 +247,18 @@ int jitop_cli_watch(int argc, char **argv)
         goto out;
     r.json = a.json != 0;
     r.color = !r.json && isatty(STDOUT_FILENO);
-    r.npairs = files.n * a.archs.n;
+    /* Each file alone and each --name on its own, as the runtime builds
+     * them (jitop_cli_units): a COMMAND run after a rebuild hits the cache. */
+    jitop_cli_unit *units = NULL;
+    if ((rc = jitop_cli_units(cmd, &files, &a.archs, &a.names, &units, &r.npairs)) !=
+        JITOP_CLI_EXIT_OK)
+        goto out;
+    rc = JITOP_CLI_EXIT_FAIL;
     r.pairs = calloc(r.npairs ? r.npairs : 1, sizeof *r.pairs);
+    for (size_t i = 0; r.pairs && i < r.npairs; i++)
+        r.pairs[i] = (pair){.run = &r, .file = units[i].file, .arch = units[i].arch,
+                            .name = units[i].name};
+    free(units);
     if (!r.pairs || pthread_mutex_init(&r.lock, NULL) != 0) {
         fprintf(stderr, "jitop %s: out of memory\n", cmd);
         goto out;
@@ -269,22 +288,16 @@ int jitop_cli_watch(int argc, char **argv)
     jitop__watch_on_batch(w, on_batch, &r);
     /* Every pair is filled in before the first is watched: the watch
      * thread's batch check reads them all. */
-    for (size_t f = 0; f < files.n; f++)
-        for (size_t k = 0; k < a.archs.n; k++)
-            r.pairs[f * a.archs.n + k] =
-                (pair){.run = &r, .file = files.v[f], .arch = a.archs.v[k]};
-    for (size_t f = 0; f < files.n; f++) {
-        for (size_t k = 0; k < a.archs.n; k++) {
-            pair *p = &r.pairs[f * a.archs.n + k];
-            uint64_t id;
-            if (jitop__watch_unit(w, ctx, JITOP_RELOAD_AUTO, p->file, p->arch,
-                                  (const char *const *)a.options.v, a.options.n,
-                                  (const char *const *)a.names.v, a.names.n, on_report, p,
-                                  &id) != JITOP_OK) {
-                fprintf(stderr, "jitop %s: %s (%s): %s\n", cmd, p->file, p->arch,
-                        jitop_errmsg(NULL));
-                goto out;
-            }
+    for (size_t i = 0; i < r.npairs; i++) {
+        pair *p = &r.pairs[i];
+        uint64_t id;
+        if (jitop__watch_unit(w, ctx, JITOP_RELOAD_AUTO, p->file, p->arch,
+                              (const char *const *)a.options.v, a.options.n,
+                              p->name ? &p->name : NULL, p->name ? 1 : 0, on_report, p,
+                              &id) != JITOP_OK) {
+            fprintf(stderr, "jitop %s: %s (%s%s%s): %s\n", cmd, p->file, p->arch,
+                    p->name ? ", " : "", p->name ? p->name : "", jitop_errmsg(NULL));
+            goto out;
         }
     }
     if (wait_for_signal(sigfd) != 0)

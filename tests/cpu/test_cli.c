@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,7 +248,8 @@ static void test_json_lines(void **state)
         int seen_a = 0, seen_b = 0;
         for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
             int n = parse_json_line(line, fields, 16);
-            assert_true(n == 5);
+            assert_true(n == 6);
+            assert_string_equal(jget(fields, n, "name")->value, "null"); /* the file alone */
             const jfield *file = jget(fields, n, "file"), *arch = jget(fields, n, "arch"),
                          *status = jget(fields, n, "status"), *key = jget(fields, n, "key"),
                          *ms = jget(fields, n, "ms");
@@ -346,7 +348,7 @@ static void test_syntax_error(void **state)
     assert_int_equal(count_lines(out), 1);
     *strchr(out, '\n') = '\0';
     int n = parse_json_line(out, fields, 16);
-    assert_int_equal(n, 6);
+    assert_int_equal(n, 7);
     assert_string_equal(jget(fields, n, "status")->value, "error");
     assert_string_equal(jget(fields, n, "key")->value, "null");
     assert_non_null(strstr(jget(fields, n, "error")->value, "bad.cu(3)"));
@@ -435,7 +437,11 @@ static void test_options_and_names(void **state)
                          "-I src -Xnvrtc -maxrregcount=64 --name 'fill<float, 4>' "
                          "--name 'fill<int, 2>' t/fill.cu"),
                      0);
+    /* The file alone and each instance on its own, as the runtime builds them. */
+    assert_int_equal(count_lines(out), 3);
     assert_non_null(strstr(out, "t/fill.cu sm_90 compiled"));
+    assert_non_null(strstr(out, " ms  fill<float, 4>\n"));
+    assert_non_null(strstr(out, " ms  fill<int, 2>\n"));
     free(out);
     assert_int_equal(cli(f, 0, &out,
                          "build --arch sm_90 --std c++17 --use_fast_math -lineinfo -U NOTHING "
@@ -443,6 +449,7 @@ static void test_options_and_names(void **state)
                          "--name 'fill<int, 2>' t/fill.cu"),
                      0);
     assert_non_null(strstr(out, "t/fill.cu sm_90 cached"));
+    assert_null(strstr(out, "compiled"));
     free(out);
     /* a different name expression is a different binary */
     assert_int_equal(cli(f, 0, &out,
@@ -450,6 +457,11 @@ static void test_options_and_names(void **state)
                          "-I src -Xnvrtc -maxrregcount=64 --name 'fill<float, 8>' t/fill.cu"),
                      0);
     assert_non_null(strstr(out, "t/fill.cu sm_90 compiled"));
+    assert_non_null(strstr(out, "t/fill.cu sm_90 cached")); /* the file alone */
+    free(out);
+    /* a name no source mentions is a usage error that names it */
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 -I src --name 'nope<1>' t/fill.cu"), 2);
+    assert_non_null(strstr(out, "nope<1>"));
     free(out);
     /* without -I src the header is not found: the log names it */
     assert_int_equal(cli(f, 0, &out, "build --arch sm_90 --name 'fill<float, 4>' t/fill.cu"), 1);
@@ -459,6 +471,58 @@ static void test_options_and_names(void **state)
     assert_int_equal(cli(f, 0, &out, "build --arch sm_90 -I src -Xnvrtc --no-such-nvrtc-flag t/fill.cu"),
                      1);
     assert_non_null(strstr(out, "--no-such-nvrtc-flag"));
+    free(out);
+}
+
+/* What `jitop build --name` prewarms is what the runtime looks up: the
+ * instance built on its own, from the file that defines it (not from every
+ * file given), under the key jitop_build gives it with one name. */
+static void test_names_prewarm_runtime_keys(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL;
+    free(jt_write(f->dir, "p/one.cu",
+                  "template <int N> __global__ void addn(float *x) { x[threadIdx.x] += N; }\n"));
+    free(jt_write(f->dir, "p/two.cu",
+                  "template <typename T> __global__ void twice(T *x) { x[0] *= 2; }\n"));
+    assert_int_equal(cli(f, 1, &out,
+                         "build --json --arch sm_90,sm_100 --name 'addn<1>' --name 'addn<2>' "
+                         "--name 'twice<float>' p/one.cu p/two.cu"),
+                     0);
+    /* one.cu: alone, addn<1>, addn<2>; two.cu: alone, twice<float>; x 2 archs */
+    assert_int_equal(count_lines(out), 10);
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = f->cache;
+    cfg.compile_only = 1;
+    jitop_ctx *ctx = NULL;
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+    jfield fields[16];
+    int instances = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        int n = parse_json_line(line, fields, 16);
+        assert_int_equal(n, 6);
+        const jfield *file = jget(fields, n, "file"), *arch = jget(fields, n, "arch"),
+                     *name = jget(fields, n, "name"), *key = jget(fields, n, "key");
+        bool alone = !name->is_string;
+        if (!alone) {
+            instances++;
+            /* each name with the file that defines it only */
+            assert_true(strstr(file->value, strncmp(name->value, "addn", 4) == 0 ? "one.cu"
+                                                                               : "two.cu"));
+        }
+        char *path = jt_path(f->dir, file->value);
+        const char *names[1] = {name->value};
+        jitop_build_result r;
+        assert_int_equal(jitop_build(ctx, path, arch->value, NULL, 0, alone ? NULL : names,
+                                     alone ? 0 : 1, &r),
+                         JITOP_OK);
+        assert_int_equal(r.cached, 1);
+        assert_string_equal(r.key, key->value);
+        free(path);
+    }
+    assert_int_equal(instances, 6);
+    jitop_ctx_destroy(ctx);
     free(out);
 }
 
@@ -654,6 +718,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_syntax_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_arch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_names_prewarm_runtime_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_and_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_on_terminal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_is_hit, setup, teardown),

@@ -29,6 +29,7 @@
 
 #include "../fakecuda/fake_libcuda.h"
 #include "jitop.h"
+#include "jitop_ops.h"
 #include "loader.h"
 #include "testutil.h"
 
@@ -422,6 +423,102 @@ static void test_source_image_loaded_on_first_use(void **state)
     free(f.src);
 }
 
+static int count_entry(const jitop_cache_entry_info *info, void *user)
+{
+    (void)info;
+    (*(int *)user)++;
+    return 0;
+}
+
+static int cache_entries(jitop_ctx *ctx)
+{
+    int n = 0;
+    assert_int_equal(jitop_cache_list(ctx, count_entry, &n), JITOP_OK);
+    return n;
+}
+
+/* After jitop_layernorm_prewarm / jitop_lltm_prewarm for the device's arch,
+ * the ops' calls compile nothing: every instance they ask for is a cache hit.
+ * The fake runs no kernel and describes every kernel as taking one pointer,
+ * so each call stops at its first launch with an argument-count error; the
+ * instances it needed were got (and built, on a miss) before that. */
+static void test_prewarm_is_what_the_ops_ask_for(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *cache = jt_path(dir, "cache");
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    jitop_ctx *ctx = NULL;
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+    /* Under valgrind (NVRTC takes seconds a compile there) one shape only. */
+    const char *wrapper = getenv("JITOP_TEST_WRAPPER");
+    const bool all = !(wrapper && strstr(wrapper, "valgrind"));
+    assert_int_equal(jitop_layernorm_prewarm(ctx, "sm_90", JITOP_FLOAT32, 1024), JITOP_OK);
+    if (all) {
+        /* a row split over a cluster, on the context's arch (the fake's sm_90) */
+        assert_int_equal(jitop_layernorm_prewarm(ctx, NULL, JITOP_BFLOAT16, 32768), JITOP_OK);
+        assert_int_equal(jitop_lltm_prewarm(ctx, "sm_90", JITOP_FLOAT32), JITOP_OK);
+    }
+    const int prewarmed = cache_entries(ctx);
+    /* the sources, 5 layernorm instances per shape, 8 lltm instances */
+    assert_int_equal(prewarmed, all ? 2 + 5 + 5 + 8 : 1 + 5);
+
+    /* "Device" buffers: the fake's memory is host memory, cuMemAlloc-aligned. */
+    const size_t bytes = 64 * 32768 * 4;
+    void *buf[8];
+    for (int i = 0; i < 8; i++) {
+        buf[i] = aligned_alloc(256, bytes);
+        assert_non_null(buf[i]);
+    }
+    float *mean = buf[6], *rstd = buf[7];
+    int rc = jitop_layernorm_forward(ctx, JITOP_FLOAT32, 4, 1024, 1e-5f, buf[0], buf[1], buf[2],
+                                     buf[3], mean, rstd, NULL);
+    assert_int_equal(rc, JITOP_EARGS);
+    rc = jitop_layernorm_forward(ctx, JITOP_FLOAT32, 4, 1024, 1e-5f, buf[0], NULL, NULL, buf[3],
+                                 mean, rstd, NULL);
+    assert_int_equal(rc, JITOP_EARGS);
+    rc = jitop_layernorm_backward(ctx, JITOP_FLOAT32, 4, 1024, buf[0], buf[1], mean, rstd,
+                                  buf[2], buf[3], buf[4], buf[5], NULL);
+    assert_int_equal(rc, JITOP_EARGS);
+    if (all) {
+        rc = jitop_layernorm_forward(ctx, JITOP_BFLOAT16, 2, 32768, 1e-5f, buf[0], buf[1],
+                                     buf[2], buf[3], mean, rstd, NULL);
+        assert_int_equal(rc, JITOP_EARGS);
+        rc = jitop_layernorm_backward(ctx, JITOP_BFLOAT16, 2, 32768, buf[0], buf[1], mean, rstd,
+                                      buf[2], buf[3], buf[4], buf[5], NULL);
+        assert_int_equal(rc, JITOP_EARGS);
+        rc = jitop_lltm_forward(ctx, JITOP_FLOAT32, 4, 8, 16, buf[0], buf[1], buf[2], buf[3],
+                                buf[4], buf[5], buf[6], buf[7], NULL);
+        assert_int_equal(rc, JITOP_EARGS);
+        rc = jitop_lltm_backward(ctx, JITOP_FLOAT32, 4, 8, 16, buf[0], buf[1], buf[2], buf[3],
+                                 buf[4], buf[5], buf[6], buf[7], buf[0], NULL);
+        assert_int_equal(rc, JITOP_EARGS);
+    }
+    assert_int_equal(cache_entries(ctx), prewarmed); /* nothing compiled */
+
+    /* And the check can fail: a row length not prewarmed compiles. */
+    rc = jitop_layernorm_forward(ctx, JITOP_FLOAT32, 4, 2048, 1e-5f, buf[0], buf[1], buf[2],
+                                 buf[3], mean, rstd, NULL);
+    assert_int_equal(rc, JITOP_EARGS);
+    assert_int_equal(cache_entries(ctx), prewarmed + 1);
+
+    /* Bad arguments are named. */
+    assert_int_equal(jitop_layernorm_prewarm(ctx, "gfx90a", JITOP_FLOAT32, 1024), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(ctx), "gfx90a"));
+    assert_int_equal(jitop_lltm_prewarm(ctx, "sm_90", JITOP_FLOAT16), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(ctx), "dtype"));
+    assert_int_equal(jitop_layernorm_prewarm(ctx, "sm_90", JITOP_FLOAT32, 0), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(ctx), "cols"));
+    for (int i = 0; i < 8; i++)
+        free(buf[i]);
+    jitop_ctx_destroy(ctx);
+    jt_rm_rf(dir);
+    free(cache);
+    free(dir);
+}
+
 /* Valgrind runs threads one at a time and NVRTC slowly: fewer reloads there. */
 static int reload_count(void)
 {
@@ -601,6 +698,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
+        cmocka_unit_test(test_prewarm_is_what_the_ops_ask_for),
         cmocka_unit_test(test_reload_while_launching),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
