@@ -108,6 +108,12 @@ out:
     return status;
 }
 
+void jitop__module_add_image(jitop_module *m, jitop__image *img)
+{
+    img->next = m->images;
+    m->images = img;
+}
+
 /* ------------------------------------------------------------ units */
 
 void jitop__modunit_free(jitop__modunit *mu)
@@ -316,10 +322,8 @@ static int module_build(jitop_module *m, const jitop__strv *paths, const char *t
                                           &m->units[i]);
         if (status != JITOP_OK)
             return status;
-        if (m->units[i].image) {
-            m->units[i].image->next = m->images;
-            m->images = m->units[i].image;
-        }
+        if (m->units[i].image)
+            jitop__module_add_image(m, m->units[i].image);
         m->nunits++;
     }
     m->units_loaded = !lazy;
@@ -339,8 +343,7 @@ int jitop__units_load(jitop_module *m)
             return status;
         jitop__log(m->ctx, "module %s: %s: image loaded on first use, %zu kernels, %.3f ms",
                    m->name, unit_label(&mu->unit), mu->image->nkernels, jitop__now_ms() - t);
-        mu->image->next = m->images;
-        m->images = mu->image;
+        jitop__module_add_image(m, mu->image);
         jitop__binary_free(&mu->unloaded);
     }
     m->units_loaded = true;
@@ -459,6 +462,7 @@ typedef struct pending_item {
     char old_key[33];
     char key[33];           /* the new key (old_key when nothing changed) */
     jitop__deps deps;       /* fresh stat data, moved into mu at commit */
+    bool unloaded;          /* the unit had no image at prepare: rebuilt without loading */
     bool changed;           /* key differs: image or bin holds the new code */
     jitop__image *image;    /* the new image, for a unit loaded at prepare */
     jitop__binary bin;      /* the new binary, for a source not loaded at prepare */
@@ -509,15 +513,14 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
      * loaded meanwhile). */
     pthread_mutex_lock(&m->lock);
     size_t n = m->nunits + m->ninstances;
-    bool *lazy = calloc(n ? n : 1, sizeof *lazy);
-    p->items = lazy ? calloc(n ? n : 1, sizeof *p->items) : NULL;
+    p->items = calloc(n ? n : 1, sizeof *p->items);
     if (p->items) {
         p->n = n;
         for (size_t i = 0; i < n; i++) {
             jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
             p->items[i].mu = mu;
             memcpy(p->items[i].old_key, mu->key, sizeof p->items[i].old_key);
-            lazy[i] = !mu->image;
+            p->items[i].unloaded = !mu->image;
         }
     }
     pthread_mutex_unlock(&m->lock);
@@ -543,10 +546,10 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
             if (it->mu->unit.names.n > 0 && built.entry.bin.lowered.n > 0 &&
                 !(it->lowered = jitop__strdup(built.entry.bin.lowered.v[0])))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            if (status == JITOP_OK && !lazy[i])
+            if (status == JITOP_OK && !it->unloaded)
                 status = jitop__image_load(m, built.key, &built.entry.bin,
                                            unit_label(&it->mu->unit), &it->image);
-            if (status == JITOP_OK && lazy[i]) {
+            if (status == JITOP_OK && it->unloaded) {
                 it->bin = built.entry.bin;
                 memset(&built.entry.bin, 0, sizeof built.entry.bin);
             }
@@ -559,7 +562,6 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
     *out = p;
     p = NULL;
 out:
-    free(lazy);
     jitop__pending_free(p);
     return status;
 }
@@ -689,8 +691,7 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
             continue;
         it->mu->image->retired = true;
         it->mu->image = it->image;
-        it->image->next = m->images;
-        m->images = it->image;
+        jitop__module_add_image(m, it->image);
         it->image = NULL;
         if (it->lowered) {
             free(it->mu->lowered);

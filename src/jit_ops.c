@@ -402,8 +402,7 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
     if (status == JITOP_OK) {
         b = NULL;
         m->instances[m->ninstances++] = mu;
-        mu->image->next = m->images;
-        m->images = mu->image;
+        jitop__module_add_image(m, mu->image);
         *taken = true;
     }
 out:

@@ -219,6 +219,9 @@ int jitop__units_load(jitop_module *m);
  * kernels. what names the unit in messages. */
 int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *bin,
                       const char *what, jitop__image **out);
+/* Links img into m->images, the list freed with the module (m->lock held,
+ * or m not yet published). */
+void jitop__module_add_image(jitop_module *m, jitop__image *img);
 /* Unloads (if still loaded) and frees. Accepts NULL. */
 void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
 /* The kernel of img with this exact driver name, or NULL. */

@@ -134,6 +134,8 @@ int jitop_cli_default_jobs(void);
 /* Writes s as a JSON string literal (quotes included, control characters,
  * quote and backslash escaped, other bytes as they are: UTF-8 passes). */
 void jitop_cli_json_str(FILE *f, const char *s);
+/* jitop_cli_json_str, or null when s is NULL. */
+void jitop_cli_json_str_or_null(FILE *out, const char *s);
 
 /* Parses a byte size: digits with an optional K, M, G or T suffix (powers of
  * 1024, an optional trailing 'B' or "iB"). 0, or -1 on bad text. */

@@ -107,10 +107,7 @@ static void print_result(build_run *r, const job *j)
         fputs(",\"arch\":", stdout);
         jitop_cli_json_str(stdout, j->arch);
         fputs(",\"name\":", stdout);
-        if (j->name)
-            jitop_cli_json_str(stdout, j->name);
-        else
-            fputs("null", stdout);
+        jitop_cli_json_str_or_null(stdout, j->name);
         printf(",\"status\":\"%s\",\"key\":", status);
         if (j->status == JITOP_OK)
             jitop_cli_json_str(stdout, j->res.key);
@@ -288,10 +285,7 @@ static void print_explain(const struct jitop_cli_build_args *a, const job *j, in
         fputs(",\"arch\":", stdout);
         jitop_cli_json_str(stdout, j->arch);
         fputs(",\"name\":", stdout);
-        if (j->name)
-            jitop_cli_json_str(stdout, j->name);
-        else
-            fputs("null", stdout);
+        jitop_cli_json_str_or_null(stdout, j->name);
         printf(",\"hit\":%s,\"why\":", hit ? "true" : "false");
         jitop_cli_json_str(stdout, why ? why : "");
         fputs("}\n", stdout);

@@ -65,3 +65,11 @@ void jitop_cli_json_str(FILE *f, const char *s)
     }
     fputc('"', f);
 }
+
+void jitop_cli_json_str_or_null(FILE *out, const char *s)
+{
+    if (s)
+        jitop_cli_json_str(out, s);
+    else
+        fputs("null", out);
+}

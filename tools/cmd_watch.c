@@ -66,10 +66,7 @@ static void on_report(void *user, const jitop__unit_report *ur)
         fputs(",\"arch\":", stdout);
         jitop_cli_json_str(stdout, p->arch);
         fputs(",\"name\":", stdout);
-        if (p->name)
-            jitop_cli_json_str(stdout, p->name);
-        else
-            fputs("null", stdout);
+        jitop_cli_json_str_or_null(stdout, p->name);
         printf(",\"status\":\"%s\",\"key\":", rr->status == JITOP_OK ? "ok" : "error");
         if (rr->status == JITOP_OK)
             jitop_cli_json_str(stdout, ur->key);
