@@ -60,7 +60,6 @@ static int make_ctx(jb_run *r, int compile_only)
     jitop_config_init(&cfg);
     cfg.compile_only = compile_only;
     cfg.arch = r->a.arch;
-    cfg.verbose = 0;
     int s = jitop_ctx_create(&cfg, &r->ctx);
     if (s != JITOP_OK) {
         set_jitop_err(r, "jitop_ctx_create", s);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_util.h"
 #include "cuda_driver.h"
@@ -163,7 +164,11 @@ int main(void)
     int loops = bench_reps(15, 9, 3);
     double *samples = calloc((size_t)loops, sizeof *samples);
     int status = samples ? 0 : 1;
+    /* LLTM_HOST_SIZES=tiny,medium narrows the run (profiling one size). */
+    const char *only = getenv("LLTM_HOST_SIZES");
     for (size_t s = 0; status == 0 && s < sizeof sizes / sizeof sizes[0]; s++) {
+        if (only != NULL && *only != '\0' && strstr(only, sizes[s].name) == NULL)
+            continue;
         int B = sizes[s].B, I = sizes[s].I, S = sizes[s].S;
         int n = bench_reps(sizes[s].n, sizes[s].n / 3 + 1, sizes[s].n / 20 + 1);
         bufs b = {0};

@@ -321,22 +321,50 @@ __global__ void lltm_copy_x(const T *__restrict__ input, const T *__restrict__ o
     }
 }
 
-// cuBLAS path, step 3: raw gates (act's first 3S columns, written by the
-// product) plus bias to new_h, new_cell and [ig | og | g2 | t] in place.
+// The sum of a split-K result's slices at p, stride apart, in slice order.
+// All loads are issued before the adds (a loop bounded by the run-time KS
+// would wait for each load in turn). KS <= LLTM_MAX_SLICES (src/lltm.c).
+#define LLTM_MAX_SLICES 16
+template <typename T>
+__device__ __forceinline__ T lltm_sum_slices(const T *__restrict__ p, size_t stride, int KS)
+{
+    T v[LLTM_MAX_SLICES];
+#pragma unroll
+    for (int k = 0; k < LLTM_MAX_SLICES; k++)
+        v[k] = k < KS ? p[k * stride] : T(0);
+    T sum = v[0];
+#pragma unroll
+    for (int k = 1; k < LLTM_MAX_SLICES; k++)
+        sum += v[k];
+    return sum;
+}
+
+// cuBLAS path, step 3: raw gates plus bias to new_h, new_cell and
+// [ig | og | g2 | t] in saved's act rows (B x 4S). The raw gates are either
+// act's own first 3S columns (KS = 1: the product wrote them there) or KS
+// partial products over slices of K (split-K, each B x 3S in a row), summed
+// here in a fixed order (the result does not depend on scheduling).
 template <typename T>
 __global__ void lltm_fwd_pointwise(const T *__restrict__ bias, const T *__restrict__ old_cell,
                                    T *__restrict__ new_h, T *__restrict__ new_cell,
-                                   T *__restrict__ saved, int B, int S)
+                                   T *__restrict__ saved, const T *__restrict__ part, int KS,
+                                   int B, int S)
 {
-    size_t n = (size_t)B * S;
+    size_t n = (size_t)B * S, pstride = (size_t)B * 3 * S;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
         size_t m = e / S;
         int j = (int)(e - m * S);
         T *row = saved + m * 4 * S;
-        T ig = lltm_sigmoid(row[j] + bias[j]);
-        T og = lltm_sigmoid(row[S + j] + bias[S + j]);
-        T g2 = row[2 * S + j] + bias[2 * S + j];
+        T g[3];
+#pragma unroll
+        for (int q = 0; q < 3; q++) {
+            g[q] = KS == 1 ? row[q * S + j]
+                           : lltm_sum_slices(part + m * 3 * S + q * S + j, pstride, KS);
+        }
+        T ig = lltm_sigmoid(g[0] + bias[j]);
+        T og = lltm_sigmoid(g[1] + bias[S + j]);
+        T g2 = g[2] + bias[2 * S + j];
         T c = old_cell[e] + lltm_elu(g2) * ig;
         T t = lltm_math<T>::tanh_(c);
         new_cell[e] = c;
@@ -348,25 +376,50 @@ __global__ void lltm_fwd_pointwise(const T *__restrict__ bias, const T *__restri
     }
 }
 
+// cuBLAS path, backward: d_X = d_gates W computed split-K (KS partial
+// products over slices of 3S, each B x K in a row) summed in a fixed order
+// and split into d_old_h (the first S columns) and d_input.
+template <typename T>
+__global__ void lltm_dx_reduce(const T *__restrict__ part, int KS, T *__restrict__ d_old_h,
+                               T *__restrict__ d_input, int B, int I, int S)
+{
+    int K = S + I;
+    size_t n = (size_t)B * K;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        T sum = lltm_sum_slices(part + e, n, KS);
+        size_t m = e / K;
+        int c = (int)(e - m * K);
+        if (c < S)
+            d_old_h[m * S + c] = sum;
+        else
+            d_input[m * I + (c - S)] = sum;
+    }
+}
+
 // Backward, the elementwise part on its own (medium and large sizes):
 // d_gates into saved's scratch, d_old_cell, and with BIAS the column sums of
 // d_gates into d_bias (for the cuBLAS path, whose d_W product cannot carry
-// the ones column). grid ceil(S/32), block (32, 8): a block owns 32 state
-// columns for every row, so the column sums need no atomics.
+// the ones column). grid ceil(S/8), block (8, 32): a block owns 8 state
+// columns for every row, so the column sums need no atomics (and come out
+// the same on every run). 8 columns, not 32: S = 1024 then gives 128 blocks
+// instead of 32, and a warp's 8 x 4 loads still fill whole 32-byte sectors.
+#define LLTM_GATES_COLS 8
+#define LLTM_GATES_ROWS 32
 template <typename T, bool BIAS>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(LLTM_GATES_COLS * LLTM_GATES_ROWS)
 lltm_bwd_gates(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
                T *__restrict__ saved, T *__restrict__ d_old_cell, T *__restrict__ d_bias, int B,
                int I, int S)
 {
-    __shared__ T part[3][8][33];
+    __shared__ T part[3][LLTM_GATES_ROWS][LLTM_GATES_COLS + 1];
     int K = S + I;
     const T *act = saved;
     T *G = saved + (size_t)B * (4 * S + K);
-    int j = blockIdx.x * 32 + threadIdx.x;
+    int j = blockIdx.x * LLTM_GATES_COLS + threadIdx.x;
     T s0 = T(0), s1 = T(0), s2 = T(0);
     if (j < S) {
-        for (int b = threadIdx.y; b < B; b += 8) {
+        for (int b = threadIdx.y; b < B; b += LLTM_GATES_ROWS) {
             T *grow = G + (size_t)b * 3 * S;
             T d0 = lltm_dgate(act, grad_h, grad_cell, d_old_cell, S, b, j);
             T d1 = lltm_dgate(act, grad_h, grad_cell, (T *)nullptr, S, b, S + j);
@@ -387,7 +440,7 @@ lltm_bwd_gates(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
         if (threadIdx.y < 3 && j < S) {
             T s = T(0);
 #pragma unroll
-            for (int y = 0; y < 8; y++)
+            for (int y = 0; y < LLTM_GATES_ROWS; y++)
                 s += part[threadIdx.y][y][threadIdx.x];
             d_bias[threadIdx.y * S + j] = s;
         }

@@ -218,6 +218,7 @@ int jitop__driver_start(jitop_ctx *ctx)
     jitop__driver *d = NULL;
     if (jitop__driver_of(ctx))
         return JITOP_OK;
+    double t0 = jitop__now_ms();
     if (ctx->cfg.compile_only)
         return jitop__fail(JITOP_ENODRIVER,
                            "this context is compile_only: it never opens the CUDA driver, so it "
@@ -247,8 +248,8 @@ int jitop__driver_start(jitop_ctx *ctx)
         free(d);
         goto out;
     }
-    jitop__log(ctx, "CUDA device %d: %s, %s, %d SMs", (int)d->device, d->device_name, d->arch,
-               d->sm_count);
+    jitop__log(ctx, "CUDA device %d: %s, %s, %d SMs (driver ready in %.3f ms)", (int)d->device,
+               d->device_name, d->arch, d->sm_count, jitop__now_ms() - t0);
     __atomic_store_n(&ctx->driver, d, __ATOMIC_RELEASE);
 out:
     pthread_mutex_unlock(&ctx->lock);

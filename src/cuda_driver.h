@@ -59,6 +59,8 @@
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                           \
     X(cuMemAlloc, 3020)                                                                            \
     X(cuMemFree, 3020)                                                                             \
+    X(cuMemAllocAsync, 11020)                                                                      \
+    X(cuMemFreeAsync, 11020)                                                                       \
     X(cuMemcpyHtoD, 3020)                                                                          \
     X(cuMemcpyDtoH, 3020)                                                                          \
     X(cuMemsetD8, 3020)                                                                            \

@@ -359,6 +359,7 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     jitop_module *m = NULL, *found = NULL;
     const char *arch = NULL;
     char id[33];
+    double t0 = jitop__now_ms();
 
     if (!ctx || !out)
         return jitop__fail(JITOP_EINVAL, "jitop_load: ctx and out must not be NULL");
@@ -423,6 +424,8 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     }
     pthread_mutex_unlock(&ctx->lock);
 out:
+    if (status == JITOP_OK)
+        jitop__log(ctx, "module %s: jitop_load %.3f ms", name, jitop__now_ms() - t0);
     module_free(m);
     jitop__strv_free(&paths);
     return status;

@@ -395,7 +395,7 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
     double t_bind = jitop__now_ms();
     status = jitop__binding_make(m, mu->image, k->kernel, mu->lowered, &b);
     if (status == JITOP_OK)
-        jitop__log(m->ctx, "module %s: op %s bound in %.3f ms", m->name, name,
+        jitop__log(m->ctx, "module %s: op %s bound in %.3f ms (the driver puts its code on the GPU here)", m->name, name,
                    jitop__now_ms() - t_bind);
     if (status == JITOP_OK)
         status = op_new(m, name, m->ninstances, b, out);
@@ -481,7 +481,7 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
         double t_bind = jitop__now_ms();
         status = jitop__binding_make(m, img, k, name, &b);
         if (status == JITOP_OK)
-            jitop__log(m->ctx, "module %s: op %s bound in %.3f ms", m->name, name,
+            jitop__log(m->ctx, "module %s: op %s bound in %.3f ms (the driver puts its code on the GPU here)", m->name, name,
                        jitop__now_ms() - t_bind);
         if (status == JITOP_OK)
             status = op_new(m, name, SIZE_MAX, b, op);

@@ -26,6 +26,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ enum lltm_slot {
     SLOT_GATES_BIAS,  /* the same plus d_bias (cuBLAS path) */
     SLOT_POINTWISE,   /* cuBLAS path: raw gates to outputs and activations */
     SLOT_COPY_X,      /* cuBLAS path: X = [old_h, input] into saved */
+    SLOT_DX_REDUCE,   /* cuBLAS path: split-K partials of d_X to d_old_h, d_input */
     SLOT_COUNT
 };
 
@@ -70,6 +72,7 @@ static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
         {"lltm_bwd_gates<float, true>", 256},
         {"lltm_fwd_pointwise<float>", 256},
         {"lltm_copy_x<float>", 256},
+        {"lltm_dx_reduce<float>", 256},
     },
     {
         {"lltm_fwd<double, 16, 8, 16, 2, 1, 4, true>", 256},
@@ -80,6 +83,7 @@ static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
         {"lltm_bwd_gates<double, true>", 256},
         {"lltm_fwd_pointwise<double>", 256},
         {"lltm_copy_x<double>", 256},
+        {"lltm_dx_reduce<double>", 256},
     },
 };
 /* The d_X and d_W tilings of the two bwd instances (fused, split), per
@@ -110,6 +114,15 @@ typedef int (*cublas_sgemm_fn)(void *h, int ta, int tb, int m, int n, int k, con
 typedef int (*cublas_dgemm_fn)(void *h, int ta, int tb, int m, int n, int k, const double *alpha,
                                const double *a, int lda, const double *b, int ldb,
                                const double *beta, double *c, int ldc);
+typedef int (*cublas_sgemm_strided_fn)(void *h, int ta, int tb, int m, int n, int k,
+                                       const float *alpha, const float *a, int lda, long long sa,
+                                       const float *b, int ldb, long long sb, const float *beta,
+                                       float *c, int ldc, long long sc, int count);
+typedef int (*cublas_dgemm_strided_fn)(void *h, int ta, int tb, int m, int n, int k,
+                                       const double *alpha, const double *a, int lda,
+                                       long long sa, const double *b, int ldb, long long sb,
+                                       const double *beta, double *c, int ldc, long long sc,
+                                       int count);
 
 typedef struct lltm_cublas {
     void *lib;
@@ -118,6 +131,8 @@ typedef struct lltm_cublas {
     cublas_set_stream_fn set_stream;
     cublas_sgemm_fn sgemm;
     cublas_dgemm_fn dgemm;
+    cublas_sgemm_strided_fn sgemm_strided;
+    cublas_dgemm_strided_fn dgemm_strided;
     pthread_mutex_t lock; /* the handle's stream is per handle: one caller at a time */
 } lltm_cublas;
 
@@ -276,6 +291,10 @@ static lltm_cublas *lltm_cublas_load(jitop_ctx *ctx)
         cb->set_stream = (cublas_set_stream_fn)lltm_sym(lib, "cublasSetStream_v2", &missing);
         cb->sgemm = (cublas_sgemm_fn)lltm_sym(lib, "cublasSgemm_v2", &missing);
         cb->dgemm = (cublas_dgemm_fn)lltm_sym(lib, "cublasDgemm_v2", &missing);
+        cb->sgemm_strided =
+            (cublas_sgemm_strided_fn)lltm_sym(lib, "cublasSgemmStridedBatched", &missing);
+        cb->dgemm_strided =
+            (cublas_dgemm_strided_fn)lltm_sym(lib, "cublasDgemmStridedBatched", &missing);
         /* 0: CUBLAS_DEFAULT_MATH (full fp32, no TF32); 0: host pointer mode. */
         if (!missing && jitop__driver_make_current(d) == JITOP_OK && create(&cb->handle) == 0) {
             ok = math(cb->handle, 0) == 0 && ptr(cb->handle, 0) == 0 &&
@@ -366,23 +385,99 @@ static bool lltm_use_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int B,
     return want && __atomic_load_n(&st->cublas, __ATOMIC_ACQUIRE) != NULL;
 }
 
-/* C (row-major) = op products through cuBLAS's column-major view; see the
- * mapping in each caller. */
-static int lltm_gemm(lltm_cublas *cb, int t, int ta, int tb, int m, int n, int k,
-                     const void *a, int lda, const void *b, int ldb, void *c, int ldc)
+/* One product in cuBLAS's column-major view (see the mapping in each
+ * caller); with count > 1, count products at strides sa, sb, sc apart (the
+ * slices of a split-K product). */
+typedef struct lltm_product {
+    int ta, tb, m, n, k;
+    const void *a;
+    int lda;
+    long long sa;
+    const void *b;
+    int ldb;
+    long long sb;
+    void *c;
+    int ldc;
+    long long sc;
+    int count;
+} lltm_product;
+
+static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
 {
-    int r, status = JITOP_OK;
+    int r;
     if (t == 0) {
         const float one = 1.0f, zero = 0.0f;
-        r = cb->sgemm(cb->handle, ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
+        r = p->count == 1 ? cb->sgemm(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
+                                      p->lda, p->b, p->ldb, &zero, p->c, p->ldc)
+                          : cb->sgemm_strided(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one,
+                                              p->a, p->lda, p->sa, p->b, p->ldb, p->sb, &zero,
+                                              p->c, p->ldc, p->sc, p->count);
     } else {
         const double one = 1.0, zero = 0.0;
-        r = cb->dgemm(cb->handle, ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
+        r = p->count == 1 ? cb->dgemm(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
+                                      p->lda, p->b, p->ldb, &zero, p->c, p->ldc)
+                          : cb->dgemm_strided(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one,
+                                              p->a, p->lda, p->sa, p->b, p->ldb, p->sb, &zero,
+                                              p->c, p->ldc, p->sc, p->count);
     }
     if (r != 0)
-        status = jitop__fail(JITOP_ECUDA, "lltm: cuBLAS %s (%d x %d x %d) failed with status %d",
-                             t == 0 ? "sgemm" : "dgemm", m, n, k, r);
-    return status;
+        return jitop__fail(JITOP_ECUDA, "lltm: cuBLAS %s (%d x %d x %d, %d slices) failed with status %d",
+                           t == 0 ? "sgemm" : "dgemm", p->m, p->n, p->k, p->count, r);
+    return JITOP_OK;
+}
+
+/* Split-K for a product with an out_rows x out_cols result and a reduced
+ * dimension k: at the medium sizes the result has too few 64 x 64 tiles to
+ * fill the GPU (B = 64 rows), and cuBLAS runs each tile's whole k on one
+ * block. Slices of k, each its own product in one batched call, give about
+ * four tiles per SM; the slices are summed by the kernel that reads the
+ * result next. Measured on an H100 (bench/lltm_NOTES.md, B64 I256 S1024):
+ * d_X 35 us as one product, 19 us in 12-16 slices; the forward's gates
+ * 26 us, 19 us in 8. 1: no split (large sizes fill the GPU already). */
+static int lltm_split_k(const jitop__driver *d, int out_rows, int out_cols, int k)
+{
+    /* At most LLTM_MAX_SLICES (kernels/lltm.cu), which the kernels that sum
+     * the slices unroll to. */
+    static const int slices[] = {16, 12, 8, 6, 4, 3, 2};
+    long tiles = (long)((out_rows + 63) / 64) * ((out_cols + 63) / 64);
+    long want = 4L * d->sm_count / tiles;
+    for (size_t i = 0; i < sizeof slices / sizeof slices[0]; i++)
+        if (slices[i] <= want && k % slices[i] == 0 && k / slices[i] >= 128)
+            return slices[i];
+    return 1;
+}
+
+/* Scratch for split-K partials, stream-ordered on the caller's stream (the
+ * driver's memory pool keeps it between calls, and two streams never share
+ * it). When the pool cannot give it, the product runs unsplit: 0 there. */
+static CUdeviceptr lltm_scratch(jitop_ctx *ctx, size_t bytes, void *stream)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    CUdeviceptr p = 0;
+    CUresult r = d->api->cuMemAllocAsync(&p, bytes, (CUstream)stream);
+    if (r != CUDA_SUCCESS) {
+        jitop__log(ctx, "lltm: cuMemAllocAsync(%zu bytes) failed (%d): products run unsplit",
+                   bytes, (int)r);
+        return 0;
+    }
+    return p;
+}
+
+static int lltm_scratch_free(jitop_ctx *ctx, CUdeviceptr p, void *stream)
+{
+    if (p == 0)
+        return JITOP_OK;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    return jitop__cu_check(d->api->cuMemFreeAsync(p, (CUstream)stream), "lltm: cuMemFreeAsync",
+                           NULL);
+}
+
+/* lltm_bwd_gates' launch shape (LLTM_GATES_COLS x LLTM_GATES_ROWS in
+ * kernels/lltm.cu): a block per 8 state columns. */
+static const jitop_dim3 lltm_gates_block = {8, 32, 1};
+static jitop_dim3 lltm_gates_grid(int S)
+{
+    return (jitop_dim3){((unsigned)S + 7) / 8, 1, 1};
 }
 
 static unsigned lltm_blocks(size_t n, unsigned threads)
@@ -391,9 +486,10 @@ static unsigned lltm_blocks(size_t n, unsigned threads)
     return b > 65535u * 16u ? 65535u * 16u : (unsigned)b; /* grid-stride loops cover the rest */
 }
 
-/* Forward, cuBLAS path: X into saved, gates = X W^T into act's first 3S
- * columns (ld 4S), then the elementwise kernel. In cuBLAS's column-major
- * view act^T (3S x B) = W (col-major K x 3S, transposed) times X^T (K x B). */
+/* Forward, cuBLAS path: X into saved, gates = X W^T (into act's first 3S
+ * columns, ld 4S, or split-K into scratch), then the elementwise kernel. In
+ * cuBLAS's column-major view act^T (3S x B) = W (col-major K x 3S,
+ * transposed) times X^T (K x B). */
 static int lltm_forward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int t, int B, int I,
                                int S, const void *input, const void *weights, const void *bias,
                                const void *old_h, const void *old_cell, void *new_h,
@@ -402,27 +498,39 @@ static int lltm_forward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int
     lltm_cublas *cb = st->cublas;
     size_t es = lltm_esize(t == 0 ? JITOP_FLOAT32 : JITOP_FLOAT64);
     int K = S + I;
+    const char *X = (const char *)saved + (size_t)4 * B * S * es;
     unsigned nt = lltm_kernels[t][SLOT_COPY_X].threads;
     void *cargs[] = {&input, &old_h, &saved, &B, &I, &S};
     int status = lltm_run(st, t, SLOT_COPY_X, (jitop_dim3){lltm_blocks((size_t)B * K, nt), 1, 1},
                           (jitop_dim3){nt, 1, 1}, stream, cargs, 6);
     if (status == JITOP_OK)
         status = jitop__driver_make_current(jitop__driver_of(ctx));
-    if (status == JITOP_OK) {
-        pthread_mutex_lock(&cb->lock);
-        if (cb->set_stream(cb->handle, stream) != 0)
-            status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
-        if (status == JITOP_OK)
-            status = lltm_gemm(cb, t, 1, 0, 3 * S, B, K, weights, K,
-                               (char *)saved + (size_t)4 * B * S * es, K, saved, 4 * S);
-        pthread_mutex_unlock(&cb->lock);
+    if (status != JITOP_OK)
+        return status;
+    int ks = lltm_split_k(jitop__driver_of(ctx), B, 3 * S, K);
+    CUdeviceptr scratch = ks > 1 ? lltm_scratch(ctx, (size_t)ks * B * 3 * S * es, stream) : 0;
+    if (scratch == 0)
+        ks = 1;
+    lltm_product p = {1, 0, 3 * S, B, K / ks, weights, K, K / ks, X, K, K / ks, saved, 4 * S, 0, ks};
+    if (ks > 1) {
+        p.c = (void *)(uintptr_t)scratch;
+        p.ldc = 3 * S;
+        p.sc = (long long)B * 3 * S;
     }
+    pthread_mutex_lock(&cb->lock);
+    if (cb->set_stream(cb->handle, stream) != 0)
+        status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
+    if (status == JITOP_OK)
+        status = lltm_gemm(cb, t, &p);
+    pthread_mutex_unlock(&cb->lock);
     nt = lltm_kernels[t][SLOT_POINTWISE].threads;
-    void *pargs[] = {&bias, &old_cell, &new_h, &new_cell, &saved, &B, &S};
+    const void *part = (const void *)(uintptr_t)scratch;
+    void *pargs[] = {&bias, &old_cell, &new_h, &new_cell, &saved, &part, &ks, &B, &S};
     if (status == JITOP_OK)
         status = lltm_run(st, t, SLOT_POINTWISE, (jitop_dim3){lltm_blocks((size_t)B * S, nt), 1, 1},
-                          (jitop_dim3){nt, 1, 1}, stream, pargs, 7);
-    return status;
+                          (jitop_dim3){nt, 1, 1}, stream, pargs, 9);
+    int freed = lltm_scratch_free(ctx, scratch, stream);
+    return status != JITOP_OK ? status : freed;
 }
 
 int jitop_lltm_forward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S, const void *input,
@@ -455,7 +563,9 @@ int jitop_lltm_forward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S, c
 }
 
 /* Backward, cuBLAS path: d_gates (+ d_old_cell, d_bias) into saved's
- * scratch, then three products (column-major views in the comments). */
+ * scratch, then the products (column-major views in the comments): d_X
+ * split-K into stream-ordered scratch and summed into d_old_h and d_input
+ * by one kernel, or, unsplit, straight into each. */
 static int lltm_backward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int t, int B, int I,
                                 int S, const void *grad_h, const void *grad_cell, void *saved,
                                 const void *weights, void *d_old_h, void *d_input,
@@ -467,29 +577,52 @@ static int lltm_backward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, in
     const char *X = (const char *)saved + (size_t)4 * B * S * es;
     const char *G = X + (size_t)B * K * es;
     void *gargs[] = {&grad_h, &grad_cell, &saved, &d_old_cell, &d_bias, &B, &I, &S};
-    int status = lltm_run(st, t, SLOT_GATES_BIAS, (jitop_dim3){((unsigned)S + 31) / 32, 1, 1},
-                          (jitop_dim3){32, 8, 1}, stream, gargs, 8);
+    int status = lltm_run(st, t, SLOT_GATES_BIAS, lltm_gates_grid(S), lltm_gates_block, stream,
+                          gargs, 8);
     if (status == JITOP_OK)
         status = jitop__driver_make_current(jitop__driver_of(ctx));
-    if (status == JITOP_OK) {
-        pthread_mutex_lock(&cb->lock);
-        if (cb->set_stream(cb->handle, stream) != 0)
-            status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
-        /* d_old_h (B x S) = G W[:, :S]: d_old_h^T (S x B) = W[:, :S] as
-         * col-major S x 3S (ld K) times G^T (3S x B, ld 3S); d_input alike
-         * from W[:, S:]. */
-        if (status == JITOP_OK)
-            status = lltm_gemm(cb, t, 0, 0, S, B, 3 * S, weights, K, G, 3 * S, d_old_h, S);
-        if (status == JITOP_OK)
-            status = lltm_gemm(cb, t, 0, 0, I, B, 3 * S, (const char *)weights + (size_t)S * es,
-                               K, G, 3 * S, d_input, I);
-        /* d_W (3S x K) = G^T X: d_W^T (K x 3S) = X^T (K x B) times G (B x 3S,
-         * the col-major 3S x B transposed). */
-        if (status == JITOP_OK)
-            status = lltm_gemm(cb, t, 0, 1, K, 3 * S, B, X, K, G, 3 * S, d_weights, K);
-        pthread_mutex_unlock(&cb->lock);
+    if (status != JITOP_OK)
+        return status;
+    int ks = lltm_split_k(jitop__driver_of(ctx), B, K, 3 * S);
+    CUdeviceptr scratch = ks > 1 ? lltm_scratch(ctx, (size_t)ks * B * K * es, stream) : 0;
+    /* d_X (B x K) = G W: d_X^T (K x B) = W as col-major K x 3S times G^T
+     * (3S x B, ld 3S); slice j of 3S takes W's rows and G's columns j*k..
+     * d_old_h^T (S x B) alone = W[:, :S] (ld K) times G^T; d_input alike
+     * from W[:, S:]. */
+    lltm_product dx[2];
+    int ndx = 1;
+    if (scratch != 0) {
+        int k = 3 * S / ks;
+        dx[0] = (lltm_product){0, 0, K, B, k, weights, K, (long long)k * K, G, 3 * S, k,
+                               (void *)(uintptr_t)scratch, K, (long long)B * K, ks};
+    } else {
+        ks = 1;
+        ndx = 2;
+        dx[0] = (lltm_product){0, 0, S, B, 3 * S, weights, K, 0, G, 3 * S, 0, d_old_h, S, 0, 1};
+        dx[1] = (lltm_product){0, 0, I, B, 3 * S, (const char *)weights + (size_t)S * es, K, 0,
+                               G, 3 * S, 0, d_input, I, 0, 1};
     }
-    return status;
+    /* d_W (3S x K) = G^T X: d_W^T (K x 3S) = X^T (K x B) times G (B x 3S,
+     * the col-major 3S x B transposed). */
+    lltm_product dw = {0, 1, K, 3 * S, B, X, K, 0, G, 3 * S, 0, d_weights, K, 0, 1};
+    pthread_mutex_lock(&cb->lock);
+    if (cb->set_stream(cb->handle, stream) != 0)
+        status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
+    for (int i = 0; status == JITOP_OK && i < ndx; i++)
+        status = lltm_gemm(cb, t, &dx[i]);
+    if (status == JITOP_OK)
+        status = lltm_gemm(cb, t, &dw);
+    pthread_mutex_unlock(&cb->lock);
+    if (status == JITOP_OK && scratch != 0) {
+        unsigned nt = lltm_kernels[t][SLOT_DX_REDUCE].threads;
+        const void *part = (const void *)(uintptr_t)scratch;
+        void *rargs[] = {&part, &ks, &d_old_h, &d_input, &B, &I, &S};
+        status = lltm_run(st, t, SLOT_DX_REDUCE,
+                          (jitop_dim3){lltm_blocks((size_t)B * K, nt), 1, 1},
+                          (jitop_dim3){nt, 1, 1}, stream, rargs, 7);
+    }
+    int freed = lltm_scratch_free(ctx, scratch, stream);
+    return status != JITOP_OK ? status : freed;
 }
 
 int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S,
@@ -517,8 +650,8 @@ int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S,
         int split = (double)B * 3.0 * S * K >= LLTM_SPLIT_BWD_FROM;
         void *gargs[] = {&grad_h, &grad_cell, &saved, &d_old_cell, &d_bias, &B, &I, &S};
         if (split)
-            status = lltm_run(st, t, SLOT_GATES, (jitop_dim3){((unsigned)S + 31) / 32, 1, 1},
-                              (jitop_dim3){32, 8, 1}, stream, gargs, 8);
+            status = lltm_run(st, t, SLOT_GATES, lltm_gates_grid(S), lltm_gates_block, stream,
+                              gargs, 8);
         enum lltm_slot slot = split ? SLOT_BWD_SPLIT : SLOT_BWD_FUSED;
         const int *tile = lltm_bwd_tiles[t][split];
         unsigned ndx = (unsigned)((K + tile[1] - 1) / tile[1]) *

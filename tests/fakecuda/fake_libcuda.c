@@ -572,6 +572,19 @@ static CUresult CUDAAPI fake_cuMemFree(CUdeviceptr ptr)
     return CUDA_SUCCESS;
 }
 
+/* Stream order means nothing to the fake: it runs nothing on a device. */
+static CUresult CUDAAPI fake_cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, CUstream stream)
+{
+    (void)stream;
+    return fake_cuMemAlloc(ptr, bytes);
+}
+
+static CUresult CUDAAPI fake_cuMemFreeAsync(CUdeviceptr ptr, CUstream stream)
+{
+    (void)stream;
+    return fake_cuMemFree(ptr);
+}
+
 static CUresult CUDAAPI fake_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
     memcpy((void *)dst, src, bytes);

@@ -387,7 +387,11 @@ static void run_sizes(const char *path, jitop_dtype t)
     jitop_ctx *ctx = lltm_ctx(path);
     for (size_t i = 0; i < sizeof small_sizes / sizeof small_sizes[0]; i++)
         run_case(ctx, path, t, small_sizes[i][0], small_sizes[i][1], small_sizes[i][2]);
+    /* The tutorial's medium size, and one whose products split k unevenly
+     * sized against it (cuBLAS path: forward in 4 slices of K = 800, d_X in
+     * 12 of 3S = 1800, B not a multiple of 64). */
     run_case(ctx, path, t, 64, 256, 1024);
+    run_case(ctx, path, t, 48, 200, 600);
     jitop_ctx_destroy(ctx);
 }
 
