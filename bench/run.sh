@@ -188,12 +188,15 @@ if [ -n "$GPU" ]; then
     prog_step load_bench 60
     prog_step reload_bench 60
     prog_step lltm_host 60
-    # The kernels' own benchmarks before the torch extension builds: they
-    # carry the op-speed claims, and the builds take whatever time is left
-    # (lltm_bench then builds the tutorial extension itself, once).
+    # The torch phase builds the tutorial's LLTM extension (about a minute,
+    # side by side with its other builds); lltm_bench then loads that build
+    # instead of making its own, which kept the torch edit rows out of the
+    # 10 minutes before.
     py_step layernorm_bench 150
-    py_step lltm_bench 180
-    drive_step torch 330
+    rm -f "$OUT/torch_lltm_ext_dir"
+    drive_step torch 300
+    EXT_DIR=$(cat "$OUT/torch_lltm_ext_dir" 2>/dev/null || true)
+    py_step lltm_bench 180 ${EXT_DIR:+JITOP_LLTM_EXT_DIR=$EXT_DIR}
 else
     for s in drive-gpu load_bench reload_bench lltm_host drive-torch lltm_bench layernorm_bench; do
         skip_step "$s" "no GPU: $NO_GPU_WHY"
