@@ -175,7 +175,9 @@ def ratio_text(jitop, other):
 def jitop_match(figs, area, kernel, other):
     """The jitop figure that other is compared with: the jitop row that timed
     the same thing (the same 'what'), else, when jitop has a single figure
-    for this kernel and area (warm load, cold load, ...), that one. Where
+    for this kernel and area (warm load, cold load, ...) from the program
+    that timed other (or from all programs, when that one timed none), that
+    one. Where
     jitop timed several things and none is other's, there is no ratio: a
     ratio between two different measurements would mislead."""
     mine = [f for f in figs if f["area"] == area and f["kernel"] == kernel and not f["detail"]
@@ -183,6 +185,8 @@ def jitop_match(figs, area, kernel, other):
     same = [f for f in mine if f["what"] == other["what"]]
     if same:
         return preferred(same, area)
+    # Side by side first: the jitop rows the program that timed other timed.
+    mine = [f for f in mine if f["src"] == other["src"]] or mine
     for system in ("jitop-c", "jitop-watch", "jitop-cli"):
         found = [f for f in mine if f["system"] == system]
         if found and len({f["what"] for f in found}) == 1:
@@ -427,6 +431,8 @@ def main():
     ap.add_argument("--mode", default=os.environ.get("JITOP_BENCH_MODE", "full"))
     ap.add_argument("--seconds", type=int, default=None, help="how long the run took")
     ap.add_argument("--gpu", default="?", help="the GPU arch found, or why none")
+    ap.add_argument("--note", default="", help="a paragraph under the title (e.g. that this page was "
+                    "made again from an earlier run's raw output)")
     a = ap.parse_args()
     results_dir = os.path.dirname(os.path.abspath(a.results))
     chart_dir = a.charts or os.path.join(results_dir, "charts")
@@ -447,6 +453,9 @@ def main():
     L.append("Written by `make bench` (bench/run.sh, then bench/report.py) on %s UTC, mode **%s**%s." % (
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"), a.mode,
         "" if a.seconds is None else ", in %d s" % a.seconds))
+    if a.note:
+        L.append("")
+        L.append(a.note)
     if a.mode != "full":
         L.append("")
         L.append("**This is a %s run: fewer repetitions%s. Quote only a full run's figures.**" % (
