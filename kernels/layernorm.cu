@@ -455,9 +455,26 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 #ifndef LN_BWD_THREADS_PER_SM
 #define LN_BWD_THREADS_PER_SM 1024
 #endif
-__host__ __device__ constexpr int ln_bwd_min_blocks(int block)
+// Software pipelining (PF): the next row group's loads are issued before
+// this one's reduction and output, so that memory stays busy across the
+// block-wide reduction. It holds a second set of row registers, so PF
+// kernels ask for registers for LN_BWD_PF_THREADS_PER_SM threads per SM.
+// Measured on an H100 (bench/layernorm_NOTES.md, run 3): 16-bit rows of
+// 4096 and 8192 went from 69-73% to 81-84% of copy bandwidth; float32 and
+// the cluster kernels lost (float32 N = 32768: 78% -> 54%), short rows
+// moved within noise: PF is for 16-bit rows of 8 KiB or more on one block.
+#ifndef LN_BWD_PF_THREADS_PER_SM
+#define LN_BWD_PF_THREADS_PER_SM 512
+#endif
+template <typename T, int N, int CL> __host__ __device__ constexpr bool ln_bwd_prefetch()
 {
-    return LN_BWD_THREADS_PER_SM / block > 0 ? LN_BWD_THREADS_PER_SM / block : 1;
+    return sizeof(T) == 2 && CL == 1 && N * 2 >= 8192;
+}
+__host__ __device__ constexpr int ln_bwd_min_blocks(int block, bool pf = false)
+{
+    return (pf ? LN_BWD_PF_THREADS_PER_SM : LN_BWD_THREADS_PER_SM) / block > 0
+               ? (pf ? LN_BWD_PF_THREADS_PER_SM : LN_BWD_THREADS_PER_SM) / block
+               : 1;
 }
 
 // SACC: the dgamma/dbeta accumulators live in dynamic shared memory
@@ -482,6 +499,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
     using C = ln_conv<T>;
     constexpr int EPT = S::VPT * VEC;
     constexpr bool RACC = AFFINE && !SACC; // accumulators in registers
+    constexpr bool PF = ln_bwd_prefetch<T, N, CL>();
     __shared__ ln_red_smem<S::WARPS, 2> red;
     extern __shared__ float ln_dyn[]; // SACC: [2][EPT][BLOCK]
     if (blockDim.x != S::BLOCK)
@@ -503,21 +521,39 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
         }
     }
     int phase = 0;
-    for (long long g0 = blockIdx.x / CL; g0 * S::ROWS < M; g0 += gridDim.x / CL) {
-        const long long row = g0 * S::ROWS + group;
-        const bool valid = row < M;
-        const T *xr = x + row * N;
-        const T *dyr = dy + row * N;
-        ln_raw<S::B> xv[S::VPT], dv[S::VPT];
+    // The row group g's x, dy, mean and rstd into registers (zeros past M).
+    auto load_rows = [&](long long g, ln_raw<S::B> *xo, ln_raw<S::B> *dout, float &mo, float &ro) {
+        const long long r = g * S::ROWS + group;
+        const bool ok = r < M;
+        const T *xr = x + r * N;
+        const T *dyr = dy + r * N;
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
             const int j = i * S::TT + t;
-            const bool in = valid && (S::FULL || j < S::NVEC);
-            xv[i] = in ? ln_load<S::B>(xr + j * VEC) : ln_zero<S::B>();
-            dv[i] = in ? ln_load<S::B>(dyr + j * VEC) : ln_zero<S::B>();
+            const bool in = ok && (S::FULL || j < S::NVEC);
+            xo[i] = in ? ln_load<S::B>(xr + j * VEC) : ln_zero<S::B>();
+            dout[i] = in ? ln_load<S::B>(dyr + j * VEC) : ln_zero<S::B>();
         }
-        const float mu = valid ? mean[row] : 0.f;
-        const float rs = valid ? rstd[row] : 0.f;
+        mo = ok ? mean[r] : 0.f;
+        ro = ok ? rstd[r] : 0.f;
+    };
+    const long long gstep = gridDim.x / CL;
+    ln_raw<S::B> xv[S::VPT], dv[S::VPT];
+    float mu, rs;
+    // PF: the next row group's registers (unused otherwise).
+    ln_raw<S::B> xn[PF ? S::VPT : 1], dn[PF ? S::VPT : 1];
+    float mun = 0.f, rsn = 0.f;
+    if constexpr (PF)
+        load_rows(blockIdx.x / CL, xv, dv, mu, rs);
+    for (long long g0 = blockIdx.x / CL; g0 * S::ROWS < M; g0 += gstep) {
+        const long long row = g0 * S::ROWS + group;
+        const bool valid = row < M;
+        if constexpr (PF) {
+            if ((g0 + gstep) * S::ROWS < M)
+                load_rows(g0 + gstep, xn, dn, mun, rsn);
+        } else {
+            load_rows(g0, xv, dv, mu, rs);
+        }
         float s[2] = {0.f, 0.f}; // sum g, sum g * xhat
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
@@ -582,6 +618,15 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                     ln_store<S::B>(dxr + j * VEC, out);
                 }
             }
+        }
+        if constexpr (PF) {
+#pragma unroll
+            for (int i = 0; i < S::VPT; i++) {
+                xv[i] = xn[i];
+                dv[i] = dn[i];
+            }
+            mu = mun;
+            rs = rsn;
         }
     }
     if constexpr (AFFINE) {
@@ -648,7 +693,8 @@ template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
           int TPR = ln_min(ln_threads_per_row(N * sizeof(T), LN_BWD_MAX_BYTES), LN_BWD_MAX_TPR),
           bool SACC = true>
 __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
-                                  ln_bwd_min_blocks(ln_shape<T, N, VEC, TPR, 1>::BLOCK))
+                                  ln_bwd_min_blocks(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
+                                                    ln_bwd_prefetch<T, N, 1>()))
     layernorm_bwd(const T *dy, const T *x, const T *__restrict__ gamma,
                   const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                   float *__restrict__ part, long long M)

@@ -27,7 +27,8 @@
  * measured on an H100: the forward gains up to 128 bytes per thread; the
  * backward holds two tensors in at most 64 registers per thread, so that
  * 1024 threads per SM stay resident, and keeps its accumulators in shared
- * memory). */
+ * memory; for 16-bit rows of 8 KiB or more it also holds the next rows, in
+ * up to 128 registers: see ln_bwd_prefetch in kernels/layernorm.cu). */
 #define LN_FWD_MAX_BYTES 128
 #define LN_FWD_MAX_TPR 1024
 #define LN_BWD_MAX_BYTES 32
