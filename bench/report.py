@@ -172,12 +172,21 @@ def ratio_text(jitop, other):
     return "%s× (jitop %s slower)" % (fmt(r), ("%.0f%%" % ((r - 1) * 100)) if r < 2 else fmt(r) + "×")
 
 
+# Peer steps that are jitop's step of another name: (peer 'what' prefix,
+# jitop 'what' prefix).
+SAME_STEP = [
+    ("cpp_extension.load again", "jitop_load again"),
+    ("cpp_extension.load_inline again", "jitop_load again"),
+    ("RawModule(same code) again", "jitop_load again"),
+]
+
+
 def jitop_match(figs, area, kernel, other):
     """The jitop figure that other is compared with: the jitop row that timed
     the same thing (the same 'what'), else, when jitop has a single figure
     for this kernel and area (warm load, cold load, ...) from the program
-    that timed other (or from all programs, when that one timed none), that
-    one. Where
+    that timed other (else from the side-by-side driver, else from any
+    program), that one. Where
     jitop timed several things and none is other's, there is no ratio: a
     ratio between two different measurements would mislead."""
     mine = [f for f in figs if f["area"] == area and f["kernel"] == kernel and not f["detail"]
@@ -185,8 +194,17 @@ def jitop_match(figs, area, kernel, other):
     same = [f for f in mine if f["what"] == other["what"]]
     if same:
         return preferred(same, area)
-    # Side by side first: the jitop rows the program that timed other timed.
-    mine = [f for f in mine if f["src"] == other["src"]] or mine
+    # A load asked again in the same process is jitop_load asked again, not
+    # an op lookup (which the peers' get_function rows compare with).
+    for peer, ours in SAME_STEP:
+        if other["what"].startswith(peer):
+            match = [f for f in figs if f["area"] == area and f["kernel"] == kernel
+                     and f["system"].startswith("jitop") and f["what"].startswith(ours)]
+            return preferred(match, area) if match else None
+    # Side by side first: the jitop rows the program that timed other timed,
+    # else the side-by-side driver's (drive.py's phases time the same steps).
+    mine = ([f for f in mine if f["src"] == other["src"]]
+            or [f for f in mine if f["src"].startswith("drive-")] or mine)
     for system in ("jitop-c", "jitop-watch", "jitop-cli"):
         found = [f for f in mine if f["system"] == system]
         if found and len({f["what"] for f in found}) == 1:
