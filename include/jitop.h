@@ -276,6 +276,12 @@ typedef struct jitop_launch_config {
     void *stream;
     jitop_dim3 cluster;   /* thread-block cluster dimensions; {0,0,0}: none */
     int cooperative;      /* non-zero: a cooperative launch (grid-wide sync) */
+    /* non-zero (sm_90 and newer): programmatic dependent launch. The kernel
+     * may be scheduled while the previous kernel in the stream still runs
+     * (once that one executes griddepcontrol.launch_dependents, or ends); it
+     * must execute griddepcontrol.wait (cudaGridDependencySynchronize)
+     * before it reads or writes memory the previous work uses. */
+    int programmatic;
 } jitop_launch_config;
 
 /* jitop_launch with the Hopper launch attributes. */

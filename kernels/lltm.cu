@@ -90,6 +90,23 @@ __device__ __forceinline__ T lltm_dgate(const T *act, const T *gh, const T *gc, 
 // at the end. At small sizes a block's time is the latency of its chain of
 // k tiles, and this divides the chain by KS (it costs KS times the shared
 // memory and one more barrier).
+// Programmatic dependent launch (sm_90 and newer). The host launches the
+// fused kernels with programmatic stream serialization, so that a kernel's
+// blocks are scheduled while the previous kernel in the stream finishes
+// instead of after it: at the tutorial's size each kernel runs for a few
+// microseconds, of which the launch gap is a good part. Every kernel so
+// launched calls this first, before it touches memory: griddepcontrol.wait
+// returns once the previous grid has completed and its writes are visible
+// (at once when the kernel was launched without the attribute), and
+// launch_dependents lets the next kernel be scheduled early in turn.
+__device__ __forceinline__ void lltm_after_previous_grid()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <typename T, int BM_, int BN_, int BK_, int TM_, int TN_, int NG_, int KS_ = 1>
 struct lltm_tile {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, NG = NG_, KS = KS_;
@@ -261,6 +278,7 @@ lltm_fwd(const T *__restrict__ input, const T *__restrict__ weights, const T *__
 {
     using L = lltm_tile<T, BM, BN, BK, TM, TN, 3, KS>;
     __shared__ T smem[L::SMEM];
+    lltm_after_previous_grid();
     int K = S + I;
     int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     lltm_fwd_problem<T> p{input, weights, bias, old_h,
@@ -413,6 +431,7 @@ lltm_bwd_gates(const T *__restrict__ grad_h, const T *__restrict__ grad_cell,
                int I, int S)
 {
     __shared__ T part[3][LLTM_GATES_ROWS][LLTM_GATES_COLS + 1];
+    lltm_after_previous_grid();
     int K = S + I;
     const T *act = saved;
     T *G = saved + (size_t)B * (4 * S + K);
@@ -514,6 +533,7 @@ lltm_bwd(const T *__restrict__ grad_h, const T *__restrict__ grad_cell, T *__res
     using L2 = lltm_tile<T, BM2, BN2, BK, TM2, TN2, 1, KS2>;
     static_assert(L1::THREADS == L2::THREADS, "both tilings need the same thread count");
     __shared__ T smem[L1::SMEM > L2::SMEM ? L1::SMEM : L2::SMEM];
+    lltm_after_previous_grid();
     int K = S + I, S3 = 3 * S;
     const T *act = saved;
     const T *X = saved + (size_t)4 * B * S;

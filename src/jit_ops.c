@@ -734,7 +734,7 @@ int jitop_launch_ex(jitop_op *op, const jitop_launch_config *cfg, void **args,
         return status;
     status = launch_prepare(op, b, cfg->shared_bytes, args, arg_sizes, nargs);
     if (status == JITOP_OK) {
-        CUlaunchAttribute attrs[2];
+        CUlaunchAttribute attrs[3];
         unsigned nattrs = 0;
         memset(attrs, 0, sizeof attrs);
         if (cfg->cluster.x || cfg->cluster.y || cfg->cluster.z) {
@@ -747,6 +747,11 @@ int jitop_launch_ex(jitop_op *op, const jitop_launch_config *cfg, void **args,
         if (cfg->cooperative) {
             attrs[nattrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             attrs[nattrs].value.cooperative = 1;
+            nattrs++;
+        }
+        if (cfg->programmatic) {
+            attrs[nattrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[nattrs].value.programmaticStreamSerializationAllowed = 1;
             nattrs++;
         }
         CUlaunchConfig lc = {

@@ -142,6 +142,7 @@ struct jitop__lltm_state {
     enum lltm_path path;
     int cublas_tried;             /* set under ctx->lock after cublas, read with acquire */
     lltm_cublas *cublas;          /* NULL: not available (fused path everywhere) */
+    bool programmatic;            /* launch the fused kernels with programmatic serialization */
 };
 
 static void lltm_state_destroy(jitop_ctx *ctx)
@@ -185,6 +186,12 @@ static int lltm_state_create(jitop_ctx *ctx, jitop_module *m, struct jitop__lltm
                 st->path = PATH_FUSED;
             else if (p != NULL && strcmp(p, "cublas") == 0)
                 st->path = PATH_CUBLAS;
+            /* Programmatic dependent launch needs sm_90; JITOP_LLTM_PDL=0
+             * turns it off (to compare). */
+            const char *pdl = getenv("JITOP_LLTM_PDL");
+            st->programmatic = jitop__driver_of(ctx) != NULL &&
+                               jitop__driver_of(ctx)->cc_major >= 9 &&
+                               !(pdl != NULL && strcmp(pdl, "0") == 0);
             __atomic_store_n(&ops->lltm, st, __ATOMIC_RELEASE);
             st = NULL;
         }
@@ -248,15 +255,26 @@ static int lltm_op(struct jitop__lltm_state *st, int t, enum lltm_slot slot, jit
     return status;
 }
 
+/* The kernels that begin with lltm_after_previous_grid() (kernels/lltm.cu),
+ * which may therefore be launched with programmatic stream serialization. */
+static bool lltm_waits_for_previous(enum lltm_slot slot)
+{
+    return slot == SLOT_FWD_SAVE || slot == SLOT_FWD_NOSAVE || slot == SLOT_BWD_FUSED ||
+           slot == SLOT_BWD_SPLIT || slot == SLOT_GATES || slot == SLOT_GATES_BIAS;
+}
+
 /* Gets the instance in slot and launches it: the one step every path repeats. */
 static int lltm_run(struct jitop__lltm_state *st, int t, enum lltm_slot slot, jitop_dim3 grid,
                     jitop_dim3 block, void *stream, void **args, size_t nargs)
 {
     jitop_op *op = NULL;
     int status = lltm_op(st, t, slot, &op);
-    if (status == JITOP_OK)
-        status = jitop_launch(op, grid, block, 0, stream, args, NULL, nargs);
-    return status;
+    if (status != JITOP_OK)
+        return status;
+    if (!st->programmatic || !lltm_waits_for_previous(slot))
+        return jitop_launch(op, grid, block, 0, stream, args, NULL, nargs);
+    jitop_launch_config lc = {.grid = grid, .block = block, .stream = stream, .programmatic = 1};
+    return jitop_launch_ex(op, &lc, args, NULL, nargs);
 }
 
 static void *lltm_sym(void *lib, const char *name, int *missing)

@@ -609,6 +609,48 @@ static void test_cooperative_launch(void **state)
     jitop_ctx_destroy(ctx);
 }
 
+/* Programmatic dependent launch: each consumer, launched with the attribute
+ * right behind a producer that releases it at once, still reads what that
+ * producer wrote (its griddepcontrol.wait holds it until the producer's grid
+ * is done), round after round with new values. */
+static void test_programmatic_launch(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    jitop_ctx *ctx = gpu_ctx(NULL);
+    jitop_module *m = load_basic(ctx);
+    jitop_op *produce = NULL, *consume = NULL;
+    OK(jitop_op_get(m, "pdl_produce", &produce));
+    OK(jitop_op_get(m, "pdl_consume", &consume));
+    int n = 1 << 22;
+    CUdeviceptr dmid = dalloc((size_t)n * 4), dout = dalloc((size_t)n * 4);
+    poison(dmid, (size_t)n * 4);
+    poison(dout, (size_t)n * 4);
+    float *out = malloc((size_t)n * sizeof *out);
+    jitop_launch_config lc;
+    memset(&lc, 0, sizeof lc);
+    lc.grid = dim(264);
+    lc.block = dim(256);
+    lc.programmatic = 1;
+    for (int round = 0; round < 8; round++) {
+        float v = (float)(round * 4096 + 7);
+        void *pargs[] = {&dmid, &n, &v};
+        void *cargs[] = {&dmid, &dout, &n};
+        size_t psizes[] = {8, 4, 4}, csizes[] = {8, 8, 4};
+        OK(jitop_launch_ex(produce, &lc, pargs, psizes, 3));
+        OK(jitop_launch_ex(consume, &lc, cargs, csizes, 3));
+        download(out, dout, (size_t)n * 4);
+        for (int i = 0; i < n; i++)
+            if (out[i] != v + (float)(i & 1023) + 1.0f)
+                fail_msg("round %d: out[%d] = %g, want %g", round, i, out[i],
+                         v + (float)(i & 1023) + 1.0f);
+    }
+    free(out);
+    CU(cu->cuMemFree(dmid));
+    CU(cu->cuMemFree(dout));
+    jitop_ctx_destroy(ctx);
+}
+
 static const jitop_op_info *find_info(const jitop_op_info *v, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
@@ -626,15 +668,15 @@ static void test_listing_and_occupancy(void **state)
     jitop_module *m = load_basic(ctx);
     size_t count = 0;
     OK(jitop_module_ops(m, NULL, 0, &count));
-    assert_int_equal(count, 4); /* the template has no instance yet */
+    assert_int_equal(count, 6); /* the template has no instance yet */
     jitop_op *inst = NULL;
     OK(jitop_op_get(m, "add_n<float, 2>", &inst));
     OK(jitop_module_ops(m, NULL, 0, &count));
-    assert_int_equal(count, 5);
+    assert_int_equal(count, 7);
     jitop_op_info infos[8];
     size_t got = 0;
     OK(jitop_module_ops(m, infos, 8, &got));
-    assert_int_equal(got, 5);
+    assert_int_equal(got, 7);
     const jitop_op_info *ax = find_info(infos, got, "axpby");
     assert_int_equal(ax->nparams, 5);
     size_t want_size[] = {4, 4, 8, 4, 8}, want_off[] = {0, 4, 8, 16, 24};
@@ -651,7 +693,7 @@ static void test_listing_and_occupancy(void **state)
     assert_string_not_equal(ti->lowered, ti->name);
     /* cap smaller than the count: fills cap, reports all. */
     OK(jitop_module_ops(m, infos, 2, &got));
-    assert_int_equal(got, 5);
+    assert_int_equal(got, 7);
 
     jitop_op *op = NULL;
     OK(jitop_op_get(m, "axpby", &op));
@@ -954,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_large_dynamic_shared),
         cmocka_unit_test(test_cluster_launch),
         cmocka_unit_test(test_cooperative_launch),
+        cmocka_unit_test(test_programmatic_launch),
         cmocka_unit_test(test_listing_and_occupancy),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_reload_keeps_handles),

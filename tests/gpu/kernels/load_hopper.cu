@@ -59,3 +59,21 @@ extern "C" __global__ void coop_sum(const float *x, int n, float *partial, float
         out[0] = (float)total;
     }
 }
+
+// Programmatic dependent launch: pdl_produce lets the next kernel in the
+// stream be scheduled at once, then writes out; pdl_consume, launched with
+// programmatic stream serialization, waits for the producer's grid
+// (griddepcontrol.wait) before it reads what the producer wrote.
+extern "C" __global__ void pdl_produce(float *out, int n, float v)
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = v + (float)(i & 1023);
+}
+
+extern "C" __global__ void pdl_consume(const float *in, float *out, int n)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = in[i] + 1.0f;
+}
