@@ -189,6 +189,9 @@ class Ext:
             self.edit_path = os.path.join(work, "saxpy_torch.cu")
             self.system = "torch-load" if kind == "saxpy" else "torch-load_inline"
             self.kernel = "saxpy"
+        elif kind == "layernorm":
+            self.system, self.kernel = "torch-load", "layernorm"
+            self.edit_path = os.path.join(work, "layernorm_torch.cu")
         elif kind == "lltm":
             self.system, self.kernel = "torch-load", "lltm"
             cus = sorted(f for f in os.listdir(work) if f.endswith(".cu"))
@@ -210,6 +213,9 @@ class Ext:
             return ce.load_inline(name="jitop_bench_saxpy_inline", cpp_sources=decl,
                                   cuda_sources=cuda_text, functions=["saxpy_launch"],
                                   extra_include_paths=[self.work], verbose=False)
+        if self.kind == "layernorm":
+            return ce.load(name="jitop_bench_layernorm", sources=[self.edit_path],
+                           extra_include_paths=[self.work], verbose=False)
         # The name and flags bench/lltm_dev.py uses, so that a build made here
         # is the one the LLTM benchmark finds in the same TORCH_EXTENSIONS_DIR.
         sources = sorted(os.path.join(self.work, f) for f in os.listdir(self.work)
@@ -220,6 +226,12 @@ class Ext:
         t = self.torch
         if self.kernel == "saxpy":
             return (t.ones(256, device="cuda"), t.zeros(256, device="cuda"))
+        if self.kernel == "layernorm":
+            m, n = 4096, 1024  # the op the other systems load: rows of 1024 float32
+            g = t.Generator(device="cuda").manual_seed(0)
+            x = t.rand(m, n, device="cuda", generator=g) - 0.5
+            return (x, t.ones(n, device="cuda"), t.zeros(n, device="cuda"), t.empty_like(x),
+                    t.empty(m, device="cuda"), t.empty(m, device="cuda"))
         b, i, s = 16, 32, 128  # the tutorial's shape (DESIGN.md)
         g = t.Generator(device="cuda").manual_seed(0)
         r = lambda *shape: t.rand(*shape, device="cuda", generator=g) - 0.5  # noqa: E731
@@ -228,6 +240,8 @@ class Ext:
     def call(self, mod, args):
         if self.kernel == "saxpy":
             mod.saxpy_launch(args[0], args[1], 2.0)
+        elif self.kernel == "layernorm":
+            mod.layernorm_forward(*args, 1e-5)
         else:
             mod.forward(*args)
 
@@ -269,7 +283,8 @@ def torch_step(a):
         # The edit writes into --work: never into the sources the tree ships
         # (a copy under bench/out, make bench's default output, is fine).
         work = os.path.realpath(a.work)
-        for shipped in ("bench/lltm_ext", "bench/torch_saxpy", "bench/kernels", "kernels"):
+        for shipped in ("bench/lltm_ext", "bench/torch_saxpy", "bench/torch_layernorm", "bench/kernels",
+                        "kernels"):
             d = os.path.realpath(os.path.join(ROOT, shipped))
             if work == d or work.startswith(d + os.sep):
                 raise RuntimeError("--work %s is the tree's own %s: the edit step edits a copy only"
@@ -336,10 +351,10 @@ def main():
     c.add_argument("--opt", action="append", default=[])
     t = sub.add_parser("torch")
     t.add_argument("--step", required=True, choices=["cold", "warm", "inproc", "launch", "edit"])
-    t.add_argument("--ext", required=True, choices=["saxpy", "saxpy_inline", "lltm"])
+    t.add_argument("--ext", required=True, choices=["saxpy", "saxpy_inline", "lltm", "layernorm"])
     t.add_argument("--work", required=True, help="a writable copy of the extension's sources")
     a = ap.parse_args()
-    kernel = a.kernel if a.peer == "cupy" else ("lltm" if a.ext == "lltm" else "saxpy")
+    kernel = a.kernel if a.peer == "cupy" else (a.ext if a.ext in ("lltm", "layernorm") else "saxpy")
     system = "cupy" if a.peer == "cupy" else ("torch-load_inline" if a.ext == "saxpy_inline" else "torch-load")
     try:
         if a.peer == "cupy":
