@@ -42,7 +42,8 @@ AREAS = [
      "jitop: a reload in the same process (explicit jitop_module_reload here; the watch's automatic "
      "hot reload in its own rows). The peers: a new load of the edited source. For saxpy the edit "
      "changes what the kernel writes and the result is checked; for the other kernels the edit is a "
-     "comment (a new content hash, so a full rebuild). The torch rebuilds ran side by side (two at a time)."),
+     "comment (a new content hash, so a full rebuild). The torch rebuilds ran side by side (three at a time, "
+     "while the torch warm, in-process and launch steps ran)."),
     ("launch", "Launch overhead: host cost per launch",
      "Batches of launches timed on the host with a sync between batches (not timed), so the queue "
      "never fills: the figure is what the caller's thread pays."),
