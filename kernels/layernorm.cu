@@ -188,6 +188,23 @@ template <> struct ln_conv<__nv_bfloat16> {
     }
 };
 
+// The backward's scale for VEC columns from j * VEC: gamma's values when it
+// is given (load), else ones.
+template <typename T, int VEC>
+__device__ __forceinline__ void ln_unpack_gamma(const T *__restrict__ gamma, int j, bool load,
+                                                float (&fg)[VEC])
+{
+    if (load) {
+        ln_raw<VEC * static_cast<int>(sizeof(T))> gv =
+            ln_load_ro<VEC * static_cast<int>(sizeof(T))>(gamma + j * VEC);
+        ln_conv<T>::unpack(&gv, fg);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            fg[e] = 1.f;
+    }
+}
+
 // ------------------------------------------------------------ launch shapes
 
 // Bytes of one row a thread holds per tensor at most, and the largest block
@@ -472,9 +489,8 @@ template <typename T, int N, int CL> __host__ __device__ constexpr bool ln_bwd_p
 }
 __host__ __device__ constexpr int ln_bwd_min_blocks(int block, bool pf = false)
 {
-    return (pf ? LN_BWD_PF_THREADS_PER_SM : LN_BWD_THREADS_PER_SM) / block > 0
-               ? (pf ? LN_BWD_PF_THREADS_PER_SM : LN_BWD_THREADS_PER_SM) / block
-               : 1;
+    const int per_sm = pf ? LN_BWD_PF_THREADS_PER_SM : LN_BWD_THREADS_PER_SM;
+    return per_sm / block > 0 ? per_sm / block : 1;
 }
 
 // SACC: the dgamma/dbeta accumulators live in dynamic shared memory
@@ -561,14 +577,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
             float fx[VEC], fd[VEC], fg[VEC];
             C::unpack(&xv[i], fx);
             C::unpack(&dv[i], fd);
-            if (scale && (S::FULL || j < S::NVEC)) {
-                ln_raw<S::B> gv = ln_load_ro<S::B>(gamma + j * VEC);
-                C::unpack(&gv, fg);
-            } else {
-#pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    fg[e] = 1.f;
-            }
+            ln_unpack_gamma<T, VEC>(gamma, j, scale && (S::FULL || j < S::NVEC), fg);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const float xh = (fx[e] - mu) * rs, gg = fd[e] * fg[e];
@@ -600,14 +609,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                     float fx[VEC], fd[VEC], fg[VEC];
                     C::unpack(&xv[i], fx);
                     C::unpack(&dv[i], fd);
-                    if (scale) {
-                        ln_raw<S::B> gv = ln_load_ro<S::B>(gamma + j * VEC);
-                        C::unpack(&gv, fg);
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < VEC; e++)
-                            fg[e] = 1.f;
-                    }
+                    ln_unpack_gamma<T, VEC>(gamma, j, scale, fg);
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
                         const float xh = (fx[e] - mu) * rs;
@@ -870,14 +872,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
             float fx[VEC], fd[VEC], fg[VEC];
             C::unpack(&xv, fx);
             C::unpack(&dv, fd);
-            if (scale) {
-                ln_raw<B> gv = ln_load_ro<B>(gamma + j * VEC);
-                C::unpack(&gv, fg);
-            } else {
-#pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    fg[e] = 1.f;
-            }
+            ln_unpack_gamma<T, VEC>(gamma, j, scale, fg);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const float xh = (fx[e] - mu) * rs, gg = fd[e] * fg[e];
@@ -898,14 +893,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
             float fx[VEC], fd[VEC], fg[VEC];
             C::unpack(&xv, fx);
             C::unpack(&dv, fd);
-            if (scale) {
-                ln_raw<B> gv = ln_load_ro<B>(gamma + j * VEC);
-                C::unpack(&gv, fg);
-            } else {
-#pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    fg[e] = 1.f;
-            }
+            ln_unpack_gamma<T, VEC>(gamma, j, scale, fg);
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 fx[e] = rs * (fd[e] * fg[e] - a - (fx[e] - mu) * rs * b);

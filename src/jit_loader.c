@@ -359,10 +359,11 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     jitop_module *m = NULL, *found = NULL;
     const char *arch = NULL;
     char id[33];
-    double t0 = jitop__now_ms();
 
     if (!ctx || !out)
         return jitop__fail(JITOP_EINVAL, "jitop_load: ctx and out must not be NULL");
+    /* The clock only for JITOP_VERBOSE: a load asked again is a hot path. */
+    const double t0 = ctx->verbose ? jitop__now_ms() : 0.0;
     if (!name)
         name = "module";
     if (noptions && !options)
@@ -424,7 +425,7 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     }
     pthread_mutex_unlock(&ctx->lock);
 out:
-    if (status == JITOP_OK)
+    if (status == JITOP_OK && ctx->verbose)
         jitop__log(ctx, "module %s: jitop_load %.3f ms", name, jitop__now_ms() - t0);
     module_free(m);
     jitop__strv_free(&paths);
