@@ -243,14 +243,19 @@ __host__ __device__ constexpr int ln_threads_per_row(int row_bytes, int max_byte
 __host__ __device__ constexpr int ln_min(int a, int b) { return a < b ? a : b; }
 
 template <typename T, int N, int VEC, int TPR, int CL> struct ln_shape {
-    static constexpr int B = VEC * static_cast<int>(sizeof(T));
-    static constexpr int NVEC = N / VEC;
-    static constexpr int ROWS = (CL == 1 && TPR < 128) ? 128 / TPR : 1;
-    static constexpr int BLOCK = TPR * ROWS;
-    static constexpr int TT = TPR * CL;            // threads per row
-    static constexpr int VPT = (NVEC + TT - 1) / TT; // vectors per thread
-    static constexpr bool FULL = NVEC % TT == 0;   // no thread runs past the row
-    static constexpr int WARPS = BLOCK / 32 > 0 ? BLOCK / 32 : 1;
+    // Enumerators, not static constexpr members: C++17 makes those inline
+    // variables, which NVRTC emits as __device__ globals, and a module with
+    // globals costs the driver a device allocation and a copy at every load.
+    enum : int {
+        B = VEC * static_cast<int>(sizeof(T)),
+        NVEC = N / VEC,
+        ROWS = (CL == 1 && TPR < 128) ? 128 / TPR : 1,
+        BLOCK = TPR * ROWS,
+        TT = TPR * CL,                // threads per row
+        VPT = (NVEC + TT - 1) / TT,   // vectors per thread
+        FULL = NVEC % TT == 0,        // no thread runs past the row
+        WARPS = BLOCK / 32 > 0 ? BLOCK / 32 : 1,
+    };
     static_assert(N >= 1 && N % VEC == 0, "VEC must divide N");
     static_assert(B == 2 || B == 4 || B == 8 || B == 16, "a vector is 2, 4, 8 or 16 bytes");
     static_assert(TPR >= 1 && TPR <= 1024 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 1024");
@@ -765,7 +770,7 @@ __global__ void __launch_bounds__(1024)
 // global memory three times (sum, squared deviations, output). Rows up to
 // a few hundred KiB come back from L2; far longer ones cost up to 3x the
 // bytes of the specialized kernels. For N that those cannot hold.
-constexpr int LN_GENERIC_THREADS = 512;
+enum : int { LN_GENERIC_THREADS = 512 }; // an enumerator: no __device__ global (see ln_shape)
 
 template <typename T, bool AFFINE, int VEC>
 __global__ void __launch_bounds__(LN_GENERIC_THREADS)

@@ -109,13 +109,18 @@ __device__ __forceinline__ void lltm_after_previous_grid()
 
 template <typename T, int BM_, int BN_, int BK_, int TM_, int TN_, int NG_, int KS_ = 1>
 struct lltm_tile {
-    static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, NG = NG_, KS = KS_;
-    static constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY, THREADS = NT * KS;
-    static constexpr int AP = BM + 1, BP = BN + 1; // +1: padded rows, no conflicts on store
-    static constexpr int A_PER = BM * BK / NT, B_PER = NG * BK * BN / NT;
-    static constexpr int GROUP_SMEM = BK * AP + NG * BK * BP; // elements per group
-    static constexpr int RED = (KS - 1) * NG * TM * TN * NT;  // partial sums of groups 1..KS-1
-    static constexpr int SMEM = KS * GROUP_SMEM > RED ? KS * GROUP_SMEM : RED;
+    // Enumerators, not static constexpr members: those are C++17 inline
+    // variables, which NVRTC emits as __device__ globals that every load of
+    // the module then allocates and copies.
+    enum : int {
+        BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, NG = NG_, KS = KS_,
+        TX = BN / TN, TY = BM / TM, NT = TX * TY, THREADS = NT * KS,
+        AP = BM + 1, BP = BN + 1, // +1: padded rows, no conflicts on store
+        A_PER = BM * BK / NT, B_PER = NG * BK * BN / NT,
+        GROUP_SMEM = BK * AP + NG * BK * BP, // elements per group
+        RED = (KS - 1) * NG * TM * TN * NT,  // partial sums of groups 1..KS-1
+        SMEM = KS * GROUP_SMEM > RED ? KS * GROUP_SMEM : RED,
+    };
     static_assert(BM % TM == 0 && BN % TN == 0, "tile must divide");
     static_assert((BM * BK) % NT == 0 && (NG * BK * BN) % NT == 0, "loads must divide");
 };
@@ -242,7 +247,7 @@ __device__ __forceinline__ bool lltm_mainloop(const P &p, int m0, int n0, int kr
 // Forward product: A = X (B x (K+1), the ones column last), B(g, k, n) =
 // W[g*S + n][k] (bias at k == K). Blocks of column 0 also copy X into saved.
 template <typename T> struct lltm_fwd_problem {
-    static constexpr bool A_K_FAST = true, B_K_FAST = true;
+    enum : bool { A_K_FAST = true, B_K_FAST = true };
     const T *input, *w, *bias, *old_h;
     T *save_x;
     int B, I, S, K;
@@ -482,7 +487,7 @@ template <typename T, bool FUSED> struct lltm_grad_src {
 
 // d_X = G W: A(m=b, k=g) = G[b][g], B(k=g, n) = W[g][n].
 template <typename T, bool FUSED> struct lltm_dx_problem {
-    static constexpr bool A_K_FAST = true, B_K_FAST = false;
+    enum : bool { A_K_FAST = true, B_K_FAST = false };
     lltm_grad_src<T, FUSED> src;
     const T *w;
     int B, K, S3;
@@ -498,7 +503,7 @@ template <typename T, bool FUSED> struct lltm_dx_problem {
 
 // [d_W | d_bias] = G^T [X | 1]: A(m=g, k=b) = G[b][g], B(k=b, n) = X[b][n].
 template <typename T, bool FUSED> struct lltm_dw_problem {
-    static constexpr bool A_K_FAST = false, B_K_FAST = false;
+    enum : bool { A_K_FAST = false, B_K_FAST = false };
     lltm_grad_src<T, FUSED> src;
     const T *x;
     int B, K, S3;
