@@ -187,6 +187,13 @@ void jitop__binary_free(jitop__binary *b);
  * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
 
+/* ------------------------------------------------------------- cubin.c */
+
+/* Bytes of __device__ variables in a cubin, which the driver allocates and
+ * initializes at every load of it; 0 for PTX or bytes that are not a
+ * well-formed ELF file. */
+size_t jitop__cubin_global_bytes(const unsigned char *data, size_t size);
+
 /* -------------------------------------------------------------- deps.c */
 
 typedef struct jitop__dep {

@@ -100,6 +100,15 @@ int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *
         goto out;
     }
     status = enumerate_kernels(drv, img, what);
+    if (status == JITOP_OK && m->ctx->verbose && !bin->is_ptx) {
+        size_t globals = jitop__cubin_global_bytes(bin->data, bin->size);
+        if (globals > 0)
+            jitop__log(m->ctx,
+                       "module %s: %s has %zu bytes of __device__ variables, which the driver "
+                       "allocates and copies at every load (0.2-0.3 ms on an H100); a static "
+                       "constexpr data member used in device code is one, an enumerator is not",
+                       m->name, what, globals);
+    }
 out:
     if (status != JITOP_OK)
         jitop__image_free(drv, img);

@@ -251,6 +251,45 @@ static void test_cubin_and_lowered_names(void **state)
     free(dir);
 }
 
+/* __device__ variables make every load of a module slower (the driver
+ * allocates and fills them): jitop counts their bytes to say so. A static
+ * constexpr member is one in C++17; an enumerator is not. */
+static void test_cubin_global_bytes(void **state)
+{
+    (void)state;
+    static const char *const with =
+        "__device__ int table[4] = {1, 2, 3, 4};\n"
+        "__device__ float scratch[8];\n"
+        "template <int N> struct shape { static constexpr int n = N; };\n"
+        "extern \"C\" __global__ void k(int *x) { x[0] = table[x[1]] + shape<3>::n; "
+        "scratch[x[2]] = 1.0f; }\n";
+    static const char *const without =
+        "template <int N> struct shape { enum : int { n = N }; };\n"
+        "extern \"C\" __global__ void k(int *x) { x[0] = shape<3>::n; }\n";
+    const char *opts[] = {"-std=c++17"};
+    jitop__unit u;
+    jitop__binary b;
+    assert_int_equal(jitop__unit_init(&u, NULL, with, opts, 1, NULL, 0, "sm_90"), JITOP_OK);
+    assert_int_equal(jitop__compile(&u, u.inline_text, &b), JITOP_OK);
+    size_t bytes = jitop__cubin_global_bytes(b.data, b.size);
+    assert_true(bytes >= 4 * sizeof(int) + 8 * sizeof(float));
+    /* Cut anywhere, the ELF headers point past the end: 0, and ASan sees
+     * no read outside the buffer. */
+    for (size_t cut = 0; cut < b.size; cut += 97)
+        assert_true(jitop__cubin_global_bytes(b.data, cut) <= bytes);
+    jitop__binary_free(&b);
+    jitop__unit_free(&u);
+
+    assert_int_equal(jitop__unit_init(&u, NULL, without, opts, 1, NULL, 0, "sm_90"), JITOP_OK);
+    assert_int_equal(jitop__compile(&u, u.inline_text, &b), JITOP_OK);
+    assert_int_equal(jitop__cubin_global_bytes(b.data, b.size), 0);
+    jitop__binary_free(&b);
+    jitop__unit_free(&u);
+
+    assert_int_equal(jitop__cubin_global_bytes((const unsigned char *)"not an ELF file", 15), 0);
+    assert_int_equal(jitop__cubin_global_bytes(NULL, 0), 0);
+}
+
 static void test_ptx_for_compute_arch(void **state)
 {
     (void)state;
@@ -336,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_pre_include_refused),
         cmocka_unit_test(test_deleted_working_directory),
         cmocka_unit_test(test_cubin_and_lowered_names),
+        cmocka_unit_test(test_cubin_global_bytes),
         cmocka_unit_test(test_ptx_for_compute_arch),
         cmocka_unit_test(test_syntax_error_has_file_and_line),
         cmocka_unit_test(test_unknown_option_rejected_by_nvrtc),
