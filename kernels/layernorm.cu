@@ -164,13 +164,27 @@ template <> struct ln_conv<__half> {
 };
 
 template <> struct ln_conv<__nv_bfloat16> {
+    // A bfloat16 is the high half of a float32. Pairs are widened from the
+    // 32-bit word that holds them: the low one shifted up, the high one
+    // masked in place, one instruction each (element by element it took a
+    // zero-extension and a shift per element).
     template <int V> static __device__ __forceinline__ void unpack(const void *raw, float (&f)[V])
     {
-        unsigned short h[V];
-        memcpy(h, raw, sizeof h);
+        if constexpr (V % 2 == 0) {
+            unsigned w[V / 2];
+            memcpy(w, raw, sizeof w);
 #pragma unroll
-        for (int i = 0; i < V; i++)
-            f[i] = __uint_as_float(static_cast<unsigned>(h[i]) << 16);
+            for (int i = 0; i < V / 2; i++) {
+                f[2 * i] = __uint_as_float(w[i] << 16);
+                f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            }
+        } else {
+            unsigned short h[V];
+            memcpy(h, raw, sizeof h);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                f[i] = __uint_as_float(static_cast<unsigned>(h[i]) << 16);
+        }
     }
     template <int V> static __device__ __forceinline__ void pack(const float (&f)[V], void *raw)
     {
