@@ -39,6 +39,14 @@
  * fit in a block's 227 KiB. */
 #define LN_BWD_LONG_ROW_BYTES 65536
 #define LN_BWD_LONG_MAX_BYTES 64
+/* Block size of the backward's cluster kernels. Smaller blocks (more of
+ * them per SM, so that one block's reduction overlaps another's loads)
+ * measured worse on an H100 at N = 32768: 512 (clusters of 4) 63% of copy
+ * for float32 and 43-46% for 16-bit, 256 (clusters of 8) 65-66% and
+ * 45-48%, against 78-79% and 59% for 1024 (bench/layernorm_NOTES.md). */
+#ifndef LN_BWD_CLUSTER_TPR
+#define LN_BWD_CLUSTER_TPR 1024
+#endif
 #define LN_GENERIC_THREADS 512
 #define LN_MAX_CLUSTER 8
 
@@ -250,9 +258,10 @@ static int ln_vec(int n, size_t es, const void *const *ptrs, size_t np)
 }
 
 /* Threads per row (TPR) and cluster size (CL); 0 when the row is too long
- * for registers and the generic kernel takes it. */
-static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int max_cl, int *tpr,
-                    int *cl)
+ * for registers and the generic kernel takes it. A row of more than max_tpr
+ * threads is split over a cluster of blocks of cluster_tpr threads. */
+static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int cluster_tpr,
+                    int max_cl, int *tpr, int *cl)
 {
     long long row_bytes = (long long)n * (long long)es, tt = 1, pow_nvec = 1;
     while (tt * max_bytes < row_bytes)
@@ -266,10 +275,10 @@ static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int m
         *cl = 1;
         return 1;
     }
-    if (tt / max_tpr > max_cl)
+    if (tt / cluster_tpr > max_cl)
         return 0;
-    *tpr = max_tpr;
-    *cl = (int)(tt / max_tpr);
+    *tpr = cluster_tpr;
+    *cl = (int)(tt / cluster_tpr);
     return 1;
 }
 
@@ -307,7 +316,8 @@ typedef struct ln_plan {
 static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl)
 {
     const size_t es = jitop_dtype_size(dtype);
-    p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, max_cl, &p->tpr, &p->cl);
+    p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, LN_FWD_MAX_TPR, max_cl,
+                          &p->tpr, &p->cl);
     ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl);
 }
@@ -318,7 +328,8 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
     const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
                               ? LN_BWD_LONG_MAX_BYTES
                               : LN_BWD_MAX_BYTES;
-    p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, max_cl, &p->tpr, &p->cl);
+    p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, LN_BWD_CLUSTER_TPR, max_cl,
+                          &p->tpr, &p->cl);
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl);
 }
