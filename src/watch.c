@@ -89,6 +89,27 @@ static entry *release(jitop__watch *w, entry *e)
     return e;
 }
 
+/* release() for a batch: the entries to free gather in *dead (linked
+ * through next, which release() has taken out of w->entries), freed by
+ * free_dead() after unlocking. Caller holds w->lock. */
+static void release_into(jitop__watch *w, entry *e, entry **dead)
+{
+    entry *d = release(w, e);
+    if (d) {
+        d->next = *dead;
+        *dead = d;
+    }
+}
+
+static void free_dead(entry *dead)
+{
+    while (dead) {
+        entry *e = dead;
+        dead = e->next;
+        entry_free(e);
+    }
+}
+
 /* Watches the files the target's current code came from. */
 static int refresh_files(jitop__watch *w, entry *e)
 {
@@ -325,20 +346,11 @@ static void watch_failed(jitop__watch *w, int status)
         deliver(w, told[i], &st, text, NULL, &timing);
     }
     pthread_mutex_lock(&w->lock);
-    entry *dead_list = NULL;
-    for (size_t i = 0; i < k; i++) {
-        entry *dead = release(w, told[i]);
-        if (dead) {
-            dead->next = dead_list;
-            dead_list = dead;
-        }
-    }
+    entry *dead = NULL;
+    for (size_t i = 0; i < k; i++)
+        release_into(w, told[i], &dead);
     pthread_mutex_unlock(&w->lock);
-    while (dead_list) {
-        entry *e = dead_list;
-        dead_list = e->next;
-        entry_free(e);
-    }
+    free_dead(dead);
     free(told);
     free(msg);
     free(why);
@@ -576,20 +588,11 @@ int jitop__watch_poll(jitop__watch *w, int *swapped)
         }
     }
     pthread_mutex_lock(&w->lock);
-    entry *dead_list = NULL;
-    for (size_t i = 0; i < k; i++) {
-        entry *dead = release(w, d[i].e);
-        if (dead) {
-            dead->next = dead_list;
-            dead_list = dead;
-        }
-    }
+    entry *dead = NULL;
+    for (size_t i = 0; i < k; i++)
+        release_into(w, d[i].e, &dead);
     pthread_mutex_unlock(&w->lock);
-    while (dead_list) {
-        entry *e = dead_list;
-        dead_list = e->next;
-        entry_free(e);
-    }
+    free_dead(dead);
     for (size_t i = 0; i < k; i++)
         free(d[i].err_msg);
     free(d);
