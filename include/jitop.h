@@ -226,7 +226,9 @@ JITOP_API uint64_t jitop_module_generation(const jitop_module *m);
 
 /* Gets an op by name: an extern "C" kernel ("lltm_forward") or a template
  * instance ("layernorm_fwd<__nv_bfloat16, 4096, true>"), which is compiled
- * on demand (through the cache) the first time it is asked for. The handle
+ * on demand (through the cache) the first time it is asked for, from the
+ * source whose own text names the template (a module of one source reads its
+ * text for that only when the cache misses: a warm get reads no source). The handle
  * stays valid for the life of the module, across reloads. An unknown name
  * fails with JITOP_ENOTFOUND and a message listing the ops that exist; the
  * failure is remembered (asking again fails at once, without compiling) until

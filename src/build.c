@@ -12,6 +12,7 @@
 #define MAX_BUILD_ATTEMPTS 4
 
 void (*jitop__after_compile_hook)(const char *source);
+void (*jitop__before_compile_hook)(const char *source);
 
 /* Lines naming each file that differs between two dependency lists. */
 static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv *lines)
@@ -194,6 +195,17 @@ static void log_rebuild(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps 
     free(why);
 }
 
+/* See jitop__unit.names_in_text: checked on a miss only, where the text is
+ * in memory anyway (a hit proves the name compiled before). */
+static int names_mentioned(const jitop__unit *u, const char *text)
+{
+    for (size_t i = 0; u->names_in_text && i < u->names.n; i++)
+        if (!jitop__mentions_template(text, u->names.v[i]))
+            return jitop__fail(JITOP_ENOTFOUND, "%s does not mention %s", u->source_name,
+                               u->names.v[i]);
+    return JITOP_OK;
+}
+
 /* The slow path: scan, key, cache, then lock, check again, compile. */
 static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                       const jitop__deps *mdeps, const char *mkey, jitop__built *out)
@@ -218,7 +230,9 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                            out->key);
             break;
         }
-        status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
+        status = names_mentioned(u, text);
+        if (status == JITOP_OK)
+            status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
         if (status != JITOP_OK)
             goto out;
         /* Another process may have built it while we waited for the lock. */
@@ -226,6 +240,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         if (status != JITOP_OK || found)
             break;
         log_rebuild(ctx, u, mdeps, mkey, &deps, out->key);
+        if (jitop__before_compile_hook)
+            jitop__before_compile_hook(u->source_name);
         t_compile = jitop__now_ms();
         status = jitop__compile(u, text, &bin);
         t_compile = jitop__now_ms() - t_compile;

@@ -40,6 +40,9 @@ int jitop__deps_changed(const jitop__deps *d, char **changed);
  * point rather than by racing a timer (which valgrind's scheduler loses).
  * NULL in normal use; set it only while no build runs. */
 extern void (*jitop__after_compile_hook)(const char *source);
+/* The same seam just before NVRTC runs (tests count compiles with it,
+ * failed ones included). */
+extern void (*jitop__before_compile_hook)(const char *source);
 
 /* Whether a valid entry exists under key. Does not mark it used and leaves
  * an invalid one in place. */

@@ -158,6 +158,10 @@ typedef struct jitop__unit {
     jitop__strv include_dirs; /* the source's own directory, then each -I, absolute */
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
+    /* Ops asked for by name: a name whose identifier the source's own text
+     * never mentions is refused (JITOP_ENOTFOUND) before NVRTC runs, so that
+     * a typo costs no compile. Not part of the key: it changes no binary. */
+    bool names_in_text;
 } jitop__unit;
 
 /* Builds a unit: normalizes the options (canonical spelling of -D/-U/-I/-std/

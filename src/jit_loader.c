@@ -200,6 +200,7 @@ int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
         memset(mu, 0, sizeof *mu);
         return jitop__fail_prefix(status, "module %s", m->name);
     }
+    mu->unit.names_in_text = nnames > 0; /* an instance asked for by op name */
     status = build_and_load(m, mu, lazy);
     if (status != JITOP_OK)
         jitop__modunit_free(mu);

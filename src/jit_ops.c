@@ -303,25 +303,34 @@ static int not_found(jitop_module *m, const char *name, const char *extra)
     return status;
 }
 
+/* Whether u's own text mentions the identifier of name. */
+static int unit_mentions(const jitop__unit *u, const char *name, bool *yes)
+{
+    if (u->inline_text) {
+        *yes = jitop__mentions_template(u->inline_text, name);
+        return JITOP_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int status = jitop__read_file(u->source_path, &text, &len);
+    *yes = status == JITOP_OK && jitop__mentions_template(text, name);
+    free(text);
+    return status;
+}
+
 /* The unit whose text mentions the template's identifier (a module of
- * several sources compiles the instance from the one that defines it). */
+ * several sources compiles the instance from the one that defines it). A
+ * module of one source reads nothing here: its build refuses a name the
+ * text does not mention, on a cache miss only (jitop__unit.names_in_text). */
 static int pick_unit(jitop_module *m, const char *name, const jitop__unit **unit)
 {
     int status = JITOP_OK;
-    *unit = NULL;
-    for (size_t i = 0; status == JITOP_OK && i < m->nunits && !*unit; i++) {
-        const jitop__unit *u = &m->units[i].unit;
-        char *text = NULL;
-        size_t len = 0;
-        if (u->inline_text) {
-            if (jitop__mentions_template(u->inline_text, name))
-                *unit = u;
-            continue;
-        }
-        status = jitop__read_file(u->source_path, &text, &len);
-        if (status == JITOP_OK && jitop__mentions_template(text, name))
-            *unit = u;
-        free(text);
+    bool yes = false;
+    *unit = m->nunits == 1 ? &m->units[0].unit : NULL;
+    for (size_t i = 0; status == JITOP_OK && !*unit && i < m->nunits; i++) {
+        status = unit_mentions(&m->units[i].unit, name, &yes);
+        if (yes)
+            *unit = &m->units[i].unit;
     }
     return status;
 }
@@ -434,10 +443,19 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
     if (status == JITOP_OK) {
         const char *names[1] = {name};
         status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false, mu);
-        *about_name = status == JITOP_ECOMPILE;
-        /* A plain word that merely occurs in the source is a typo more often
-         * than a C++ kernel: say what exists. */
-        if (status == JITOP_ECOMPILE && !is_template)
+        bool mentioned = true;
+        if (status == JITOP_ENOTFOUND) {
+            char *why = jitop__strdup(jitop_errmsg(NULL));
+            if (unit_mentions(u, name, &mentioned) != JITOP_OK) /* the build's error stands */
+                jitop__fail(status, "%s", why ? why : "module source not found");
+            free(why);
+        }
+        *about_name = status == JITOP_ECOMPILE || !mentioned;
+        /* No such name in the source, or a plain word that merely occurs in
+         * it (a typo more often than a C++ kernel): say what exists. */
+        if (!mentioned)
+            status = not_found_locked(m, name, "");
+        else if (status == JITOP_ECOMPILE && !is_template)
             status = not_found_locked(m, name, " (and it does not compile as a name expression)");
         if (status != JITOP_OK) {
             free(mu); /* modunit_build left it empty */

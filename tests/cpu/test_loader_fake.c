@@ -29,6 +29,7 @@
 
 #include "../fakecuda/fake_libcuda.h"
 #include "jitop.h"
+#include "core_private.h"
 #include "jitop_ops.h"
 #include "loader.h"
 #include "testutil.h"
@@ -437,6 +438,56 @@ static int cache_entries(jitop_ctx *ctx)
     return n;
 }
 
+static int g_compiles;
+static void count_compile(const char *source)
+{
+    (void)source;
+    g_compiles++;
+}
+
+/* A module of one source reads nothing to find the unit of an instance; a
+ * name its text does not mention is still refused with the op list, before
+ * NVRTC runs (a typo costs no compile). A module of several sources compiles
+ * the instance from the source that defines the template. */
+static void test_instance_unit_and_unknown_names(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    g_compiles = 0;
+    jitop__before_compile_hook = count_compile;
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
+    assert_null(op);
+    const char *msg = jitop_errmsg(NULL);
+    assert_non_null(strstr(msg, "nope<2>"));
+    assert_non_null(strstr(msg, "its ops: k")); /* what exists */
+    assert_int_equal(g_compiles, 0);
+    /* Asked again: the same answer, still no compile. */
+    assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
+    assert_int_equal(g_compiles, 0);
+    /* A mentioned name that does not compile is NVRTC's error, with its log. */
+    assert_int_equal(jitop_op_get(f.m, "t<int>", &op), JITOP_ECOMPILE);
+    assert_int_equal(g_compiles, 1);
+    assert_non_null(strstr(jitop_errmsg(NULL), "k.cu"));
+
+    char *text = kernel_source(7);
+    char *other = jt_write(f.dir, "other.cu", "extern \"C\" __global__ void o(int *out) { *out = 1; }\n");
+    char *defs = jt_write(f.dir, "defs.cu", text);
+    free(text);
+    const char *two[] = {other, defs};
+    jitop_module *m2 = NULL;
+    assert_int_equal(jitop_load(f.ctx, "two", two, 2, NULL, 0, &m2), JITOP_OK);
+    assert_int_equal(jitop_op_get(m2, "t<4>", &op), JITOP_OK);
+    assert_string_equal(m2->instances[0]->unit.source_path, defs);
+    assert_int_equal(jitop_op_get(m2, "absent<1>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "absent<1>"));
+    jitop__before_compile_hook = NULL;
+    free(other);
+    free(defs);
+    fixture_close(&f);
+}
+
 /* After jitop_layernorm_prewarm / jitop_lltm_prewarm for the device's arch,
  * the ops' calls compile nothing: every instance they ask for is a cache hit.
  * The fake runs no kernel and describes every kernel as taking one pointer,
@@ -698,6 +749,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
+        cmocka_unit_test(test_instance_unit_and_unknown_names),
         cmocka_unit_test(test_prewarm_is_what_the_ops_ask_for),
         cmocka_unit_test(test_reload_while_launching),
     };
