@@ -84,10 +84,7 @@ static void fixture_open(fixture *f)
     memset(f, 0, sizeof *f);
     f->dir = jt_tmpdir();
     fixture_write(f, 0);
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = g_cache;
-    assert_int_equal(jitop_ctx_create(&cfg, &f->ctx), JITOP_OK);
+    f->ctx = jt_ctx_driver(g_cache);
     const char *sources[] = {f->src};
     assert_int_equal(jitop_load(f->ctx, "fake", sources, 1, NULL, 0, &f->m), JITOP_OK);
     assert_int_equal(jitop_op_get(f->m, "k", &f->k), JITOP_OK);
@@ -327,10 +324,7 @@ static void test_source_image_loaded_on_first_use(void **state)
     memset(&f, 0, sizeof f);
     f.dir = jt_tmpdir();
     fixture_write(&f, 0);
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = g_cache;
-    assert_int_equal(jitop_ctx_create(&cfg, &f.ctx), JITOP_OK);
+    f.ctx = jt_ctx_driver(g_cache);
     const char *sources[] = {f.src};
     fake_cuda_stats s0 = stats();
     assert_int_equal(jitop_load(f.ctx, "lazy", sources, 1, NULL, 0, &f.m), JITOP_OK);
@@ -498,11 +492,7 @@ static void test_prewarm_is_what_the_ops_ask_for(void **state)
     (void)state;
     char *dir = jt_tmpdir();
     char *cache = jt_path(dir, "cache");
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = cache;
-    jitop_ctx *ctx = NULL;
-    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+    jitop_ctx *ctx = jt_ctx_driver(cache);
     /* Under valgrind (NVRTC takes seconds a compile there) one shape only. */
     const char *wrapper = getenv("JITOP_TEST_WRAPPER");
     const bool all = !(wrapper && strstr(wrapper, "valgrind"));

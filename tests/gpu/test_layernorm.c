@@ -127,10 +127,7 @@ static void setup_ctx(void)
         return;
     char *dir = jt_tmpdir();
     char *cache = jt_path(dir, "cache");
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = cache;
-    OK(jitop_ctx_create(&cfg, &ctx));
+    ctx = jt_ctx_driver(cache);
     OK(jitop_ctx_cuda(ctx, NULL, NULL));
     cu = jitop__cuda();
     assert_non_null(cu);

@@ -37,11 +37,7 @@ static jitop_ctx *lltm_ctx(const char *path)
     if (cache_root == NULL)
         cache_root = jt_tmpdir();
     char *cache = jt_path(cache_root, "cache");
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = cache;
-    jitop_ctx *ctx = NULL;
-    OK(jitop_ctx_create(&cfg, &ctx));
+    jitop_ctx *ctx = jt_ctx_driver(cache);
     OK(jitop_ctx_cuda(ctx, NULL, NULL));
     cu = jitop__cuda();
     assert_non_null(cu);

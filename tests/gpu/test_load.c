@@ -44,11 +44,7 @@ static jitop_ctx *gpu_ctx(char **cache_out)
 {
     char *dir = jt_tmpdir();
     char *cache = jt_path(dir, "cache");
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = cache;
-    jitop_ctx *ctx = NULL;
-    OK(jitop_ctx_create(&cfg, &ctx));
+    jitop_ctx *ctx = jt_ctx_driver(cache);
     OK(jitop_ctx_cuda(ctx, NULL, NULL));
     cu = jitop__cuda();
     assert_non_null(cu);
@@ -419,11 +415,7 @@ static void test_two_contexts(void **state)
     JT_REQUIRE_GPU();
     char *cache = NULL;
     jitop_ctx *c1 = gpu_ctx(&cache);
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.cache_dir = cache; /* the same cache: the second load is a hit */
-    jitop_ctx *c2 = NULL;
-    OK(jitop_ctx_create(&cfg, &c2));
+    jitop_ctx *c2 = jt_ctx_driver(cache); /* the same cache: the second load is a hit */
     jitop_module *m1 = load_basic(c1), *m2 = load_basic(c2);
     assert_ptr_not_equal(m1, m2);
     jitop_op *o1 = NULL, *o2 = NULL;

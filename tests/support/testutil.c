@@ -177,6 +177,18 @@ jitop_ctx *jt_ctx(const char *cache_dir, const char *arch)
     return ctx;
 }
 
+jitop_ctx *jt_ctx_driver(const char *cache_dir)
+{
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache_dir;
+    jitop_ctx *ctx = NULL;
+    int st = jitop_ctx_create(&cfg, &ctx);
+    if (st != JITOP_OK)
+        fail_msg("jitop_ctx_create(%s): %s: %s", cache_dir, jitop_strerror(st), jitop_errmsg(NULL));
+    return ctx;
+}
+
 int jt_run(const char *cmd, char **output)
 {
     char *full = malloc(strlen(cmd) + 16);

@@ -34,6 +34,9 @@ void jt_touch(const char *path, double delta_s);
 
 /* A compile-only context on cache_dir for arch (NULL: "sm_90"). */
 jitop_ctx *jt_ctx(const char *cache_dir, const char *arch);
+/* A context on cache_dir that opens the driver on its first load (the
+ * defaults otherwise). Fails the test when it cannot be created. */
+jitop_ctx *jt_ctx_driver(const char *cache_dir);
 
 /* Runs `sh -c cmd`, captures stdout and stderr together into *output
  * (malloc'd; may be NULL to discard) and returns the exit status (128+signal
