@@ -302,11 +302,11 @@ static bool g_in_home;             /* open g_home_path, not the soname */
 static char g_file[PATH_MAX];      /* the resolved file; in the soname case
                                       set by load_init, "" until then */
 
+/* The file NVRTC is, by the name that carries its version (see
+ * jitop__last_link_target). */
 static void set_file(const char *path)
 {
-    char *real = realpath(path, NULL);
-    snprintf(g_file, sizeof g_file, "%s", real ? real : path);
-    free(real);
+    jitop__last_link_target(path, g_file, sizeof g_file);
 }
 
 static void where_init(void)

@@ -32,6 +32,7 @@ int jitop__binding_stale(const char *lowered, jitop__binding **out)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     }
     atomic_init(&b->smem_raised, 0);
+    atomic_init(&b->described, true); /* nothing to describe: launches fail first */
     *out = b;
     return JITOP_OK;
 }
@@ -62,27 +63,35 @@ static int param_layout(const jitop__cuda_api *api, CUkernel k, const char *what
     return status;
 }
 
-/* The function of k in m's context, its parameter layout and attributes. */
-static int describe_kernel(const jitop_module *m, CUkernel k, const char *what, CUfunction *fn,
+/* The function of k in m's context: where the driver puts the kernel's code
+ * on the GPU (the driver loads lazily). */
+static int kernel_function(const jitop_module *m, CUkernel k, const char *what, CUfunction *fn)
+{
+    int status = jitop__driver_make_current(m->drv);
+    if (status == JITOP_OK)
+        status = jitop__cu_check(m->drv->api->cuKernelGetFunction(fn, k), "cuKernelGetFunction",
+                                 what);
+    return status;
+}
+
+/* k's parameter layout and fn's attributes (fn: k's function, m's context
+ * current). */
+static int describe_kernel(const jitop_module *m, CUkernel k, CUfunction fn, const char *what,
                            jitop_op_info *info)
 {
     const jitop__cuda_api *api = m->drv->api;
     int threads = 0, regs = 0, sshared = 0;
-    int status = jitop__driver_make_current(m->drv);
-    if (status == JITOP_OK)
-        status = jitop__cu_check(api->cuKernelGetFunction(fn, k), "cuKernelGetFunction", what);
-    if (status == JITOP_OK)
-        status = param_layout(api, k, what, info);
+    int status = param_layout(api, k, what, info);
     if (status == JITOP_OK)
         status = jitop__cu_check(
-            api->cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, *fn),
+            api->cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
             "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)", what);
     if (status == JITOP_OK)
-        status = jitop__cu_check(api->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, *fn),
+        status = jitop__cu_check(api->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
                                  "cuFuncGetAttribute(NUM_REGS)", what);
     if (status == JITOP_OK)
         status = jitop__cu_check(
-            api->cuFuncGetAttribute(&sshared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, *fn),
+            api->cuFuncGetAttribute(&sshared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
             "cuFuncGetAttribute(SHARED_SIZE_BYTES)", what);
     info->max_threads_per_block = threads;
     info->num_regs = regs;
@@ -93,28 +102,58 @@ static int describe_kernel(const jitop_module *m, CUkernel k, const char *what, 
 int jitop__binding_make(jitop_module *m, jitop__image *img, CUkernel k, const char *lowered,
                         jitop__binding **out)
 {
-    jitop_op_info info;
     jitop__binding *b = calloc(1, sizeof *b);
     *out = NULL;
     if (!b)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     atomic_init(&b->smem_raised, 0);
-    int status = describe_kernel(m, k, lowered, &b->fn, &info);
+    atomic_init(&b->described, false);
+    int status = kernel_function(m, k, lowered, &b->fn);
     if (status == JITOP_OK && !(b->lowered = jitop__strdup(lowered)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status != JITOP_OK) {
         jitop__binding_free_chain(b);
         return status;
     }
+    b->kernel = k;
     b->image = img;
+    *out = b;
+    return JITOP_OK;
+}
+
+static int binding_describe_slow(jitop_op *op, jitop__binding *b)
+{
+    jitop_module *m = op->module;
+    jitop_op_info info;
+    int status = JITOP_OK;
+    memset(&info, 0, sizeof info);
+    pthread_mutex_lock(&m->lock);
+    if (atomic_load_explicit(&b->described, memory_order_relaxed))
+        goto out;
+    /* The attributes are asked of fn in m's context, like the launch. */
+    status = jitop__driver_make_current(m->drv);
+    if (status == JITOP_OK)
+        status = describe_kernel(m, b->kernel, b->fn, op->name, &info);
+    if (status != JITOP_OK)
+        goto out; /* the next caller asks the driver again */
     b->nparams = info.nparams;
     memcpy(b->param_offset, info.param_offset, sizeof b->param_offset);
     memcpy(b->param_size, info.param_size, sizeof b->param_size);
     b->max_threads_per_block = info.max_threads_per_block;
     b->num_regs = info.num_regs;
     b->static_shared_bytes = info.static_shared_bytes;
-    *out = b;
-    return JITOP_OK;
+    atomic_store_explicit(&b->described, true, memory_order_release);
+out:
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}
+
+/* Fills b's description on first need (see jitop__binding). */
+static inline int binding_describe(jitop_op *op, jitop__binding *b)
+{
+    if (atomic_load_explicit(&b->described, memory_order_acquire))
+        return JITOP_OK;
+    return binding_describe_slow(op, b);
 }
 
 /* ------------------------------------------------------------ op table */
@@ -579,6 +618,11 @@ int jitop_op_info_get(jitop_op *op, jitop_op_info *info)
     int status = binding_hold(op, &b);
     if (status != JITOP_OK)
         return status;
+    status = binding_describe(op, b);
+    if (status != JITOP_OK) {
+        binding_drop(b);
+        return status;
+    }
     memset(info, 0, sizeof *info);
     info->name = op->name;
     info->lowered = b->lowered;
@@ -628,7 +672,9 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
                 memset(info, 0, sizeof *info);
                 info->name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
                 info->lowered = k->name;
-                status = describe_kernel(m, k->kernel, k->name, &fn, info);
+                status = kernel_function(m, k->kernel, k->name, &fn);
+                if (status == JITOP_OK)
+                    status = describe_kernel(m, k->kernel, fn, k->name, info);
             }
             n++;
         }
@@ -693,6 +739,11 @@ static inline int launch_prepare(jitop_op *op, jitop__binding *b, size_t shared_
                                  void **args, const size_t *arg_sizes, size_t nargs)
 {
     int status = JITOP_OK;
+    /* Only these need the description: an unchecked launch without dynamic
+     * shared memory never asks the driver for it. */
+    if ((arg_sizes || nargs || !args || shared_bytes) &&
+        (status = binding_describe(op, b)) != JITOP_OK)
+        return status;
     if ((arg_sizes || nargs || !args) &&
         (status = check_args(op, b, args, arg_sizes, nargs)) != JITOP_OK)
         return status;
@@ -704,8 +755,10 @@ static inline int launch_prepare(jitop_op *op, jitop__binding *b, size_t shared_
                            shared_bytes, INT_MAX);
     /* The default 48 KiB covers static and dynamic shared memory together
      * (the function's dynamic limit starts at 48 KiB minus its static part;
-     * static_shared_bytes came from an int, so the sum fits a size_t). */
-    if (shared_bytes + b->static_shared_bytes > JITOP__SMEM_DEFAULT_LIMIT &&
+     * static_shared_bytes came from an int, so the sum fits a size_t).
+     * Without dynamic memory the description may not be read yet, and need
+     * not be: static shared memory alone never exceeds 48 KiB. */
+    if (shared_bytes && shared_bytes + b->static_shared_bytes > JITOP__SMEM_DEFAULT_LIMIT &&
         shared_bytes > atomic_load_explicit(&b->smem_raised, memory_order_acquire)) {
         status = raise_smem(op, b, shared_bytes);
         if (status != JITOP_OK)

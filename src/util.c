@@ -233,6 +233,25 @@ out:
 
 /* Lexical normalization: "." and ".." and repeated slashes go, symlinks stay
  * (a symlinked kernel dir must keep the user's path in messages and keys). */
+void jitop__last_link_target(const char *path, char *out, size_t cap)
+{
+    char next[PATH_MAX], target[PATH_MAX];
+    snprintf(out, cap, "%s", path);
+    for (int hops = 0; hops < 16; hops++) { /* a loop of links ends the walk */
+        ssize_t n = readlink(out, target, sizeof target - 1);
+        if (n < 0)
+            return; /* EINVAL: not a link, out is the file; else keep what we have */
+        target[n] = '\0';
+        const char *slash = strrchr(out, '/');
+        int len = target[0] == '/' || !slash
+                      ? snprintf(next, sizeof next, "%s", target)
+                      : snprintf(next, sizeof next, "%.*s/%s", (int)(slash - out), out, target);
+        if (len < 0 || (size_t)len >= sizeof next || (size_t)len >= cap)
+            return;
+        memcpy(out, next, (size_t)len + 1);
+    }
+}
+
 char *jitop__abspath(const char *path)
 {
     char *joined;

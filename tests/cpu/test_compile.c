@@ -353,6 +353,47 @@ static void test_bad_name_expression(void **state)
     jitop__unit_free(&u);
 }
 
+/* The NVRTC file is named after the links of its last component only:
+ * relative and absolute links, a linked directory above (kept), a loop. */
+static void test_last_link_target(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), out[PATH_MAX], path[PATH_MAX], want[PATH_MAX];
+    free(jt_write(dir, "libx.so.1.2.3", "x"));
+    snprintf(path, sizeof path, "%s/libx.so.1", dir);
+    assert_int_equal(symlink("libx.so.1.2.3", path), 0);
+    snprintf(path, sizeof path, "%s/libx.so", dir);
+    snprintf(want, sizeof want, "%s/libx.so.1", dir);
+    assert_int_equal(symlink(want, path), 0); /* absolute */
+    snprintf(path, sizeof path, "%s/lib64", dir);
+    assert_int_equal(symlink(".", path), 0);
+
+    snprintf(path, sizeof path, "%s/lib64/libx.so", dir);
+    jitop__last_link_target(path, out, sizeof out);
+    snprintf(want, sizeof want, "%s/libx.so.1.2.3", dir);
+    assert_string_equal(out, want);
+    snprintf(path, sizeof path, "%s/lib64/libx.so.1", dir);
+    jitop__last_link_target(path, out, sizeof out);
+    snprintf(want, sizeof want, "%s/lib64/libx.so.1.2.3", dir);
+    assert_string_equal(out, want);
+    snprintf(path, sizeof path, "%s/libx.so.1.2.3", dir);
+    jitop__last_link_target(path, out, sizeof out);
+    assert_string_equal(out, path);
+
+    char a[PATH_MAX], b[PATH_MAX];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    assert_int_equal(symlink("b", a), 0);
+    assert_int_equal(symlink("a", b), 0);
+    jitop__last_link_target(a, out, sizeof out);
+    assert_true(strcmp(out, a) == 0 || strcmp(out, b) == 0);
+    snprintf(path, sizeof path, "%s/missing", dir);
+    jitop__last_link_target(path, out, sizeof out);
+    assert_string_equal(out, path);
+    jt_rm_rf(dir);
+    free(dir);
+}
+
 static void test_nvrtc_version(void **state)
 {
     (void)state;
@@ -380,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_syntax_error_has_file_and_line),
         cmocka_unit_test(test_unknown_option_rejected_by_nvrtc),
         cmocka_unit_test(test_bad_name_expression),
+        cmocka_unit_test(test_last_link_target),
         cmocka_unit_test(test_nvrtc_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -317,6 +317,86 @@ static const char *binding_key(jitop_op *op)
 /* A module used only through template instances never loads the image of
  * its source (which holds no instance); the first op that may be an extern
  * "C" kernel loads it, from the current code, also across reloads. */
+/* Threads racing the first checked launch of one op. */
+typedef struct describe_race {
+    jitop_op *op;
+    atomic_int go;
+    int status;
+} describe_race;
+
+static void *checked_launch_thread(void *arg)
+{
+    describe_race *r = arg;
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    size_t sizes[] = {sizeof pout};
+    while (!atomic_load(&r->go))
+        sched_yield();
+    r->status = jitop_launch(r->op, one, one, 0, NULL, args, sizes, 1);
+    return NULL;
+}
+
+/* The parameter layout and attributes are asked of the driver once, when
+ * something first needs them, not by jitop_op_get: an unchecked launch
+ * without dynamic shared memory never needs them. */
+static void test_description_read_on_first_need(void **state)
+{
+    (void)state;
+    fixture f;
+    fake_cuda_stats s0 = stats();
+    fixture_open(&f);
+    assert_int_equal(stats().describe_calls, s0.describe_calls);
+
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    size_t sizes[] = {sizeof pout}, small[] = {4};
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(stats().describe_calls, s0.describe_calls);
+
+    /* The first checked launch reads it and still catches a wrong size,
+     * naming the parameter; later ones, and op info, read nothing. */
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, small, 1), JITOP_EARGS);
+    assert_non_null(strstr(jitop_errmsg(NULL), "parameter 0"));
+    long once = stats().describe_calls - s0.describe_calls;
+    assert_true(once > 0);
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, sizes, 1), JITOP_OK);
+    jitop_op_info info;
+    assert_int_equal(jitop_op_info_get(f.k, &info), JITOP_OK);
+    assert_int_equal(info.nparams, 1);
+    assert_int_equal(info.param_size[0], sizeof pout);
+    assert_int_equal(info.max_threads_per_block, 1024);
+    assert_int_equal(stats().describe_calls - s0.describe_calls, once);
+
+    /* Dynamic shared memory needs it too: over 48 KiB as the first use of
+     * the instance, the limit is raised (the fake refuses otherwise). */
+    long before = stats().describe_calls;
+    assert_int_equal(jitop_launch(f.t3, one, one, 70000, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(stats().describe_calls - before, once);
+
+    /* A reload makes new bindings: described again on first need, once
+     * however many threads race for it. */
+    fixture_write(&f, 1);
+    assert_int_equal(jitop_module_reload(f.m), JITOP_OK);
+    before = stats().describe_calls;
+    enum { nthreads = 4 };
+    describe_race races[nthreads];
+    pthread_t th[nthreads];
+    for (int i = 0; i < nthreads; i++) {
+        races[i].op = f.k;
+        races[i].status = -1;
+        atomic_init(&races[i].go, 0);
+        assert_int_equal(pthread_create(&th[i], NULL, checked_launch_thread, &races[i]), 0);
+    }
+    for (int i = 0; i < nthreads; i++)
+        atomic_store(&races[i].go, 1);
+    for (int i = 0; i < nthreads; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(races[i].status, JITOP_OK);
+    }
+    assert_int_equal(stats().describe_calls - before, once);
+    fixture_close(&f);
+}
+
 static void test_source_image_loaded_on_first_use(void **state)
 {
     (void)state;
@@ -738,6 +818,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
+        cmocka_unit_test(test_description_read_on_first_need),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),
         cmocka_unit_test(test_prewarm_is_what_the_ops_ask_for),

@@ -439,6 +439,9 @@ static CUresult CUDAAPI fake_cuKernelGetParamInfo(CUkernel kernel, size_t index,
                                                   size_t *size)
 {
     (void)kernel;
+    lock();
+    g_stats.describe_calls++;
+    unlock();
     if (index >= 1)
         return CUDA_ERROR_INVALID_VALUE;
     *offset = 0;
@@ -463,6 +466,9 @@ static CUresult CUDAAPI fake_cuFuncGetAttribute(int *value, CUfunction_attribute
                                                 CUfunction fn)
 {
     fake_kernel *k = (fake_kernel *)fn;
+    lock();
+    g_stats.describe_calls++;
+    unlock();
     switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;

@@ -12,6 +12,7 @@ typedef struct fake_cuda_stats {
     long launches;
     long syncs;              /* finished cuCtxSynchronize calls */
     long primary_ctx_refs;   /* cuDevicePrimaryCtxRetain minus Release */
+    long describe_calls;     /* cuKernelGetParamInfo and cuFuncGetAttribute calls */
 } fake_cuda_stats;
 
 #define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"
