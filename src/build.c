@@ -296,7 +296,7 @@ out:
     return status;
 }
 
-int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
+static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__built *out)
 {
     double t0 = jitop__now_ms();
     int status = JITOP_OK;
@@ -322,11 +322,13 @@ int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
          * key is recomputed from the manifest's hashes, so that it follows
          * the NVRTC version and the unit, not what the manifest claims. */
         jitop__cache_key(u, &mdeps, out->key);
-        status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+        status = defer ? jitop__cache_touch(ctx->cache, out->key, &found)
+                       : jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
         if (status != JITOP_OK)
             goto out;
         if (found) {
             out->cached = true;
+            out->deferred = defer;
             out->deps = mdeps;
             memset(&mdeps, 0, sizeof mdeps);
             goto out;
@@ -342,6 +344,16 @@ out:
     jitop__deps_free(&mdeps);
     free(why);
     return status;
+}
+
+int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
+{
+    return build_unit(ctx, u, false, out);
+}
+
+int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
+{
+    return build_unit(ctx, u, true, out);
 }
 
 void jitop__built_free(jitop__built *b)

@@ -350,6 +350,27 @@ int jitop__cache_get(jitop__cache *c, const char key[33], jitop__entry *out, boo
                                    found);
 }
 
+int jitop__cache_touch(jitop__cache *c, const char key[33], bool *found)
+{
+    *found = false;
+    pthread_mutex_lock(&c->lock);
+    for (struct jitop__mem_item *it = c->items; it && !*found; it = it->next)
+        *found = !it->manifest && strcmp(it->name, key) == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (*found)
+        return JITOP_OK;
+    char *path = entry_path(c, key);
+    if (!path)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    /* The mark of use that a read makes (see jitop__cache_read_checked),
+     * on the name itself: a link there is not followed, and the read that
+     * comes later refuses it. Failing for any reason (missing, read-only,
+     * not ours) is a plain "not found": the caller then reads the entry. */
+    *found = utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW) == 0;
+    free(path);
+    return JITOP_OK;
+}
+
 int jitop__cache_peek(jitop__cache *c, const char key[33], bool *found)
 {
     return jitop__cache_entry_read(c, key, 0, NULL, found);

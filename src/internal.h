@@ -265,6 +265,10 @@ void jitop__entry_free(jitop__entry *e);
  * invalid entry is *found = false (never an error), and an invalid one is
  * removed. */
 int jitop__cache_get(jitop__cache *c, const char key[33], jitop__entry *out, bool *found);
+/* Marks the entry under key used, as jitop__cache_get does, without
+ * reading it: *found when that worked. Whether it is valid is learnt when it
+ * is read. */
+int jitop__cache_touch(jitop__cache *c, const char key[33], bool *found);
 /* Writes an entry atomically (temporary file, fsync, rename). On an
  * unwritable or full cache: keeps it in memory, warns once, returns OK. */
 int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e);
@@ -287,6 +291,7 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
 typedef struct jitop__built {
     char key[33];
     bool cached;
+    bool deferred;        /* a hit whose entry was not read: entry is empty */
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
     jitop__entry entry;
@@ -294,6 +299,10 @@ typedef struct jitop__built {
 
 /* Stat fast path -> key -> cache -> lock -> compile -> write. */
 int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out);
+/* The same for a binary that may be needed later or never: when the stat
+ * fast path finds the entry, it is marked used (jitop__cache_touch) but not
+ * read, and out->deferred is set. Anything else builds as above. */
+int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out);
 /* Would jitop__build_unit hit? If not, *why says what changed. */
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why);
 /* jitop_explain's answer without its reason: costs the stat fast path, or

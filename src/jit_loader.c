@@ -148,7 +148,8 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy)
     jitop__built built;
     memset(&built, 0, sizeof built);
     double t_build = jitop__now_ms();
-    int status = jitop__build_unit(m->ctx, &mu->unit, &built);
+    int status = lazy ? jitop__build_unit_deferred(m->ctx, &mu->unit, &built)
+                      : jitop__build_unit(m->ctx, &mu->unit, &built);
     t_build = jitop__now_ms() - t_build;
     if (status != JITOP_OK)
         goto out;
@@ -174,7 +175,10 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy)
      * the driver. */
     jitop__log(m->ctx, "module %s: %s%s%s: %s %.3f ms, %zu bytes, %s %.3f ms", m->name,
                unit_label(&mu->unit), mu->unit.names.n ? " as " : "",
-               mu->unit.names.n ? mu->unit.names.v[0] : "", built.cached ? "cache hit" : "built",
+               mu->unit.names.n ? mu->unit.names.v[0] : "",
+               built.deferred ? "cache hit (entry read when needed)"
+               : built.cached ? "cache hit"
+                              : "built",
                t_build, built.entry.bin.size,
                lazy ? "image loaded when needed" : "cuLibraryLoadData + kernel list", t_load);
     memcpy(mu->key, built.key, sizeof mu->key);
@@ -340,6 +344,39 @@ static int module_build(jitop_module *m, const jitop__strv *paths, const char *t
     return JITOP_OK;
 }
 
+/* The binary of a source unit whose entry jitop_load found but did not
+ * read (jitop__build_unit_deferred): read now by its key. When it went
+ * meanwhile (evicted, cleaned, found invalid), the unit is built again from
+ * its files as they are now, and the module takes that key and those deps. */
+static int unit_binary_fetch(jitop_module *m, jitop__modunit *mu)
+{
+    jitop__entry e;
+    bool found = false;
+    int status = jitop__cache_get(m->ctx->cache, mu->key, &e, &found);
+    if (status != JITOP_OK)
+        return status;
+    if (found) {
+        mu->unloaded = e.bin;
+        memset(&e.bin, 0, sizeof e.bin);
+        jitop__entry_free(&e);
+        return JITOP_OK;
+    }
+    jitop__built built;
+    status = jitop__build_unit(m->ctx, &mu->unit, &built);
+    if (status != JITOP_OK)
+        return jitop__fail_prefix(status, "module %s", m->name);
+    jitop__log(m->ctx, "module %s: %s: entry %s was gone at first use: %s %s", m->name,
+               unit_label(&mu->unit), mu->key, built.cached ? "found" : "built", built.key);
+    memcpy(mu->key, built.key, sizeof mu->key);
+    jitop__deps_free(&mu->deps);
+    mu->deps = built.deps;
+    memset(&built.deps, 0, sizeof built.deps);
+    mu->unloaded = built.entry.bin;
+    memset(&built.entry.bin, 0, sizeof built.entry.bin);
+    jitop__built_free(&built);
+    return JITOP_OK;
+}
+
 int jitop__units_load(jitop_module *m)
 {
     for (size_t i = 0; !m->units_loaded && i < m->nunits; i++) {
@@ -347,6 +384,11 @@ int jitop__units_load(jitop_module *m)
         if (mu->image)
             continue;
         double t = jitop__now_ms();
+        if (!mu->unloaded.data) {
+            int status = unit_binary_fetch(m, mu);
+            if (status != JITOP_OK)
+                return status;
+        }
         int status = jitop__image_load(m, mu->key, &mu->unloaded, unit_label(&mu->unit),
                                        &mu->image);
         if (status != JITOP_OK)

@@ -111,15 +111,17 @@ struct jitop_op {
  * compiles to an image with no kernel, and loading it would cost a
  * cuLibraryLoadData in every warm load of a module used only through its
  * instances. jitop_load still builds every source (a compile error shows at
- * load) and keeps the binary; the source images are loaded, all together,
- * the first time something needs their kernels: an op that is not a name
- * expression, the op list, an unknown-name error (m->units_loaded). */
+ * load) and keeps the binary, or, when the stat fast path finds it cached,
+ * only marks its entry used (unloaded.data stays NULL: the entry is read
+ * with the image). The source images are loaded, all together, the first
+ * time something needs their kernels: an op that is not a name expression,
+ * the op list, an unknown-name error (m->units_loaded). */
 typedef struct jitop__modunit {
     jitop__unit unit;
     jitop__deps deps;         /* files of the current generation (guarded by m->lock) */
     char key[33];             /* cache key of the current generation's binary */
     jitop__image *image;      /* current image; NULL for a source not loaded yet */
-    jitop__binary unloaded;   /* while image is NULL: the binary to load */
+    jitop__binary unloaded;   /* while image is NULL: its binary (no data yet: read by key) */
     char *lowered;            /* instances: the instance's symbol in the current image */
 } jitop__modunit;
 

@@ -18,6 +18,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -25,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../fakecuda/fake_libcuda.h"
@@ -567,6 +570,92 @@ static void test_instance_unit_and_unknown_names(void **state)
  * The fake runs no kernel and describes every kernel as taking one pointer,
  * so each call stops at its first launch with an argument-count error; the
  * instances it needed were got (and built, on a miss) before that. */
+static char *entry_file(const char key[33])
+{
+    char *path = NULL;
+    if (asprintf(&path, "%s/v%d/%.2s/%s", g_cache, JITOP__FORMAT_VERSION, key, key) < 0)
+        fail_msg("asprintf failed");
+    return path;
+}
+
+static time_t mtime_of(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_mtime;
+}
+
+/* A warm jitop_load marks a source's entry used without reading it: the
+ * entry is read with the source image, when an op first needs it. One that
+ * turns out invalid then, or is gone, is built again. */
+static void test_source_entry_read_with_its_image(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *text = kernel_source(21);
+    char *src = jt_write(dir, "k.cu", text);
+    free(text);
+    /* An old file: the manifest's stat data vouches for it (a file changed
+     * in the last seconds is hashed again, which reads the entry). */
+    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
+    const char *sources[] = {src};
+    jitop_ctx *ctx = jt_ctx_driver(g_cache);
+    jitop_module *m = NULL;
+    assert_int_equal(jitop_load(ctx, "deferred", sources, 1, NULL, 0, &m), JITOP_OK);
+    jitop_ctx_destroy(ctx);
+    char key[33];
+    ctx = jt_ctx_driver(g_cache);
+    current_key(ctx, src, key);
+    jitop_ctx_destroy(ctx);
+
+    /* Corrupt the entry (same size) and age it: a read would remove it. */
+    char *entry = entry_file(key);
+    FILE *fp = fopen(entry, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, -8, SEEK_END), 0);
+    assert_int_equal(fputc('!', fp) == EOF, 0);
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(utimensat(AT_FDCWD, entry, old, 0), 0);
+
+    g_compiles = 0;
+    jitop__before_compile_hook = count_compile;
+    ctx = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx, "deferred", sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_true(mtime_of(entry) > 1000000000); /* marked used */
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(m, "t<3>", &op), JITOP_OK); /* an instance: its own entry */
+    assert_int_equal(g_compiles, 1);
+    struct stat st;
+    assert_int_equal(stat(entry, &st), 0); /* never read, so still there */
+
+    /* The first plain name reads it, finds it invalid, builds it again. */
+    assert_int_equal(jitop_op_get(m, "k", &op), JITOP_OK);
+    assert_int_equal(g_compiles, 2);
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    assert_int_equal(jitop_launch(op, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
+    assert_true(out > 0);
+    assert_string_equal(binding_key(op), key);
+    jitop_ctx_destroy(ctx);
+
+    /* Gone between the load and the first use: built again too. */
+    ctx = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx, "deferred", sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_int_equal(unlink(entry), 0);
+    assert_int_equal(jitop_op_get(m, "k", &op), JITOP_OK);
+    assert_int_equal(g_compiles, 3);
+    assert_int_equal(jitop_launch(op, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
+    assert_int_equal(stat(entry, &st), 0);
+    jitop_ctx_destroy(ctx);
+
+    jitop__before_compile_hook = NULL;
+    free(entry);
+    free(src);
+    jt_rm_rf(dir);
+    free(dir);
+}
+
 static void test_prewarm_is_what_the_ops_ask_for(void **state)
 {
     (void)state;
@@ -821,6 +910,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_description_read_on_first_need),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),
+        cmocka_unit_test(test_source_entry_read_with_its_image),
         cmocka_unit_test(test_prewarm_is_what_the_ops_ask_for),
         cmocka_unit_test(test_reload_while_launching),
     };
