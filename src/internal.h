@@ -84,9 +84,6 @@ char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 
 /* Reads a whole file, NUL-terminated (the NUL is not counted in *len). */
 int jitop__read_file(const char *path, char **data, size_t *len);
-/* Absolute, normalized path (no symlink resolution needed by callers).
- * NULL with errno set on failure: ENOMEM, or why the current directory
- * could not be read for a relative path (ENOENT when it was deleted). */
 /* path with the links of its last component followed (libnvrtc.so.13 ->
  * libnvrtc.so.13.0.88), into out: the name of the file it is. Links of the
  * directories above stay, since they do not change that name, and
@@ -94,6 +91,9 @@ int jitop__read_file(const char *path, char **data, size_t *len);
  * /usr/local/cuda/lib64/libnvrtc.so.13). Stops where a link cannot be read
  * or after 16 links (a loop). */
 void jitop__last_link_target(const char *path, char *out, size_t cap);
+/* Absolute, normalized path (no symlink resolution needed by callers).
+ * NULL with errno set on failure: ENOMEM, or why the current directory
+ * could not be read for a relative path (ENOENT when it was deleted). */
 char *jitop__abspath(const char *path);
 /* Reports a failed jitop__abspath(path) from errno: "out of memory", or
  * "cannot resolve PATH: <strerror>" (JITOP_EIO). Returns the status. */
