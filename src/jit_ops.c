@@ -374,6 +374,19 @@ static int pick_unit(jitop_module *m, const char *name, const jitop__unit **unit
     return status;
 }
 
+/* The first binding of op name, with its time in the verbose log. */
+static int op_bind(jitop_module *m, const char *name, jitop__image *img, CUkernel k,
+                   const char *lowered, jitop__binding **b)
+{
+    double t = jitop__now_ms();
+    int status = jitop__binding_make(m, img, k, lowered, b);
+    if (status == JITOP_OK)
+        jitop__log(m->ctx,
+                   "module %s: op %s bound in %.3f ms (the driver puts its code on the GPU here)",
+                   m->name, name, jitop__now_ms() - t);
+    return status;
+}
+
 static int op_new(jitop_module *m, const char *name, size_t instance, jitop__binding *b,
                   jitop_op **out)
 {
@@ -440,11 +453,7 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
         m->instances = v;
         m->cap_instances = cap;
     }
-    double t_bind = jitop__now_ms();
-    status = jitop__binding_make(m, mu->image, k->kernel, mu->lowered, &b);
-    if (status == JITOP_OK)
-        jitop__log(m->ctx, "module %s: op %s bound in %.3f ms (the driver puts its code on the GPU here)", m->name, name,
-                   jitop__now_ms() - t_bind);
+    status = op_bind(m, name, mu->image, k->kernel, mu->lowered, &b);
     if (status == JITOP_OK)
         status = op_new(m, name, m->ninstances, b, out);
     if (status == JITOP_OK) {
@@ -535,11 +544,7 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
     if (*op || status != JITOP_OK)
         goto unlock;
     if (jitop__find_kernel(m, NULL, name, &img, &k)) {
-        double t_bind = jitop__now_ms();
-        status = jitop__binding_make(m, img, k, name, &b);
-        if (status == JITOP_OK)
-            jitop__log(m->ctx, "module %s: op %s bound in %.3f ms (the driver puts its code on the GPU here)", m->name, name,
-                       jitop__now_ms() - t_bind);
+        status = op_bind(m, name, img, k, name, &b);
         if (status == JITOP_OK)
             status = op_new(m, name, SIZE_MAX, b, op);
         if (status == JITOP_OK)
