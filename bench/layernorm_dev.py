@@ -138,6 +138,15 @@ def bwd_dyn_smem(n, esize, cfg, affine, sacc=True):
     return 2 * block * vpt * vec * 4
 
 
+def reduce_block(p):
+    """layernorm_bwd_reduce's block for p partial rows (src/layernorm.c's
+    ln_reduce_rows): 32 columns x about p / 16 threads each."""
+    r = 1
+    while r < 32 and r * 16 < p:
+        r *= 2
+    return 32 * r
+
+
 def red_name(dt):
     return f"layernorm_bwd_reduce<{CTYPE[dt]}>"
 
@@ -187,7 +196,7 @@ def run_bwd(ln, dt, m, n, cfg, dy, x, g, mean, rstd, dx, dg, db, ws, affine, sac
            shared_mem=dyn)
     if affine:
         red = ln.get(red_name(dt))
-        red(((n + 31) // 32, 2), (1024,), (P(ws), np.int64(groups), np.int32(n), P(dg), P(db)))
+        red(((n + 31) // 32, 2), (reduce_block(groups),), (P(ws), np.int64(groups), np.int32(n), P(dg), P(db)))
     return groups
 
 

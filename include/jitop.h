@@ -299,6 +299,17 @@ JITOP_API int jitop_launch_ex(jitop_op *op, const jitop_launch_config *cfg, void
  * device at that size (cuOccupancyMaxPotentialBlockSize). */
 JITOP_API int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size, int *min_grid);
 
+/* The most clusters of cluster_size blocks (block_size threads, shared_bytes
+ * of dynamic shared memory each) that the device holds at once
+ * (cuOccupancyMaxActiveClusters): the grid for a persistent cluster kernel,
+ * whose clusters beyond it would run as a second wave. It can be fewer than
+ * SMs / cluster_size (an H100 holds 30 clusters of 4 one-block-per-SM blocks
+ * on 132 SMs). cluster_size 0: the size the kernel was compiled with
+ * (__cluster_dims__), else 1. Raises the op's shared memory limit as a
+ * launch with shared_bytes would. */
+JITOP_API int jitop_occupancy_clusters(jitop_op *op, int block_size, size_t shared_bytes,
+                                       int cluster_size, int *clusters);
+
 /* ------------------------------------------------------------ hot reload */
 
 /* Called once per rebuild of a watched module m: status JITOP_OK and message

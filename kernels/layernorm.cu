@@ -13,6 +13,7 @@
 //   layernorm_fwd_generic<T, AFFINE, VEC>              any N at run time
 //   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC]>
 //   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC]>
+//   layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
 //   layernorm_bwd_generic<T, AFFINE, VEC>, layernorm_bwd_reduce<T>
 // The specialized kernels hold their share of the row in registers (as the
 // raw T bits, so a 16-bit row costs half the registers), read it once and
@@ -28,13 +29,16 @@
 //   block = TPR * ROWS threads
 //   forward grid = ceil(M / ROWS) * CL blocks
 //   backward grid = G * CL blocks for any G >= 1 (a persistent loop over
-//   row groups; one wave of resident blocks is best), with
+//   row groups; one wave of resident blocks is best: for clusters, what
+//   cuOccupancyMaxActiveClusters says, not SMs / CL), with
 //   ln_bwd_smem_bytes<T, N, VEC, TPR, CL>() bytes of dynamic shared memory
 //   when AFFINE and SACC (the dgamma/dbeta accumulators). With AFFINE it
 //   writes G partial rows (float32, part[g][0..N) for dgamma, part[g][N..2N)
 //   for dbeta) that layernorm_bwd_reduce sums in a fixed order, so the
-//   result is deterministic.
+//   result is deterministic (block 32 x R for any R <= 32, grid
+//   (ceil(N / 32), 2)).
 //   generic kernels: block 512, forward grid M, backward grid any G.
+//   layernorm_bwd_bulk: see its comment.
 // AFFINE: the forward reads gamma and beta, each may still be NULL (then
 // scale 1, shift 0); the backward scales by gamma (NULL: 1) and writes the
 // partials. mean_out / rstd_out may be NULL (not saved).
@@ -299,30 +303,98 @@ __device__ __forceinline__ void ln_cluster_sync()
     asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-__device__ __forceinline__ float ln_cluster_load(const float *local, unsigned rank)
+
+// mbarriers (sm_90): one arrival (the thread that expects the bytes) plus
+// the bytes of the asynchronous copies or stores that complete each phase.
+__device__ __forceinline__ unsigned ln_smem_addr(const void *p)
 {
-    unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local)), ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-    return v;
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ln_mbar_init(unsigned long long *bar)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ln_smem_addr(bar)) : "memory");
+}
+// One arrival, and the bytes the copies that complete this phase will bring.
+__device__ __forceinline__ void ln_mbar_expect(unsigned long long *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ln_smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void ln_mbar_wait(unsigned long long *bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(ln_smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void ln_bulk_load(void *dst, const void *src, unsigned bytes,
+                                             unsigned long long *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];" ::"r"(ln_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(ln_smem_addr(bar))
+                 : "memory");
+}
+
+// A remote block's address of this block's shared variable (DSMEM).
+__device__ __forceinline__ unsigned ln_cluster_addr(const void *local, unsigned rank)
+{
+    unsigned ra;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(ln_smem_addr(local)), "r"(rank));
+    return ra;
+}
+// Stores v into a remote block's shared memory and counts its 4 bytes on
+// that block's mbarrier: no barrier and no release of this thread's other
+// stores (which a cluster barrier's release waits for).
+__device__ __forceinline__ void ln_st_async(unsigned remote, float v, unsigned remote_bar)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+                 "r"(__float_as_uint(v)), "r"(remote_bar)
+                 : "memory");
 }
 
 // Scratch for the reductions of one block; two of everything so that one
 // barrier per reduction suffices: buffer p is written again only two
 // reductions later, after a barrier every reader of this one has passed.
-template <int WARPS, int NV> struct ln_red_smem {
+// With CL > 1 each block also receives the other blocks' sums in peer
+// (peer_in[p] completes when all have arrived): a block sends reduction
+// u + 2's sums only after it has received everyone's sums of u + 1, which
+// each peer sends after reading those of u, so buffer p is free again.
+template <int WARPS, int NV, int CL> struct ln_red_smem {
     float warp[2][NV][WARPS];
-    float block[2][NV];
+    float peer[2][CL][NV];
+    unsigned long long peer_in[2];
 };
+
+// Before a cluster kernel's first ln_row_sum, by all threads: the peers'
+// mbarriers exist before anyone sends.
+template <int CL, typename R> __device__ __forceinline__ void ln_red_init(R &s)
+{
+    if constexpr (CL > 1) {
+        if (threadIdx.x == 0) {
+            ln_mbar_init(&s.peer_in[0]);
+            ln_mbar_init(&s.peer_in[1]);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        ln_cluster_sync();
+    }
+}
 
 // Sums v over the TPR threads of each row group (and over the CL blocks of
 // the cluster); every thread of the row gets the same bits, summed in a
-// fixed order (deterministic). All threads of the block must call it.
+// fixed order (deterministic). All threads of the block must call it, with
+// use counting the calls (0, 1, 2, ...).
 template <int TPR, int CL, int WARPS, int NV>
-__device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV> &s, int phase)
+__device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV, CL> &s, unsigned use)
 {
     constexpr int W = TPR < 32 ? TPR : 32;
+    const int p = use & 1;
 #pragma unroll
     for (int off = W / 2; off > 0; off /= 2)
 #pragma unroll
@@ -334,29 +406,39 @@ __device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV
         if (threadIdx.x % 32 == 0)
 #pragma unroll
             for (int k = 0; k < NV; k++)
-                s.warp[phase][k][warp] = v[k];
+                s.warp[p][k][warp] = v[k];
         __syncthreads();
+        // Lane l takes warp first + l % WPR's sum, then a butterfly over the
+        // WPR lanes: a + b == b + a, so every lane (and warp) gets the same
+        // bits, in 2 log2(WPR) instructions instead of WPR serial adds.
 #pragma unroll
         for (int k = 0; k < NV; k++) {
-            float t = 0.f;
+            float t = s.warp[p][k][first + threadIdx.x % 32 % WPR];
 #pragma unroll
-            for (int w = 0; w < WPR; w++)
-                t += s.warp[phase][k][first + w];
+            for (int off = WPR / 2; off > 0; off /= 2)
+                t += __shfl_xor_sync(0xffffffffu, t, off);
             v[k] = t;
         }
     }
     if constexpr (CL > 1) {
-        if (threadIdx.x == 0)
+        const unsigned rank = ln_cluster_rank();
+        if (threadIdx.x == 0) {
+            ln_mbar_expect(&s.peer_in[p], (CL - 1) * NV * 4);
 #pragma unroll
-            for (int k = 0; k < NV; k++)
-                s.block[phase][k] = v[k];
-        ln_cluster_sync();
+            for (unsigned r = 0; r < CL; r++)
+                if (r != rank)
+#pragma unroll
+                    for (int k = 0; k < NV; k++)
+                        ln_st_async(ln_cluster_addr(&s.peer[p][rank][k], r), v[k],
+                                    ln_cluster_addr(&s.peer_in[p], r));
+        }
+        ln_mbar_wait(&s.peer_in[p], (use >> 1) & 1);
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             float t = 0.f;
 #pragma unroll
             for (unsigned r = 0; r < CL; r++)
-                t += ln_cluster_load(&s.block[phase][k], r);
+                t += r == rank ? v[k] : s.peer[p][r][k];
             v[k] = t;
         }
     }
@@ -372,9 +454,10 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 {
     using S = ln_shape<T, N, VEC, TPR, CL>;
     using C = ln_conv<T>;
-    __shared__ ln_red_smem<S::WARPS, 1> red;
+    __shared__ ln_red_smem<S::WARPS, 1, CL> red;
     if (blockDim.x != S::BLOCK)
         __trap();
+    ln_red_init<CL>(red);
     const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
     const long long row = static_cast<long long>(blockIdx.x / CL) * S::ROWS + threadIdx.x / TPR;
     const int t = static_cast<int>(rank) * TPR + static_cast<int>(threadIdx.x % TPR);
@@ -535,7 +618,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
     constexpr int EPT = S::VPT * VEC;
     constexpr bool RACC = AFFINE && !SACC; // accumulators in registers
     constexpr bool PF = ln_bwd_prefetch<T, N, CL>();
-    __shared__ ln_red_smem<S::WARPS, 2> red;
+    __shared__ ln_red_smem<S::WARPS, 2, CL> red;
     extern __shared__ float ln_dyn[]; // SACC: [2][EPT][BLOCK]
     if (blockDim.x != S::BLOCK)
         __trap();
@@ -543,6 +626,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
     const int group = threadIdx.x / TPR;
     const int t = static_cast<int>(rank) * TPR + static_cast<int>(threadIdx.x % TPR);
     const bool scale = gamma != nullptr;
+    ln_red_init<CL>(red);
     float *sdg = ln_dyn + threadIdx.x, *sdb = ln_dyn + EPT * S::BLOCK + threadIdx.x;
 
     float adg[RACC ? EPT : 1], adb[RACC ? EPT : 1];
@@ -555,7 +639,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
             sdb[k * S::BLOCK] = 0.f;
         }
     }
-    int phase = 0;
+    unsigned sums = 0; // ln_row_sum calls
     // The row group g's x, dy, mean and rstd into registers (zeros past M).
     auto load_rows = [&](long long g, ln_raw<S::B> *xo, ln_raw<S::B> *dout, float &mo, float &ro) {
         const long long r = g * S::ROWS + group;
@@ -611,8 +695,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                 }
             }
         }
-        ln_row_sum<TPR, CL>(s, red, phase);
-        phase ^= 1;
+        ln_row_sum<TPR, CL>(s, red, sums++);
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
             ln_opaque(xv[i]);
@@ -682,23 +765,39 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
             for (int i = 0; i < S::VPT; i++) {
                 const int j = i * S::TT + t;
                 if (S::FULL || j < S::NVEC) {
+                    float vg[VEC], vb[VEC];
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
                         const int k = i * VEC + e;
-                        float vg, vb;
                         if constexpr (RACC) {
-                            vg = adg[k];
-                            vb = adb[k];
+                            vg[e] = adg[k];
+                            vb[e] = adb[k];
                         } else {
-                            vg = sdg[k * S::BLOCK];
-                            vb = sdb[k * S::BLOCK];
+                            vg[e] = sdg[k * S::BLOCK];
+                            vb[e] = sdb[k * S::BLOCK];
                             for (int r = 1; r < S::ROWS; r++) {
-                                vg += sdg[k * S::BLOCK + r * TPR];
-                                vb += sdb[k * S::BLOCK + r * TPR];
+                                vg[e] += sdg[k * S::BLOCK + r * TPR];
+                                vb[e] += sdb[k * S::BLOCK + r * TPR];
                             }
                         }
-                        pr[j * VEC + e] = vg;
-                        pr[N + j * VEC + e] = vb;
+                    }
+                    // 16-byte stores where the columns allow: a lane's
+                    // columns are VEC apart, and scalar stores made each
+                    // instruction touch a sector per lane.
+                    if constexpr (VEC % 4 == 0) {
+#pragma unroll
+                        for (int e = 0; e < VEC; e += 4) {
+                            *reinterpret_cast<float4 *>(pr + j * VEC + e) =
+                                make_float4(vg[e], vg[e + 1], vg[e + 2], vg[e + 3]);
+                            *reinterpret_cast<float4 *>(pr + N + j * VEC + e) =
+                                make_float4(vb[e], vb[e + 1], vb[e + 2], vb[e + 3]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VEC; e++) {
+                            pr[j * VEC + e] = vg[e];
+                            pr[N + j * VEC + e] = vb[e];
+                        }
                     }
                 }
             }
@@ -732,42 +831,261 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, ln_bwd_min_blocks(TPR
     ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC>(dy, x, gamma, mean, rstd, dx, part, M);
 }
 
-// Sums the P partial rows of layernorm_bwd(_cluster/_generic) into dgamma
-// (blockIdx.y 0) and dbeta (1), each column in a fixed order. Block 32 x 32,
-// grid (ceil(N / 32), 2). Either output may be NULL.
+// ------------------------------------------------ backward, copy-engine rows
+
+// layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>: the backward for long rows, split
+// over a cluster of CL blocks, with the rows brought in by the copy engine
+// instead of by the threads. The cluster kernel above holds its share of a
+// row in registers, so from one row's last load to the next row's first no
+// load of that block is in flight. Here one thread asks the copy engine for
+// the block's part of a later row's x and dy (two bulk copies into one of
+// two shared-memory stages, completing on an mbarrier) while all threads
+// work on this one, so memory stays busy; the row's values are read from
+// shared memory when needed instead of held, which leaves the registers to
+// the dgamma/dbeta accumulators, and gamma waits in shared memory as
+// float32 (ones when NULL), converted once.
+// What bounds it is instructions per element, so the arithmetic is
+// arranged for few: dx = rstd * g - (rstd * mean(g)) - (rstd^2 * mean(g *
+// xhat)) * (x - mean), two fused multiply-adds after x - mean and g.
+//
+// Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop;
+// the shared memory allows one block per SM, so G is best the number of
+// clusters that fit the GPU at once: cuOccupancyMaxActiveClusters); dynamic
+// shared memory ln_bwd_bulk_smem_bytes<T, N, CL>(); x, dy and dx 16-byte
+// aligned rows (VEC = 16 / sizeof(T) divides N / CL). Partial rows as the
+// other backward kernels (layernorm_bwd_reduce sums them). sm_90 and newer.
+template <typename T, int N, int CL> __host__ __device__ constexpr int ln_bwd_bulk_smem_bytes()
+{
+    // two stages of (x, dy), and gamma in float32, each N / CL columns
+    return (N / CL) * (4 * static_cast<int>(sizeof(T)) + 4);
+}
+
+// A 16-byte vector of shared memory, as raw bits (one ld.shared.v4).
+__device__ __forceinline__ ln_raw<16> ln_stage_load(const unsigned char *p)
+{
+    ln_raw<16> r;
+    r.v = *reinterpret_cast<const uint4 *>(p);
+    return r;
+}
+
+template <typename T, int N, bool AFFINE, int TPR, int CL>
+__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
+    layernorm_bwd_bulk(const T *dy, const T *x, const T *__restrict__ gamma,
+                       const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
+                       float *__restrict__ part, long long M)
+{
+    using C = ln_conv<T>;
+    constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+    constexpr int G4 = VEC / 4;                 // float4s of gamma per vector
+    constexpr int CHUNK = N / CL;               // columns of this block
+    constexpr int CVEC = CHUNK / VEC;           // 16-byte vectors of them
+    constexpr int VPT = (CVEC + TPR - 1) / TPR; // vectors per thread
+    constexpr int EPT = VPT * VEC;
+    constexpr unsigned CB = CHUNK * sizeof(T);  // bytes of one tensor's chunk
+    static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
+    static_assert(TPR >= 32 && TPR <= 1024 && (TPR & (TPR - 1)) == 0, "TPR: a power of two, 32 to 1024");
+    static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
+    static_assert(ln_bwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024, "the stages do not fit a block");
+    // [x0 dy0 x1 dy1] then gamma as G4 planes of CVEC float4s (plane j holds
+    // elements 4j..4j+3 of each vector: a warp reads 512 contiguous bytes)
+    extern __shared__ __align__(16) unsigned char ln_stage[];
+    __shared__ unsigned long long bar[2];
+    __shared__ ln_red_smem<TPR / 32, 2, CL> red;
+    if (blockDim.x != TPR)
+        __trap();
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
+    const long long first = blockIdx.x / CL, step = gridDim.x / CL;
+    const long long col0 = static_cast<long long>(rank) * CHUNK;
+    const int t = threadIdx.x;
+    float4 *sg = reinterpret_cast<float4 *>(ln_stage + 4 * CB);
+
+    for (int v = t; v < CVEC; v += TPR) {
+        float f[VEC];
+        if (gamma != nullptr) {
+            const ln_raw<16> r = ln_load_ro<16>(gamma + col0 + v * VEC);
+            C::unpack(&r, f);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                f[e] = 1.f;
+        }
+#pragma unroll
+        for (int j = 0; j < G4; j++)
+            sg[j * CVEC + v] = make_float4(f[4 * j], f[4 * j + 1], f[4 * j + 2], f[4 * j + 3]);
+    }
+    // The copy engine writes a stage once each thread is done reading it:
+    // one thread issues, after the barrier that ends the row.
+    auto issue = [&](long long row, int s) {
+        unsigned char *st = ln_stage + s * 2 * CB;
+        ln_mbar_expect(&bar[s], 2 * CB);
+        ln_bulk_load(st, x + row * N + col0, CB, &bar[s]);
+        ln_bulk_load(st + CB, dy + row * N + col0, CB, &bar[s]);
+    };
+    if (t == 0) {
+        ln_mbar_init(&bar[0]);
+        ln_mbar_init(&bar[1]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int s = 0; s < 2; s++)
+            if (first + s * step < M)
+                issue(first + s * step, s);
+    }
+    __syncthreads();
+    ln_red_init<CL>(red);
+
+    float adg[AFFINE ? EPT : 1], adb[AFFINE ? EPT : 1];
+#pragma unroll
+    for (int k = 0; k < (AFFINE ? EPT : 1); k++)
+        adg[k] = adb[k] = 0.f;
+    // The vector i of this thread: x and dy as floats, gamma.
+    auto unpack = [&](const unsigned char *sx, int i, float (&fx)[VEC], float (&fd)[VEC],
+                      float (&fg)[VEC]) {
+        const int v = i * TPR + t;
+        const ln_raw<16> rx = ln_stage_load(sx + v * 16), rd = ln_stage_load(sx + CB + v * 16);
+        C::unpack(&rx, fx);
+        C::unpack(&rd, fd);
+#pragma unroll
+        for (int j = 0; j < G4; j++) {
+            const float4 g4 = sg[j * CVEC + v];
+            fg[4 * j] = g4.x;
+            fg[4 * j + 1] = g4.y;
+            fg[4 * j + 2] = g4.z;
+            fg[4 * j + 3] = g4.w;
+        }
+    };
+    float mu = first < M ? mean[first] : 0.f, rs = first < M ? rstd[first] : 0.f;
+    unsigned use = 0; // rows done: stage use & 1, its phase parity (use >> 1) & 1
+    for (long long row = first; row < M; row += step, use++) {
+        const int s = use & 1;
+        const long long next = row + step;
+        const float mun = next < M ? mean[next] : 0.f, rsn = next < M ? rstd[next] : 0.f;
+        const unsigned char *sx = ln_stage + s * 2 * CB;
+        ln_mbar_wait(&bar[s], (use >> 1) & 1);
+
+        float sum[2] = {0.f, 0.f}; // sum g, sum g * xhat
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            if (CVEC % TPR == 0 || i * TPR + t < CVEC) {
+                float fx[VEC], fd[VEC], fg[VEC];
+                unpack(sx, i, fx, fd, fg);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const float xh = (fx[e] - mu) * rs, gg = fd[e] * fg[e];
+                    sum[0] += gg;
+                    sum[1] += gg * xh;
+                    if constexpr (AFFINE) {
+                        adg[i * VEC + e] += fd[e] * xh;
+                        adb[i * VEC + e] += fd[e];
+                    }
+                }
+            }
+            // One vector's loads at a time: hoisting the next vector's above
+            // this one's math spilled float16 rows at 64 registers.
+            asm volatile("" ::: "memory");
+        }
+        ln_row_sum<TPR, CL>(sum, red, use);
+        const float c0 = -rs * sum[0] * (1.f / N), c1 = -rs * rs * sum[1] * (1.f / N);
+        T *dxr = dx + row * N + col0;
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            const int v = i * TPR + t;
+            if (CVEC % TPR == 0 || v < CVEC) {
+                float fx[VEC], fd[VEC], fg[VEC];
+                unpack(sx, i, fx, fd, fg);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    fx[e] = fmaf(rs, fd[e] * fg[e], fmaf(c1, fx[e] - mu, c0));
+                ln_raw<16> out;
+                C::pack(fx, &out);
+                ln_store<16>(dxr + v * VEC, out);
+            }
+        }
+        __syncthreads(); // every thread is done with stage s
+        if (t == 0 && next + step < M) {
+            // generic-proxy reads of the stage before the copy engine's writes
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(next + step, s);
+        }
+        mu = mun;
+        rs = rsn;
+    }
+    if constexpr (AFFINE) {
+        // The partial row through shared memory (the stages are free: every
+        // copy issued was waited for), so that a warp's stores are 512
+        // contiguous bytes: stored straight from the registers, a lane's
+        // columns are VEC apart, each store instruction touched 32 sectors,
+        // and the kernel's warps stalled on the store queue (ncu, 16-bit
+        // N = 32768: 3.6 cycles per instruction, against 0.03 without them).
+        float4 *acc = reinterpret_cast<float4 *>(ln_stage); // [2][CHUNK / 4]
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            const int v = i * TPR + t;
+            if (CVEC % TPR == 0 || v < CVEC) {
+#pragma unroll
+                for (int j = 0; j < G4; j++) {
+                    const int k = i * VEC + 4 * j;
+                    acc[v * G4 + j] = make_float4(adg[k], adg[k + 1], adg[k + 2], adg[k + 3]);
+                    acc[CHUNK / 4 + v * G4 + j] = make_float4(adb[k], adb[k + 1], adb[k + 2], adb[k + 3]);
+                }
+            }
+        }
+        __syncthreads();
+        float4 *pg = reinterpret_cast<float4 *>(part + first * 2 * N + col0);
+        float4 *pb = reinterpret_cast<float4 *>(part + first * 2 * N + N + col0);
+        for (int q = t; q < CHUNK / 4; q += TPR) {
+            pg[q] = acc[q];
+            pb[q] = acc[CHUNK / 4 + q];
+        }
+    }
+    if constexpr (CL > 1)
+        ln_cluster_sync(); // no block leaves while another may still send to it
+#else
+    __trap(); // the copy engine and clusters are sm_90's
+#endif
+}
+
+// Sums the P partial rows of layernorm_bwd(_cluster/_generic/_bulk) into
+// dgamma (blockIdx.y 0) and dbeta (1), each column in a fixed order. Block
+// 32 x R (R = 1 ... 32, ln_reduce_rows in src/layernorm.c: about P / 16):
+// 32 columns, each summed by R threads that issue eight loads at a time
+// before adding, then across the R (32 x 32 threads left each with two or
+// three dependent loads at P ~ 66, and took 14 us for N = 32768 on an H200;
+// 32 x 8 took 10). Grid (ceil(N / 32), 2). Either output may be NULL.
 template <typename T>
 __global__ void __launch_bounds__(1024)
     layernorm_bwd_reduce(const float *__restrict__ part, long long P, int N, T *__restrict__ dgamma,
                          T *__restrict__ dbeta)
 {
+    constexpr int U = 8; // loads in flight per thread
+    const int R = blockDim.x / 32;
     __shared__ float s[32][33];
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + tx;
     const int which = blockIdx.y;
     T *out = which == 0 ? dgamma : dbeta;
-    if (blockDim.x != 1024)
+    if (blockDim.x % 32 != 0)
         __trap();
     if (out == nullptr)
         return;
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    float acc = 0.f;
     if (c < N) {
         const float *col = part + static_cast<long long>(which) * N + c;
         const long long stride = 2LL * N;
-        long long p = ty;
-        for (; p + 96 < P; p += 128) {
-            a0 += col[p * stride];
-            a1 += col[(p + 32) * stride];
-            a2 += col[(p + 64) * stride];
-            a3 += col[(p + 96) * stride];
+        for (long long p = ty; p < P; p += static_cast<long long>(U) * R) {
+            float v[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                v[u] = p + u * R < P ? col[(p + u * R) * stride] : 0.f;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                acc += v[u];
         }
-        for (; p < P; p += 32)
-            a0 += col[p * stride];
     }
-    s[ty][tx] = (a0 + a1) + (a2 + a3);
+    s[ty][tx] = acc;
     __syncthreads();
     if (ty == 0 && c < N) {
         float v = 0.f;
-        for (int r = 0; r < 32; r++)
+        for (int r = 0; r < R; r++)
             v += s[r][tx];
         float f[1] = {v};
         ln_raw<sizeof(T)> o;
@@ -794,7 +1112,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
 {
     constexpr int B = VEC * sizeof(T);
     using C = ln_conv<T>;
-    __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 1> red;
+    __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 1, 1> red;
     if (blockDim.x != LN_GENERIC_THREADS)
         __trap();
     const long long row = blockIdx.x;
@@ -870,7 +1188,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
 {
     constexpr int B = VEC * sizeof(T);
     using C = ln_conv<T>;
-    __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 2> red;
+    __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 2, 1> red;
     if (blockDim.x != LN_GENERIC_THREADS)
         __trap();
     const int nvec = N / VEC;
@@ -881,7 +1199,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 pr[c + e] = pr[N + c + e] = 0.f;
-    int phase = 0;
+    unsigned sums = 0; // ln_row_sum calls
     for (long long row = blockIdx.x; row < M; row += gridDim.x) {
         const T *xr = x + row * N, *dyr = dy + row * N;
         const float mu = mean[row], rs = rstd[row];
@@ -903,8 +1221,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
                 }
             }
         }
-        ln_row_sum<LN_GENERIC_THREADS, 1>(s, red, phase);
-        phase ^= 1;
+        ln_row_sum<LN_GENERIC_THREADS, 1>(s, red, sums++);
         const float a = s[0] / N, b = s[1] / N;
         T *dxr = dx + row * N;
         for (int j = threadIdx.x; j < nvec; j += LN_GENERIC_THREADS) {

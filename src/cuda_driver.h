@@ -57,6 +57,7 @@
     X(cuLaunchKernelEx, 11060)                                                                     \
     X(cuOccupancyMaxPotentialBlockSize, 6050)                                                      \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                           \
+    X(cuOccupancyMaxActiveClusters, 11070)                                                         \
     X(cuMemAlloc, 3020)                                                                            \
     X(cuMemFree, 3020)                                                                             \
     X(cuMemAllocAsync, 11020)                                                                      \

@@ -739,6 +739,27 @@ static int raise_smem(jitop_op *op, jitop__binding *b, size_t bytes)
     return status;
 }
 
+/* Raises the function's dynamic shared memory limit when shared_bytes needs
+ * it; b is described when shared_bytes is not 0. */
+static inline int smem_prepare(jitop_op *op, jitop__binding *b, size_t shared_bytes)
+{
+    /* First, so that the sum below cannot wrap and the driver's unsigned
+     * (and cuFuncSetAttribute's int) get the value asked for. */
+    if (shared_bytes > INT_MAX)
+        return jitop__fail(JITOP_EINVAL,
+                           "op %s: shared_bytes %zu is too large (at most %d bytes)", op->name,
+                           shared_bytes, INT_MAX);
+    /* The default 48 KiB covers static and dynamic shared memory together
+     * (the function's dynamic limit starts at 48 KiB minus its static part;
+     * static_shared_bytes came from an int, so the sum fits a size_t).
+     * Without dynamic memory the description may not be read yet, and need
+     * not be: static shared memory alone never exceeds 48 KiB. */
+    if (shared_bytes && shared_bytes + b->static_shared_bytes > JITOP__SMEM_DEFAULT_LIMIT &&
+        shared_bytes > atomic_load_explicit(&b->smem_raised, memory_order_acquire))
+        return raise_smem(op, b, shared_bytes);
+    return JITOP_OK;
+}
+
 /* Everything a launch checks before calling the driver. */
 static inline int launch_prepare(jitop_op *op, jitop__binding *b, size_t shared_bytes,
                                  void **args, const size_t *arg_sizes, size_t nargs)
@@ -752,23 +773,8 @@ static inline int launch_prepare(jitop_op *op, jitop__binding *b, size_t shared_
     if ((arg_sizes || nargs || !args) &&
         (status = check_args(op, b, args, arg_sizes, nargs)) != JITOP_OK)
         return status;
-    /* First, so that the sum below cannot wrap and the driver's unsigned
-     * (and cuFuncSetAttribute's int) get the value asked for. */
-    if (shared_bytes > INT_MAX)
-        return jitop__fail(JITOP_EINVAL,
-                           "op %s: shared_bytes %zu is too large (at most %d bytes)", op->name,
-                           shared_bytes, INT_MAX);
-    /* The default 48 KiB covers static and dynamic shared memory together
-     * (the function's dynamic limit starts at 48 KiB minus its static part;
-     * static_shared_bytes came from an int, so the sum fits a size_t).
-     * Without dynamic memory the description may not be read yet, and need
-     * not be: static shared memory alone never exceeds 48 KiB. */
-    if (shared_bytes && shared_bytes + b->static_shared_bytes > JITOP__SMEM_DEFAULT_LIMIT &&
-        shared_bytes > atomic_load_explicit(&b->smem_raised, memory_order_acquire)) {
-        status = raise_smem(op, b, shared_bytes);
-        if (status != JITOP_OK)
-            return status;
-    }
+    if ((status = smem_prepare(op, b, shared_bytes)) != JITOP_OK)
+        return status;
     /* One thread-local read in the driver; a switch only when the calling
      * thread has another context current. */
     const jitop__driver *d = op->module->drv;
@@ -863,5 +869,55 @@ int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size, int *min
         *block_size = block;
         *min_grid = grid;
     }
+    return status;
+}
+
+int jitop_occupancy_clusters(jitop_op *op, int block_size, size_t shared_bytes, int cluster_size,
+                             int *clusters)
+{
+    static const char *fn = "jitop_occupancy_clusters";
+    jitop__binding *b = NULL;
+    if (!op || !clusters)
+        return jitop__fail(JITOP_EINVAL, "%s: NULL argument", fn);
+    if (block_size < 1)
+        return jitop__fail(JITOP_EINVAL, "%s: block_size is %d, must be >= 1", fn, block_size);
+    if (cluster_size < 0)
+        return jitop__fail(JITOP_EINVAL, "%s: cluster_size is %d, must be >= 0", fn, cluster_size);
+    int status = binding_hold(op, &b);
+    if (status != JITOP_OK)
+        return status;
+    /* The driver counts with the function's dynamic shared memory limit, so
+     * raise it first, as a launch with shared_bytes would. */
+    if (shared_bytes)
+        status = binding_describe(op, b);
+    if (status == JITOP_OK)
+        status = smem_prepare(op, b, shared_bytes);
+    if (status == JITOP_OK)
+        status = jitop__driver_make_current(op->module->drv);
+    /* The grid must be a whole cluster: without a size given, the one the
+     * kernel was compiled with (__cluster_dims__; 0 when none). */
+    int n = 0, width = cluster_size;
+    if (status == JITOP_OK && cluster_size == 0)
+        status = jitop__cu_check(op->module->drv->api->cuFuncGetAttribute(
+                                     &width, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, b->fn),
+                                 "cuFuncGetAttribute(REQUIRED_CLUSTER_WIDTH)", op->name);
+    if (status == JITOP_OK) {
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = (unsigned)cluster_size;
+        attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+        CUlaunchConfig lc = {
+            .gridDimX = width > 0 ? (unsigned)width : 1, .gridDimY = 1, .gridDimZ = 1,
+            .blockDimX = (unsigned)block_size, .blockDimY = 1, .blockDimZ = 1,
+            .sharedMemBytes = (unsigned)shared_bytes,
+            .attrs = cluster_size ? &attr : NULL, .numAttrs = cluster_size ? 1 : 0,
+        };
+        status = jitop__cu_check(op->module->drv->api->cuOccupancyMaxActiveClusters(&n, b->fn, &lc),
+                                 "cuOccupancyMaxActiveClusters", op->name);
+    }
+    binding_drop(b);
+    if (status == JITOP_OK)
+        *clusters = n;
     return status;
 }

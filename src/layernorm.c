@@ -48,6 +48,13 @@
 #define LN_BWD_CLUSTER_TPR 1024
 #endif
 #define LN_GENERIC_THREADS 512
+/* The backward for rows that need a cluster, on sm_90 with 16-byte aligned
+ * rows: layernorm_bwd_bulk (rows brought in by the copy engine), each block
+ * taking at most 32 KiB of each row and 16 elements per thread. Measured
+ * on an H100 at N = 32768 (bench/layernorm_NOTES.md, run 6): 16-bit 82% of
+ * copy against 78% for layernorm_bwd_cluster, float32 89% against 87%. */
+#define LN_BULK_CHUNK_BYTES 32768
+#define LN_BULK_ELEMS_PER_THREAD 16
 #define LN_MAX_CLUSTER 8
 
 typedef struct ln_inst {
@@ -310,6 +317,7 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
  * for jitop_layernorm_prewarm, so that a prewarm builds what a call asks. */
 typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
+    int bulk;             /* layernorm_bwd_bulk: dynamic shared memory bytes */
     char name[128];
 } ln_plan;
 
@@ -322,6 +330,28 @@ static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
                      p->tpr, p->cl);
 }
 
+/* layernorm_bwd_bulk's shape for a row of n elements of es bytes: the
+ * fewest blocks (cl) whose share of the row fits LN_BULK_CHUNK_BYTES, split
+ * in 16-byte vectors, with threads enough (a power of two, 32 to 1024) for
+ * at most LN_BULK_ELEMS_PER_THREAD elements each; 0 when none fits. */
+static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
+{
+    const int vec = (int)(16 / es);
+    for (int c = 2; c <= max_cl; c *= 2) {
+        if (n % (c * vec) != 0 || (size_t)(n / c) * es > LN_BULK_CHUNK_BYTES)
+            continue;
+        int t = 32;
+        while (t < 1024 && t * LN_BULK_ELEMS_PER_THREAD < n / c)
+            t *= 2;
+        if (t * LN_BULK_ELEMS_PER_THREAD < n / c)
+            continue;
+        *tpr = t;
+        *cl = c;
+        return 1;
+    }
+    return 0;
+}
+
 static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl)
 {
     const size_t es = jitop_dtype_size(dtype);
@@ -330,6 +360,18 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
                               : LN_BWD_MAX_BYTES;
     p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, LN_BWD_CLUSTER_TPR, max_cl,
                           &p->tpr, &p->cl);
+    p->bulk = 0;
+    int tpr, cl;
+    if (p->special && p->cl > 1 && (size_t)vec * es == 16 && ln_bulk_shape(n, es, max_cl, &tpr, &cl)) {
+        /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
+         * gamma in float32 */
+        p->tpr = tpr;
+        p->cl = cl;
+        p->bulk = (n / cl) * (int)(4 * es + 4);
+        snprintf(p->name, sizeof p->name, "layernorm_bwd_bulk<%s, %d, %s, %d, %d>",
+                 ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
+        return;
+    }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl);
 }
@@ -338,6 +380,16 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
 static void ln_reduce_name(char *name, size_t cap, jitop_dtype dtype)
 {
     snprintf(name, cap, "layernorm_bwd_reduce<%s>", ln_ctype(dtype));
+}
+
+/* Threads per column of layernorm_bwd_reduce for p partial rows: about
+ * p / 16, so that each has two batches of eight loads or fewer. */
+static int ln_reduce_rows(long long p)
+{
+    int r = 1;
+    while (r < 32 && r * 16LL < p)
+        r *= 2;
+    return r;
 }
 
 static int ln_rows_per_block(int tpr, int cl)
@@ -495,11 +547,24 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     const int block = special ? tpr * rpb : LN_GENERIC_THREADS;
     const int clusters = special ? cl : 1;
     size_t dyn = 0; /* the specialized kernels' dgamma/dbeta accumulators */
-    if (special && affine) {
+    if (plan.bulk) {
+        dyn = (size_t)plan.bulk;
+    } else if (special && affine) {
         const long long tt = (long long)tpr * cl, nvec = n / vec;
         dyn = (size_t)2 * (size_t)block * (size_t)((nvec + tt - 1) / tt) * (size_t)vec * sizeof(float);
     }
-    long long groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn) / clusters;
+    /* A persistent grid of one wave. Clusters: as many as the device holds
+     * at once, which is fewer than SMs / cluster size (30 clusters of 4 on
+     * an H100's 132 SMs): a 33rd ran as a second wave, at half the speed. */
+    long long groups;
+    if (clusters > 1) {
+        int fit = 0;
+        if ((rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+        groups = fit;
+    } else {
+        groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn);
+    }
     if (groups < 1)
         groups = 1;
     if (groups > (rows + rpb - 1) / rpb)
@@ -522,7 +587,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     }
     if (rc == JITOP_OK && affine && (dgamma != NULL || dbeta != NULL)) {
         long long p = groups;
-        jitop_dim3 rgrid = {(unsigned)((n + 31) / 32), 2, 1}, rblk = {1024, 1, 1};
+        jitop_dim3 rgrid = {(unsigned)((n + 31) / 32), 2, 1}, rblk = {32 * (unsigned)ln_reduce_rows(p), 1, 1};
         void *args[] = {&part, &p, (void *)&n, &dgamma, &dbeta};
         size_t sizes[] = {8, 8, 4, 8, 8};
         rc = jitop_launch(red->op, rgrid, rblk, 0, stream, args, sizes, 5);

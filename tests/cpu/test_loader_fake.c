@@ -400,6 +400,41 @@ static void test_description_read_on_first_need(void **state)
     fixture_close(&f);
 }
 
+/* jitop_occupancy_clusters passes the cluster size and shared memory to the
+ * driver and returns its count, which need not be SMs / cluster size (the
+ * fake, like an H100, leaves some SMs out of clusters); bad arguments are
+ * named. */
+static void test_occupancy_clusters(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f);
+    fake_cuda_stats s0 = stats();
+    int n = -1;
+    assert_int_equal(jitop_occupancy_clusters(f.k, 1024, 200000, 4, &n), JITOP_OK);
+    assert_int_equal(stats().cluster_queries - s0.cluster_queries, 1);
+    assert_int_equal(stats().last_cluster_size, 4);
+    assert_int_equal(stats().last_cluster_smem, 200000);
+    assert_int_equal(n, (132 - 12) / 4);
+    assert_int_equal(jitop_occupancy_clusters(f.k, 256, 1000, 2, &n), JITOP_OK);
+    assert_int_equal(n, (132 - 12) * 2 / 2);
+    /* 0: the kernel's own cluster dimensions (no attribute sent). */
+    assert_int_equal(jitop_occupancy_clusters(f.k, 256, 0, 0, &n), JITOP_OK);
+    assert_int_equal(stats().last_cluster_size, 0);
+    assert_int_equal(n, 132 * 2);
+
+    n = -1;
+    assert_int_equal(jitop_occupancy_clusters(f.k, 0, 0, 2, &n), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "block_size"));
+    assert_int_equal(jitop_occupancy_clusters(f.k, 32, 0, -1, &n), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "cluster_size"));
+    assert_int_equal(jitop_occupancy_clusters(f.k, 32, 0, 2, NULL), JITOP_EINVAL);
+    assert_int_equal(jitop_occupancy_clusters(NULL, 32, 0, 2, &n), JITOP_EINVAL);
+    assert_int_equal(n, -1);
+    assert_int_equal(stats().cluster_queries - s0.cluster_queries, 3);
+    fixture_close(&f);
+}
+
 static void test_source_image_loaded_on_first_use(void **state)
 {
     (void)state;
@@ -908,6 +943,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
         cmocka_unit_test(test_description_read_on_first_need),
+        cmocka_unit_test(test_occupancy_clusters),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),
         cmocka_unit_test(test_source_entry_read_with_its_image),

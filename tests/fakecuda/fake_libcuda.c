@@ -473,6 +473,7 @@ static CUresult CUDAAPI fake_cuFuncGetAttribute(int *value, CUfunction_attribute
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: *value = 0; break; /* no __cluster_dims__ */
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
         lock();
         *value = k->max_dynamic_smem;
@@ -560,6 +561,26 @@ static CUresult CUDAAPI fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *bl
 {
     (void)fn, (void)smem;
     *blocks = block_size > 0 ? 2048 / block_size : 0;
+    return CUDA_SUCCESS;
+}
+
+/* Like a GPU whose SMs do not all group into clusters: 12 of the fake's SMs
+ * take no cluster of 2 or more, and a block with over half the shared
+ * memory has an SM to itself (else two per SM). */
+static CUresult CUDAAPI fake_cuOccupancyMaxActiveClusters(int *clusters, CUfunction fn,
+                                                          const CUlaunchConfig *config)
+{
+    (void)fn;
+    unsigned size = 0;
+    for (unsigned i = 0; i < config->numAttrs; i++)
+        if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+            size = config->attrs[i].value.clusterDim.x;
+    g_stats.cluster_queries++;
+    g_stats.last_cluster_size = size;
+    g_stats.last_cluster_smem = config->sharedMemBytes;
+    const int per_sm = config->sharedMemBytes > FAKE_SMEM_OPTIN / 2 ? 1 : 2;
+    const int cl = size ? (int)size : 1;
+    *clusters = (FAKE_SM_COUNT - (cl > 1 ? 12 : 0)) * per_sm / cl;
     return CUDA_SUCCESS;
 }
 

@@ -13,6 +13,9 @@ typedef struct fake_cuda_stats {
     long syncs;              /* finished cuCtxSynchronize calls */
     long primary_ctx_refs;   /* cuDevicePrimaryCtxRetain minus Release */
     long describe_calls;     /* cuKernelGetParamInfo and cuFuncGetAttribute calls */
+    long cluster_queries;    /* cuOccupancyMaxActiveClusters calls, and the last one's */
+    unsigned last_cluster_size; /* cluster attribute (0: none given) */
+    unsigned last_cluster_smem; /* and dynamic shared memory */
 } fake_cuda_stats;
 
 #define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"

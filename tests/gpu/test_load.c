@@ -548,6 +548,36 @@ static void test_cluster_launch(void **state)
         for (int b = 0; b < blocks; b++)
             assert_int_equal(out[b], (int)((b % cluster) * 1000 + cluster));
     }
+
+    /* Clusters that fit at once: with a block that takes most of an SM's
+     * shared memory, at most one block per SM, so no more clusters of 4
+     * than SMs / 4, and fewer than clusters of 1 of small blocks; and a
+     * grid of that many clusters runs. */
+    int dev = 0, sms = 0, fit4 = 0, fit1 = 0;
+    OK(jitop_ctx_cuda(ctx, NULL, &dev));
+    CU(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    const size_t big = 160 * 1024;
+    OK(jitop_occupancy_clusters(op, 64, big, 4, &fit4));
+    OK(jitop_occupancy_clusters(op, 64, 0, 1, &fit1));
+    assert_true(fit4 >= 1 && fit4 * 4 <= sms);
+    assert_true(fit1 > fit4);
+    int *all = malloc((size_t)fit4 * 4 * sizeof *all);
+    assert_non_null(all);
+    CUdeviceptr dall = dalloc((size_t)fit4 * 4 * sizeof *all);
+    poison(dall, (size_t)fit4 * 4 * sizeof *all);
+    jitop_launch_config lc;
+    memset(&lc, 0, sizeof lc);
+    lc.grid = dim((unsigned)fit4 * 4);
+    lc.block = dim(64);
+    lc.cluster = dim(4);
+    lc.shared_bytes = big;
+    void *args[] = {&dall};
+    OK(jitop_launch_ex(op, &lc, args, NULL, 1));
+    download(all, dall, (size_t)fit4 * 4 * sizeof *all);
+    for (int b = 0; b < fit4 * 4; b++)
+        assert_int_equal(all[b], (b % 4) * 1000 + 4);
+    free(all);
+    CU(cu->cuMemFree(dall));
     CU(cu->cuMemFree(d));
     jitop_ctx_destroy(ctx);
 }
