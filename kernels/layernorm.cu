@@ -21,7 +21,9 @@
 // come from two passes over those registers (exact, and free: no memory
 // traffic). In place (y == x, dx == dy) is safe because every element is
 // read and written by the same thread, with the writes after the row's
-// reductions; for that reason x, y, dy and dx are never __restrict__.
+// reductions (in layernorm_bwd_bulk: the whole row has arrived in shared
+// memory before any of it is written, and is never read again); for that
+// reason x, y, dy and dx are never __restrict__.
 //
 // Launch shape (src/layernorm.c computes the same; the kernels trap on a
 // block size that does not match their template):
@@ -321,16 +323,28 @@ __device__ __forceinline__ void ln_mbar_expect(unsigned long long *bar, unsigned
                  "r"(bytes)
                  : "memory");
 }
+// Waits for the phase of the given parity. CLUSTER: with acquire at
+// cluster scope, for data that other blocks of the cluster stored (st.async);
+// the copy engine's bytes need only the block's own scope.
+template <bool CLUSTER = false>
 __device__ __forceinline__ void ln_mbar_wait(unsigned long long *bar, unsigned parity)
 {
     unsigned done;
     do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(ln_smem_addr(bar)), "r"(parity)
-                     : "memory");
+        if constexpr (CLUSTER)
+            asm volatile("{\n\t.reg .pred p;\n\t"
+                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                         "selp.u32 %0, 1, 0, p;\n\t}"
+                         : "=r"(done)
+                         : "r"(ln_smem_addr(bar)), "r"(parity)
+                         : "memory");
+        else
+            asm volatile("{\n\t.reg .pred p;\n\t"
+                         "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                         "selp.u32 %0, 1, 0, p;\n\t}"
+                         : "=r"(done)
+                         : "r"(ln_smem_addr(bar)), "r"(parity)
+                         : "memory");
     } while (!done);
 }
 __device__ __forceinline__ void ln_bulk_load(void *dst, const void *src, unsigned bytes,
@@ -432,7 +446,7 @@ __device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV
                         ln_st_async(ln_cluster_addr(&s.peer[p][rank][k], r), v[k],
                                     ln_cluster_addr(&s.peer_in[p], r));
         }
-        ln_mbar_wait(&s.peer_in[p], (use >> 1) & 1);
+        ln_mbar_wait<true>(&s.peer_in[p], (use >> 1) & 1);
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             float t = 0.f;
@@ -543,7 +557,7 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
         }
     }
     if constexpr (CL > 1)
-        ln_cluster_sync(); // no block leaves while another may read its shared memory
+        ln_cluster_sync(); // the cluster's blocks leave together, after the last exchange
 }
 
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
@@ -849,8 +863,8 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, ln_bwd_min_blocks(TPR
 // xhat)) * (x - mean), two fused multiply-adds after x - mean and g.
 //
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop;
-// the shared memory allows one block per SM, so G is best the number of
-// clusters that fit the GPU at once: cuOccupancyMaxActiveClusters); dynamic
+// G is best the number of clusters that fit the GPU at once,
+// cuOccupancyMaxActiveClusters, usually one block per SM); dynamic
 // shared memory ln_bwd_bulk_smem_bytes<T, N, CL>(); x, dy and dx 16-byte
 // aligned rows (VEC = 16 / sizeof(T) divides N / CL). Partial rows as the
 // other backward kernels (layernorm_bwd_reduce sums them). sm_90 and newer.
@@ -926,6 +940,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         ln_mbar_init(&bar[0]);
         ln_mbar_init(&bar[1]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the copy engine sees them
         for (int s = 0; s < 2; s++)
             if (first + s * step < M)
                 issue(first + s * step, s);
@@ -1038,7 +1053,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         }
     }
     if constexpr (CL > 1)
-        ln_cluster_sync(); // no block leaves while another may still send to it
+        ln_cluster_sync(); // the cluster's blocks leave together, after the last exchange
 #else
     __trap(); // the copy engine and clusters are sm_90's
 #endif

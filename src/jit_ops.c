@@ -894,24 +894,29 @@ int jitop_occupancy_clusters(jitop_op *op, int block_size, size_t shared_bytes, 
         status = smem_prepare(op, b, shared_bytes);
     if (status == JITOP_OK)
         status = jitop__driver_make_current(op->module->drv);
-    /* The grid must be a whole cluster: without a size given, the one the
-     * kernel was compiled with (__cluster_dims__; 0 when none). */
-    int n = 0, width = cluster_size;
-    if (status == JITOP_OK && cluster_size == 0)
+    /* The grid must be a whole cluster. Without a size given: the one the
+     * kernel was compiled with (__cluster_dims__, sent as no attribute),
+     * else 1 (sent: with no attribute at all the driver answers 0 for a
+     * kernel compiled without one). */
+    int n = 0, compiled = 0, width = cluster_size;
+    if (status == JITOP_OK && cluster_size == 0) {
         status = jitop__cu_check(op->module->drv->api->cuFuncGetAttribute(
-                                     &width, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, b->fn),
+                                     &compiled, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, b->fn),
                                  "cuFuncGetAttribute(REQUIRED_CLUSTER_WIDTH)", op->name);
+        width = compiled > 0 ? compiled : 1;
+    }
     if (status == JITOP_OK) {
         CUlaunchAttribute attr;
         memset(&attr, 0, sizeof attr);
         attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim.x = (unsigned)cluster_size;
+        attr.value.clusterDim.x = (unsigned)width;
         attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+        const int send = compiled == 0;
         CUlaunchConfig lc = {
-            .gridDimX = width > 0 ? (unsigned)width : 1, .gridDimY = 1, .gridDimZ = 1,
+            .gridDimX = (unsigned)width, .gridDimY = 1, .gridDimZ = 1,
             .blockDimX = (unsigned)block_size, .blockDimY = 1, .blockDimZ = 1,
             .sharedMemBytes = (unsigned)shared_bytes,
-            .attrs = cluster_size ? &attr : NULL, .numAttrs = cluster_size ? 1 : 0,
+            .attrs = send ? &attr : NULL, .numAttrs = send ? 1 : 0,
         };
         status = jitop__cu_check(op->module->drv->api->cuOccupancyMaxActiveClusters(&n, b->fn, &lc),
                                  "cuOccupancyMaxActiveClusters", op->name);

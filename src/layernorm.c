@@ -10,14 +10,16 @@
  * that backward calls on different streams never share it.
  *
  * The launch-shape rule is the one documented at the top of layernorm.cu;
- * bench/layernorm_dev.py holds the same rule and the measurements behind the
- * two knobs below.
+ * bench/layernorm_dev.py holds the same rule for the register kernels (not
+ * the bulk kernel's, nor the cluster grid from the occupancy query) and the
+ * measurements behind the two knobs below.
  */
 #include "internal.h"
 
 #include "cuda_driver.h"
 #include "ops_state.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,7 @@ typedef struct ln_inst {
     jitop_op *op;
     int regs;
     size_t smem;
+    atomic_int clusters; /* cluster kernels: how many fit at once (0: not asked yet) */
     struct ln_inst *next;
 } ln_inst;
 
@@ -558,9 +561,13 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
      * an H100's 132 SMs): a 33rd ran as a second wave, at half the speed. */
     long long groups;
     if (clusters > 1) {
-        int fit = 0;
-        if ((rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit)) != JITOP_OK)
-            return jitop__fail_prefix(rc, "%s", fn);
+        /* asked once per instance: its block and shared memory are fixed */
+        int fit = atomic_load_explicit(&inst->clusters, memory_order_relaxed);
+        if (fit == 0) {
+            if ((rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit)) != JITOP_OK)
+                return jitop__fail_prefix(rc, "%s", fn);
+            atomic_store_explicit(&inst->clusters, fit, memory_order_relaxed);
+        }
         groups = fit;
     } else {
         groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn);

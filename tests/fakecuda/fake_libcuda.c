@@ -575,9 +575,11 @@ static CUresult CUDAAPI fake_cuOccupancyMaxActiveClusters(int *clusters, CUfunct
     for (unsigned i = 0; i < config->numAttrs; i++)
         if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
             size = config->attrs[i].value.clusterDim.x;
+    lock();
     g_stats.cluster_queries++;
     g_stats.last_cluster_size = size;
     g_stats.last_cluster_smem = config->sharedMemBytes;
+    unlock();
     const int per_sm = config->sharedMemBytes > FAKE_SMEM_OPTIN / 2 ? 1 : 2;
     const int cl = size ? (int)size : 1;
     *clusters = (FAKE_SM_COUNT - (cl > 1 ? 12 : 0)) * per_sm / cl;

@@ -390,6 +390,22 @@ static void test_long_rows(void **state)
     check_case(JITOP_FLOAT16, 2, 300000, 0, UNALIGNED);
 }
 
+/* Rows that need a cluster, with several rows per cluster (the grid holds
+ * as many clusters as fit the GPU, 30-66 on an H100), so that the backward's
+ * two copy-engine stages and the clusters' exchange buffers are reused and
+ * their barriers change parity; N that leave some threads of a block
+ * without a vector (24576 and 20480), in place too. */
+static void test_cluster_rows_reused(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    check_case(JITOP_FLOAT16, 300, 32768, 1, PLAIN);
+    check_case(JITOP_BFLOAT16, 300, 24576, 1, INPLACE);
+    check_case(JITOP_FLOAT32, 300, 20480, 1, PLAIN);
+    check_case(JITOP_FLOAT32, 200, 32768, 0, PLAIN);
+}
+
 /* L = sum(y * w) for a fixed w, in float64. */
 static double ref_loss(const double *x, const double *g, const double *b, const double *w,
                        int64_t m, int n)
@@ -606,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_inplace_unaligned),
         cmocka_unit_test(test_long_rows),
+        cmocka_unit_test(test_cluster_rows_reused),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
