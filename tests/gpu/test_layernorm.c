@@ -1,8 +1,9 @@
 /* jitop_layernorm_forward / _backward on a GPU against a float64 CPU
  * reference on fresh random inputs: every dtype, affine on and off, the row
  * lengths of issue 4 (1 to 65536, plus one past the specialized kernels),
- * M = 1, 3 and 1030 (64 for rows over 4096, to keep the CPU reference quick), in place, unaligned pointers; outputs poisoned with NaN
- * before each run. The backward is also checked against float64 finite
+ * M = 1, 3 and 1030 (64 for rows over 4096, to keep the CPU reference
+ * quick; 200-300 where a cluster takes a row, so that each takes several),
+ * in place, unaligned pointers; outputs poisoned with NaN before each run. The backward is also checked against float64 finite
  * differences of the reference loss, and for determinism. Device memory goes
  * through jitop's driver table, so without libcuda.so.1 every test SKIPs. */
 #include <stdarg.h>
