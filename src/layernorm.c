@@ -320,7 +320,7 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
  * for jitop_layernorm_prewarm, so that a prewarm builds what a call asks. */
 typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
-    int bulk;             /* layernorm_bwd_bulk: dynamic shared memory bytes */
+    size_t dyn;           /* backward: dynamic shared memory bytes of the instance */
     char name[128];
 } ln_plan;
 
@@ -329,8 +329,14 @@ static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
     const size_t es = jitop_dtype_size(dtype);
     p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, LN_FWD_MAX_TPR, max_cl,
                           &p->tpr, &p->cl);
+    p->dyn = 0;
     ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl);
+}
+
+static int ln_rows_per_block(int tpr, int cl)
+{
+    return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
 }
 
 /* layernorm_bwd_bulk's shape for a row of n elements of es bytes: the
@@ -363,17 +369,23 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
                               : LN_BWD_MAX_BYTES;
     p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, LN_BWD_CLUSTER_TPR, max_cl,
                           &p->tpr, &p->cl);
-    p->bulk = 0;
     int tpr, cl;
     if (p->special && p->cl > 1 && (size_t)vec * es == 16 && ln_bulk_shape(n, es, max_cl, &tpr, &cl)) {
         /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
          * gamma in float32 */
         p->tpr = tpr;
         p->cl = cl;
-        p->bulk = (n / cl) * (int)(4 * es + 4);
+        p->dyn = (size_t)(n / cl) * (4 * es + 4);
         snprintf(p->name, sizeof p->name, "layernorm_bwd_bulk<%s, %d, %s, %d, %d>",
                  ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
         return;
+    }
+    /* the register kernels' dgamma/dbeta accumulators (ln_bwd_smem_bytes) */
+    p->dyn = 0;
+    if (p->special && affine) {
+        const long long tt = (long long)p->tpr * p->cl, nvec = n / vec;
+        const size_t block = (size_t)p->tpr * (size_t)ln_rows_per_block(p->tpr, p->cl);
+        p->dyn = 2 * block * (size_t)((nvec + tt - 1) / tt) * (size_t)vec * sizeof(float);
     }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl);
@@ -395,10 +407,6 @@ static int ln_reduce_rows(long long p)
     return r;
 }
 
-static int ln_rows_per_block(int tpr, int cl)
-{
-    return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
-}
 
 /* Resident blocks per SM for the backward's persistent grid, from the
  * kernel's registers and shared memory (the sm_90 limits). */
@@ -549,13 +557,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     const int rpb = special ? ln_rows_per_block(tpr, cl) : 1;
     const int block = special ? tpr * rpb : LN_GENERIC_THREADS;
     const int clusters = special ? cl : 1;
-    size_t dyn = 0; /* the specialized kernels' dgamma/dbeta accumulators */
-    if (plan.bulk) {
-        dyn = (size_t)plan.bulk;
-    } else if (special && affine) {
-        const long long tt = (long long)tpr * cl, nvec = n / vec;
-        dyn = (size_t)2 * (size_t)block * (size_t)((nvec + tt - 1) / tt) * (size_t)vec * sizeof(float);
-    }
+    const size_t dyn = plan.dyn;
     /* A persistent grid of one wave. Clusters: as many as the device holds
      * at once, which is fewer than SMs / cluster size (30 clusters of 4 on
      * an H100's 132 SMs): a 33rd ran as a second wave, at half the speed. */
