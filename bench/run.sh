@@ -122,7 +122,8 @@ MAKE_LDLIBS=$(sed -n 's/^LDLIBS[[:space:]]*+\{0,1\}=[[:space:]]*//p' Makefile | 
 CFLAGS_B="-std=c11 -O2 -g -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Iinclude -Isrc -Ibench -I$CUDA_HOME/include $DEPS_INC"
 # -lnvrtc is for bench_nvrtc.c (linked into every program) and floor.c, which
 # call NVRTC directly; libjitop.a opens NVRTC itself with dlopen.
-LIBS_B="$DEPS_LIB -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lnvrtc ${MAKE_LDLIBS:--ldl -lpthread -lm} -Wl,--as-needed -L$CUDA_HOME/lib64/stubs -lcuda -Wl,--no-as-needed -ldl -lpthread -lm"
+# -z now as the Makefile links (see LDFLAGS there).
+LIBS_B="$DEPS_LIB -Wl,-z,relro,-z,now -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lnvrtc ${MAKE_LDLIBS:--ldl -lpthread -lm} -Wl,--as-needed -L$CUDA_HOME/lib64/stubs -lcuda -Wl,--no-as-needed -ldl -lpthread -lm"
 HELPERS=()
 PROGRAMS=()
 for f in bench/*.c; do

@@ -356,6 +356,31 @@ int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__buil
     return build_unit(ctx, u, true, out);
 }
 
+int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
+                            jitop__built *out)
+{
+    double t0 = jitop__now_ms();
+    bool found = false;
+    memset(out, 0, sizeof *out);
+    if (!ctx || !ctx->cache || !u || !known)
+        return jitop__fail(JITOP_EINVAL, "build: NULL context, cache, unit or files");
+    jitop__cache_key(u, known, out->key);
+    int status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+    if (status == JITOP_OK && found)
+        status = jitop__deps_copy(known, &out->deps);
+    if (status != JITOP_OK) {
+        jitop__built_free(out);
+        return status;
+    }
+    if (!found) {
+        jitop__built_free(out);
+        return build_unit(ctx, u, false, out);
+    }
+    out->cached = true;
+    out->ms = jitop__now_ms() - t0;
+    return JITOP_OK;
+}
+
 void jitop__built_free(jitop__built *b)
 {
     if (!b)

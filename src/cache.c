@@ -363,10 +363,14 @@ int jitop__cache_touch(jitop__cache *c, const char key[33], bool *found)
     if (!path)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     /* The mark of use that a read makes (see jitop__cache_read_checked),
-     * on the name itself: a link there is not followed, and the read that
-     * comes later refuses it. Failing for any reason (missing, read-only,
-     * not ours) is a plain "not found": the caller then reads the entry. */
-    *found = utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW) == 0;
+     * on the name itself: a link there is not followed (the read that comes
+     * later refuses it). Failing for any reason (missing, not a file,
+     * read-only, not ours) is a plain "not found": the caller then reads
+     * the entry. A recent mark is left as it is (JITOP__USE_MARK_SECONDS). */
+    struct stat st;
+    *found = fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+             (jitop__cache_use_is_recent(&st) ||
+              utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW) == 0);
     free(path);
     return JITOP_OK;
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 void jitop__wb_bytes(struct jitop__wbuf *b, const void *src, size_t n)
@@ -359,6 +360,16 @@ static void remove_if_same(const jitop__cache *c, const char *path, int fd, cons
     jitop__cache_vlog(c, "cache: removed %s: %s", path, why);
 }
 
+bool jitop__cache_use_is_recent(const struct stat *st)
+{
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+        return false;
+    /* A future mtime (a clock set back) is not recent: stamp it. */
+    return st->st_mtim.tv_sec <= now.tv_sec &&
+           now.tv_sec - st->st_mtim.tv_sec < JITOP__USE_MARK_SECONDS;
+}
+
 /* malloc, with a buffer's pages faulted in by one madvise call rather than
  * one fault per 4 KiB during read() (2-2.5 us each in a fresh process on the
  * GPU machine): about 0.1 ms less for a 240 KB entry, and worth it from four
@@ -431,11 +442,11 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
             jitop__cache_vlog(c, "cache: %s is invalid: %s", path, why);
         goto out;
     }
-    if (flags & JITOP__READ_MARK_USE) {
+    if ((flags & JITOP__READ_MARK_USE) && !jitop__cache_use_is_recent(&st)) {
         /* The last use is recorded in the mtime (entries never change after
          * their rename, so the mtime is free for it). atime is not trusted:
          * relatime updates it at most daily and noatime never. One inode
-         * update per hit, no data written. */
+         * update per hit that is not recent, no data written. */
         if (futimens(fd, NULL) != 0)
             jitop__cache_vlog(c, "cache: cannot mark %s as used: %s", path, strerror(errno));
     }

@@ -101,8 +101,15 @@ bool jitop__cache_unwritable_errno(int e);
 /* Atomic write and checked read of one cache file (cache_file.c). */
 int jitop__cache_write_atomic(const char *dir, const char *name, const unsigned char *data,
                               size_t len, bool durable, int *err);
+/* A use stamps an entry's mtime (the LRU order eviction follows) unless
+ * the mtime is already this recent: a stamp is an inode write (10-12 us in
+ * a fresh process on the GPU machine, a warm load's largest file cost), and
+ * eviction needs no finer order than this. */
+#define JITOP__USE_MARK_SECONDS 60
+bool jitop__cache_use_is_recent(const struct stat *st);
+
 enum jitop__read_flags {
-    JITOP__READ_MARK_USE = 1,       /* stamp the file as just used (LRU) */
+    JITOP__READ_MARK_USE = 1,       /* stamp the file as used (LRU), see above */
     JITOP__READ_REMOVE_INVALID = 2, /* delete a file that fails its checks */
 };
 int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *magic, int flags,

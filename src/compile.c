@@ -290,33 +290,33 @@ struct nvrtc_api {
  * one the table's types describe. */
 #define NVRTC_MAJOR (CUDA_VERSION / 1000)
 
-/* Where NVRTC would be opened from, found without opening it (access,
- * realpath, stat). The toolkit the library was built against comes first,
- * so that another NVRTC on the loader's path cannot shadow it; then the
- * soname through the normal search path (LD_LIBRARY_PATH, the executable's
- * RUNPATH, ld.so.cache). Written once by where_init, read after it. */
+/* Where NVRTC would be opened from, found without opening it (one stat).
+ * The toolkit the library was built against comes first, so that another
+ * NVRTC on the loader's path cannot shadow it; then the soname through the
+ * normal search path (LD_LIBRARY_PATH, the executable's RUNPATH,
+ * ld.so.cache). Written once by where_init, read after it. */
 static pthread_once_t where_once = PTHREAD_ONCE_INIT;
 static char g_soname[32];
 static char g_home_path[PATH_MAX]; /* JITOP_CUDA_HOME's copy, "" if none */
 static bool g_in_home;             /* open g_home_path, not the soname */
-static char g_file[PATH_MAX];      /* the resolved file; in the soname case
-                                      set by load_init, "" until then */
-
-/* The file NVRTC is, by the name that carries its version (see
- * jitop__last_link_target). */
-static void set_file(const char *path)
-{
-    jitop__last_link_target(path, g_file, sizeof g_file);
-}
+static long long g_home_size = -1; /* its size (through links) */
+static char g_file[PATH_MAX];      /* in the soname case the file the loader
+                                      took, set by load_init; "" until then */
 
 static void where_init(void)
 {
     snprintf(g_soname, sizeof g_soname, "libnvrtc.so.%d", NVRTC_MAJOR);
 #ifdef JITOP_CUDA_HOME
     snprintf(g_home_path, sizeof g_home_path, "%s/lib64/%s", JITOP_CUDA_HOME, g_soname);
-    g_in_home = access(g_home_path, R_OK) == 0;
-    if (g_in_home)
-        set_file(g_home_path);
+    /* Found and sized by one stat through its links: every key needs the
+     * size (jitop__nvrtc_identity), so a warm load pays for this once per
+     * process (a link, a lstat, a readlink and a stat took 20-35 us there
+     * in a new process on the GPU machine). */
+    struct stat st;
+    if (stat(g_home_path, &st) == 0 && S_ISREG(st.st_mode)) {
+        g_in_home = true;
+        g_home_size = (long long)st.st_size;
+    }
 #endif
 }
 
@@ -360,7 +360,7 @@ static void load_init(void)
         /* Found by soname: the loader knows which file it took. */
         Dl_info info;
         if (dladdr(*(void **)&g_nv.nvrtcVersion, &info) != 0 && info.dli_fname)
-            set_file(info.dli_fname);
+            snprintf(g_file, sizeof g_file, "%s", info.dli_fname);
     }
     g_load_status = JITOP_OK;
 }
@@ -377,7 +377,9 @@ static int nvrtc_load(void)
 static const char *nvrtc_file(void)
 {
     pthread_once(&where_once, where_init);
-    if (!g_in_home && nvrtc_load() != JITOP_OK)
+    if (g_in_home)
+        return g_home_path;
+    if (nvrtc_load() != JITOP_OK)
         jitop__clear_error(); /* no NVRTC: the caller says "unknown" */
     return g_file;
 }
@@ -385,13 +387,15 @@ static const char *nvrtc_file(void)
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 static char version_text[32] = "unknown";
 
-/* major.minor from a versioned file name (libnvrtc.so.13.0.88 -> "13.0")
- * costs nothing; a bare soname (libnvrtc.so.13, as the toolkit ships it)
- * leaves only nvrtcVersion, which loads NVRTC. Callers are messages, entry
- * metadata written after a compile, and --version: never the hit path. */
+/* major.minor from the versioned file name the links lead to
+ * (libnvrtc.so.13 -> libnvrtc.so.13.0.88: "13.0") costs a readlink or two;
+ * a bare soname (libnvrtc.so.13 as a plain file) leaves only nvrtcVersion,
+ * which loads NVRTC. Callers are messages, entry metadata written after a
+ * compile, and --version: never the hit path. */
 static void version_init(void)
 {
-    const char *file = nvrtc_file();
+    char file[PATH_MAX];
+    jitop__last_link_target(nvrtc_file(), file, sizeof file);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int major = 0, minor = 0;
@@ -415,16 +419,19 @@ const char *jitop__nvrtc_version(void)
 }
 
 static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
-static char identity_text[PATH_MAX + 64] = "unknown";
+static char identity_text[64] = "unknown";
 
+/* The soname and the size of the file behind it: the same text wherever a
+ * release is installed, however its links are laid out. */
 static void identity_init(void)
 {
     struct stat st;
     const char *file = nvrtc_file();
-    const char *base = strrchr(file, '/');
-    if (file[0] && stat(file, &st) == 0)
-        snprintf(identity_text, sizeof identity_text, "%s %lld", base ? base + 1 : file,
-                 (long long)st.st_size);
+    long long size = g_in_home ? g_home_size : -1;
+    if (size < 0 && file[0] && stat(file, &st) == 0)
+        size = (long long)st.st_size;
+    if (size >= 0)
+        snprintf(identity_text, sizeof identity_text, "%s %lld", g_soname, size);
 }
 
 const char *jitop__nvrtc_identity(void)

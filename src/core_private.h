@@ -58,16 +58,16 @@ int jitop__cache_find_recent(jitop__cache *c, const char *source, jitop__entry *
  * "inline:<name>" for inline text. Malloc'd (NULL on ENOMEM). */
 char *jitop__unit_source_label(const jitop__unit *u);
 
-/* The NVRTC library file jitop compiles with, as its resolved file name and
- * size, for example "libnvrtc.so.13 109338064" (compile.c). It is the NVRTC
- * part of every key: nvrtcVersion gives major.minor only, while a patch
- * release may change the code it generates (and its library size differs).
- * Found by realpath and stat of the file dlopen would open, without loading
- * NVRTC, so that a hit never pays for the load; only where NVRTC is not in
- * the toolkit jitop was built against is it loaded to learn which file the
- * search path gives. "unknown" when there is no NVRTC.
- * Path and mtime are left out so that a cache prewarmed on one machine hits
- * on another with the same release. */
+/* The NVRTC library file jitop compiles with, as its soname and the size of
+ * the file behind it, for example "libnvrtc.so.13 109338064" (compile.c). It
+ * is the NVRTC part of every key: nvrtcVersion gives major.minor only, while
+ * a patch release may change the code it generates (and its library size
+ * differs). Found by one stat of the file dlopen would open, through its
+ * links, without loading NVRTC, so that a hit never pays for the load; only
+ * where NVRTC is not in the toolkit jitop was built against is it loaded to
+ * learn which file the search path gives. "unknown" when there is no NVRTC.
+ * Path, file name and mtime are left out so that a cache prewarmed on one
+ * machine hits on another with the same release, whatever its layout. */
 const char *jitop__nvrtc_identity(void);
 
 #endif

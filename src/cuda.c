@@ -13,12 +13,18 @@
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static jitop__cuda_api g_api;
-/* Published once the table is complete and cuInit succeeded. */
+/* Published once the core entries are resolved and cuInit succeeded. */
 static const jitop__cuda_api *g_ready;
 static int g_status;
 static char g_msg[512];
 
 typedef __typeof__(cuGetProcAddress) *getproc_fn;
+static getproc_fn g_getproc; /* for the rest of the table, later */
+
+/* The rest of the table (JITOP__CUDA_MORE), resolved on first need. */
+static pthread_once_t g_more_once = PTHREAD_ONCE_INIT;
+static int g_more_status = JITOP_ENODRIVER;
+static char g_more_msg[512];
 
 /* Each table entry's prototype is the ABI version we ask the driver for. */
 #define JITOP__CHECK_ABI(fn, version)                                                             \
@@ -27,12 +33,14 @@ typedef __typeof__(cuGetProcAddress) *getproc_fn;
 JITOP__CUDA_FUNCS(JITOP__CHECK_ABI)
 #undef JITOP__CHECK_ABI
 
-static int resolve(getproc_fn getproc, const char *sym, int version, void **slot)
+static int resolve(getproc_fn getproc, const char *sym, int version, void **slot, char *msg,
+                   size_t cap)
 {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     CUresult r = getproc(sym, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &found);
     if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !*slot) {
-        snprintf(g_msg, sizeof g_msg,
+        *slot = NULL;
+        snprintf(msg, cap,
                  "the CUDA driver (libcuda.so.1) has no %s for CUDA %d.%d (error %d, query %d): "
                  "update the NVIDIA driver",
                  sym, version / 1000, version % 1000 / 10, (int)r, (int)found);
@@ -65,7 +73,8 @@ static void open_driver(void)
         status = JITOP_ENODRIVER;
         goto out;
     }
-    status = resolve(getproc, "cuDriverGetVersion", 2020, (void **)&g_api.cuDriverGetVersion);
+    status = resolve(getproc, "cuDriverGetVersion", 2020, (void **)&g_api.cuDriverGetVersion,
+                     g_msg, sizeof g_msg);
     if (status != JITOP_OK)
         goto out;
     int driver_version = 0;
@@ -80,11 +89,12 @@ static void open_driver(void)
     }
 #define JITOP__RESOLVE(fn, version)                                                               \
     if (status == JITOP_OK)                                                                       \
-        status = resolve(getproc, #fn, version, (void **)&g_api.fn);
-    JITOP__CUDA_FUNCS(JITOP__RESOLVE)
+        status = resolve(getproc, #fn, version, (void **)&g_api.fn, g_msg, sizeof g_msg);
+    JITOP__CUDA_CORE(JITOP__RESOLVE)
 #undef JITOP__RESOLVE
     if (status != JITOP_OK)
         goto out;
+    g_getproc = getproc;
     r = g_api.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *name = NULL, *text = NULL;
@@ -104,16 +114,42 @@ out:
     g_status = status;
 }
 
+/* Runs once, after the core table is published (g_getproc is set before). */
+static void resolve_more(void)
+{
+    int status = JITOP_OK;
+#define JITOP__RESOLVE(fn, version)                                                               \
+    if (status == JITOP_OK)                                                                       \
+        status = resolve(g_getproc, #fn, version, (void **)&g_api.fn, g_more_msg,               \
+                         sizeof g_more_msg);
+    JITOP__CUDA_MORE(JITOP__RESOLVE)
+#undef JITOP__RESOLVE
+    g_more_status = status;
+}
+
+int jitop__cuda_more(void)
+{
+    if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE))
+        return jitop__fail(JITOP_ENODRIVER, "the CUDA driver is not started");
+    if (pthread_once(&g_more_once, resolve_more) != 0)
+        return jitop__fail(JITOP_ENODRIVER, "cannot resolve the CUDA driver's entries (pthread_once)");
+    return g_more_status == JITOP_OK ? JITOP_OK : jitop__fail(g_more_status, "%s", g_more_msg);
+}
+
 const jitop__cuda_api *jitop__cuda(void)
 {
-    return __atomic_load_n(&g_ready, __ATOMIC_ACQUIRE);
+    const jitop__cuda_api *api = __atomic_load_n(&g_ready, __ATOMIC_ACQUIRE);
+    if (api && jitop__cuda_more() != JITOP_OK)
+        return NULL;
+    return api;
 }
 
 int jitop__cu_check(CUresult r, const char *what, const char *op)
 {
     if (r == CUDA_SUCCESS)
         return JITOP_OK;
-    const jitop__cuda_api *api = jitop__cuda();
+    /* The core table: an error message never needs the rest resolved. */
+    const jitop__cuda_api *api = __atomic_load_n(&g_ready, __ATOMIC_ACQUIRE);
     const char *name = NULL, *text = NULL;
     if (!api || api->cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
         name = "CUDA_ERROR_UNKNOWN";
@@ -204,10 +240,6 @@ static int describe_device(jitop__driver *d)
                                       d->device),
             "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", NULL);
     if (status == JITOP_OK)
-        status = jitop__cu_check(
-            api->cuDeviceGetName(d->device_name, (int)sizeof d->device_name, d->device),
-            "cuDeviceGetName", NULL);
-    if (status == JITOP_OK)
         snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
     return status;
 }
@@ -248,12 +280,27 @@ int jitop__driver_start(jitop_ctx *ctx)
         free(d);
         goto out;
     }
-    jitop__log(ctx, "CUDA device %d: %s, %s, %d SMs (driver ready in %.3f ms)", (int)d->device,
-               d->device_name, d->arch, d->sm_count, jitop__now_ms() - t0);
+    if (ctx->verbose) {
+        double ms = jitop__now_ms() - t0;
+        char name[128];
+        jitop__driver_device_name(d, name, sizeof name);
+        jitop__log(ctx, "CUDA device %d: %s, %s, %d SMs (driver ready in %.3f ms)",
+                   (int)d->device, name, d->arch, d->sm_count, ms);
+    }
     __atomic_store_n(&ctx->driver, d, __ATOMIC_RELEASE);
 out:
     pthread_mutex_unlock(&ctx->lock);
     return status;
+}
+
+void jitop__driver_device_name(const jitop__driver *d, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    if (cap > 1 && d->api->cuDeviceGetName(buf, (int)(cap > 4096 ? 4096 : cap), d->device) !=
+                       CUDA_SUCCESS)
+        buf[0] = '\0';
 }
 
 int jitop__driver_arch(jitop_ctx *ctx, char *arch, size_t cap)

@@ -26,7 +26,11 @@
  * the unversioned symbol cuGetProcAddress expects; the field has the header's
  * prototype, so a macro such as cuMemAlloc -> cuMemAlloc_v2 names the same
  * field in the struct and at the call. */
-#define JITOP__CUDA_FUNCS(X)                                                                       \
+/* The core: what starting the driver, loading, getting an op, launching it
+ * and tearing down need, resolved when the driver starts. A warm load in a
+ * new process pays for every entry resolved then (each cuGetProcAddress took
+ * 0.6-0.7 us on the GPU machine, 31 us for the whole table). */
+#define JITOP__CUDA_CORE(X)                                                                        \
     X(cuInit, 2000)                                                                                \
     X(cuDriverGetVersion, 2020)                                                                    \
     X(cuGetErrorName, 6000)                                                                        \
@@ -45,16 +49,20 @@
     X(cuCtxSynchronize, 2000)                                                                      \
     X(cuLibraryLoadData, 12000)                                                                    \
     X(cuLibraryUnload, 12000)                                                                      \
-    X(cuLibraryGetKernel, 12000)                                                                   \
     X(cuLibraryGetKernelCount, 12040)                                                              \
     X(cuLibraryEnumerateKernels, 12040)                                                            \
     X(cuKernelGetName, 12030)                                                                      \
-    X(cuKernelGetParamInfo, 12040)                                                                 \
     X(cuKernelGetFunction, 12000)                                                                  \
+    X(cuLaunchKernel, 4000)                                                                        \
+    X(cuLaunchKernelEx, 11060)
+
+/* The rest, resolved all at once the first time one of them is needed
+ * (jitop__cuda_more): NULL in the table until then. */
+#define JITOP__CUDA_MORE(X)                                                                        \
+    X(cuLibraryGetKernel, 12000)                                                                   \
+    X(cuKernelGetParamInfo, 12040)                                                                 \
     X(cuFuncGetAttribute, 2020)                                                                    \
     X(cuFuncSetAttribute, 9000)                                                                    \
-    X(cuLaunchKernel, 4000)                                                                        \
-    X(cuLaunchKernelEx, 11060)                                                                     \
     X(cuOccupancyMaxPotentialBlockSize, 6050)                                                      \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                           \
     X(cuOccupancyMaxActiveClusters, 11070)                                                         \
@@ -74,6 +82,8 @@
     X(cuEventSynchronize, 2000)                                                                    \
     X(cuEventElapsedTime, 12080)
 
+#define JITOP__CUDA_FUNCS(X) JITOP__CUDA_CORE(X) JITOP__CUDA_MORE(X)
+
 #define JITOP__CUDA_FIELD(fn, version) __typeof__(fn) *fn;
 typedef struct jitop__cuda_api {
     JITOP__CUDA_FUNCS(JITOP__CUDA_FIELD)
@@ -89,8 +99,11 @@ struct jitop__driver {
     int cc_major, cc_minor;
     int sm_count;
     char arch[16];         /* "sm_90" */
-    char device_name[128];
 };
+
+/* The device's name (for messages: asked of the driver each time, so that
+ * starting the driver does not pay for it); "" when it cannot be had. */
+void jitop__driver_device_name(const jitop__driver *d, char *buf, size_t cap);
 
 /* Starts the driver for ctx if it is not started: opens libcuda.so.1 (once
  * per process), cuInit, picks cfg.device (or the device of cfg.cu_context),
@@ -107,10 +120,16 @@ static inline jitop__driver *jitop__driver_of(const jitop_ctx *ctx)
     return __atomic_load_n(&ctx->driver, __ATOMIC_ACQUIRE);
 }
 
-/* The process's driver table, or NULL when no context started the driver
- * yet (GPU tests and benchmarks use it for memory, streams and events, so
- * that they need not link libcuda and can SKIP where it is missing). */
+/* The process's driver table with every entry resolved, or NULL when no
+ * context started the driver yet or the rest cannot be resolved (GPU tests
+ * and benchmarks use it for memory, streams and events, so that they need
+ * not link libcuda and can SKIP where it is missing). */
 const jitop__cuda_api *jitop__cuda(void);
+
+/* Resolves the table's JITOP__CUDA_MORE entries (once per process; the
+ * driver must be started): call it before using any of them. JITOP_OK, or
+ * JITOP_ENODRIVER naming the entry the driver lacks. */
+int jitop__cuda_more(void);
 
 /* Turns a driver result into a status: CUDA_SUCCESS is JITOP_OK; anything
  * else is JITOP_ECUDA with a message naming the call, the op (may be NULL),

@@ -473,3 +473,20 @@ void jitop__deps_free(jitop__deps *d)
     d->v = NULL;
     d->n = 0;
 }
+
+int jitop__deps_copy(const jitop__deps *from, jitop__deps *to)
+{
+    memset(to, 0, sizeof *to);
+    if (from->n == 0)
+        return JITOP_OK;
+    if (!(to->v = calloc(from->n, sizeof *to->v)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < from->n; i++, to->n++) {
+        to->v[i] = from->v[i];
+        if (!(to->v[i].path = jitop__strdup(from->v[i].path))) {
+            jitop__deps_free(to);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+    }
+    return JITOP_OK;
+}

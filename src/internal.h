@@ -239,6 +239,8 @@ int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
  * NULL) names the first file that differs. */
 int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why);
 void jitop__deps_free(jitop__deps *d);
+/* A deep copy (to is overwritten; empty on failure). */
+int jitop__deps_copy(const jitop__deps *from, jitop__deps *to);
 
 /* ------------------------------------------------------------- cache.c */
 
@@ -303,6 +305,13 @@ int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out);
  * fast path finds the entry, it is marked used (jitop__cache_touch) but not
  * read, and out->deferred is set. Anything else builds as above. */
 int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out);
+/* The same for a unit whose files are known already: another unit of the
+ * same source, options and include paths (a template instance of a source
+ * its module loaded) read them as known. The key follows from known, with
+ * no manifest read and no stat; when the cache lacks that key, this is
+ * jitop__build_unit (which sees the files as they are now). */
+int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
+                            jitop__built *out);
 /* Would jitop__build_unit hit? If not, *why says what changed. */
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why);
 /* jitop_explain's answer without its reason: costs the stat fast path, or

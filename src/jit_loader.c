@@ -93,10 +93,12 @@ int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *
         img->lib = NULL;
         status = jitop__cu_check(r, "cuLibraryLoadData", what);
         if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
-            r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+            r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+            char name[128];
+            jitop__driver_device_name(drv, name, sizeof name);
             jitop__fail_prefix(status, "module %s: %s was built for %s but device %d is %s (%s)",
-                               m->name, what, m->arch, (int)drv->device, drv->arch,
-                               drv->device_name);
+                               m->name, what, m->arch, (int)drv->device, drv->arch, name);
+        }
         goto out;
     }
     status = enumerate_kernels(drv, img, what);
@@ -143,13 +145,15 @@ static const char *unit_label(const jitop__unit *u)
 
 /* Builds mu->unit (already initialized) and loads its image, or keeps its
  * binary when lazy; key, deps and lowered name move into mu. */
-static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy)
+static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
+                          const jitop__deps *known)
 {
     jitop__built built;
     memset(&built, 0, sizeof built);
     double t_build = jitop__now_ms();
-    int status = lazy ? jitop__build_unit_deferred(m->ctx, &mu->unit, &built)
-                      : jitop__build_unit(m->ctx, &mu->unit, &built);
+    int status = known  ? jitop__build_unit_known(m->ctx, &mu->unit, known, &built)
+                 : lazy ? jitop__build_unit_deferred(m->ctx, &mu->unit, &built)
+                        : jitop__build_unit(m->ctx, &mu->unit, &built);
     t_build = jitop__now_ms() - t_build;
     if (status != JITOP_OK)
         goto out;
@@ -195,7 +199,7 @@ out:
 
 int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
                          const char *const *names, size_t nnames, bool lazy,
-                         jitop__modunit *mu)
+                         const jitop__deps *known, jitop__modunit *mu)
 {
     memset(mu, 0, sizeof *mu);
     int status = jitop__unit_init(&mu->unit, path, text, (const char *const *)m->options.v,
@@ -205,7 +209,7 @@ int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
         return jitop__fail_prefix(status, "module %s", m->name);
     }
     mu->unit.names_in_text = nnames > 0; /* an instance asked for by op name */
-    status = build_and_load(m, mu, lazy);
+    status = build_and_load(m, mu, lazy, known);
     if (status != JITOP_OK)
         jitop__modunit_free(mu);
     return status;
@@ -332,7 +336,7 @@ static int module_build(jitop_module *m, const jitop__strv *paths, const char *t
     if (!m->units)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0, lazy,
+        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0, lazy, NULL,
                                           &m->units[i]);
         if (status != JITOP_OK)
             return status;

@@ -81,7 +81,9 @@ static int describe_kernel(const jitop_module *m, CUkernel k, CUfunction fn, con
 {
     const jitop__cuda_api *api = m->drv->api;
     int threads = 0, regs = 0, sshared = 0;
-    int status = param_layout(api, k, what, info);
+    int status = jitop__cuda_more();
+    if (status == JITOP_OK)
+        status = param_layout(api, k, what, info);
     if (status == JITOP_OK)
         status = jitop__cu_check(
             api->cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
@@ -361,15 +363,15 @@ static int unit_mentions(const jitop__unit *u, const char *name, bool *yes)
  * several sources compiles the instance from the one that defines it). A
  * module of one source reads nothing here: its build refuses a name the
  * text does not mention, on a cache miss only (jitop__unit.names_in_text). */
-static int pick_unit(jitop_module *m, const char *name, const jitop__unit **unit)
+static int pick_unit(jitop_module *m, const char *name, const jitop__modunit **unit)
 {
     int status = JITOP_OK;
     bool yes = false;
-    *unit = m->nunits == 1 ? &m->units[0].unit : NULL;
+    *unit = m->nunits == 1 ? &m->units[0] : NULL;
     for (size_t i = 0; status == JITOP_OK && !*unit && i < m->nunits; i++) {
         status = unit_mentions(&m->units[i].unit, name, &yes);
         if (yes)
-            *unit = &m->units[i].unit;
+            *unit = &m->units[i];
     }
     return status;
 }
@@ -475,22 +477,37 @@ out:
  * it is no kernel), not a passing one (memory, I/O, the driver). */
 static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *about_name)
 {
+    const jitop__modunit *src = NULL;
     const jitop__unit *u = NULL;
     jitop__modunit *mu = NULL;
+    jitop__deps known = {0};
     bool is_template = strchr(name, '<') != NULL, taken = false;
     int status = JITOP_OK;
 
     *about_name = false;
-    status = pick_unit(m, name, &u);
-    if (status == JITOP_OK && !u) {
+    status = pick_unit(m, name, &src);
+    if (status == JITOP_OK && !src) {
         status = not_found_locked(m, name, "");
         *about_name = true;
+    }
+    if (status == JITOP_OK) {
+        /* The instance reads the files its source unit read: their hashes
+         * as the module's current generation has them give the instance's
+         * key without reading its manifest or stat'ing the files again
+         * (about 20 us of a warm get in a new process on the GPU machine).
+         * The copy is taken under the lock, which a reload holds while it
+         * replaces them. */
+        u = &src->unit;
+        pthread_mutex_lock(&m->lock);
+        status = jitop__deps_copy(&src->deps, &known);
+        pthread_mutex_unlock(&m->lock);
     }
     if (status == JITOP_OK && !(mu = calloc(1, sizeof *mu)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status == JITOP_OK) {
         const char *names[1] = {name};
-        status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false, mu);
+        status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false,
+                                      &known, mu);
         bool mentioned = true;
         if (status == JITOP_ENOTFOUND) {
             char *why = jitop__strdup(jitop_errmsg(NULL));
@@ -519,6 +536,7 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
         jitop__modunit_free(mu);
         free(mu);
     }
+    jitop__deps_free(&known);
     return status;
 }
 
@@ -716,7 +734,8 @@ static int raise_smem(jitop_op *op, jitop__binding *b, size_t bytes)
     int status = JITOP_OK;
     jitop_module *m = op->module;
     pthread_mutex_lock(&m->lock);
-    if (bytes > atomic_load_explicit(&b->smem_raised, memory_order_relaxed)) {
+    if (bytes > atomic_load_explicit(&b->smem_raised, memory_order_relaxed) &&
+        (status = jitop__cuda_more()) == JITOP_OK) {
         CUresult r = m->drv->api->cuFuncSetAttribute(
             b->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes);
         if (r == CUDA_SUCCESS) {
@@ -859,7 +878,9 @@ int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size, int *min
     if (status != JITOP_OK)
         return status;
     int grid = 0, block = 0;
-    status = jitop__driver_make_current(op->module->drv);
+    status = jitop__cuda_more();
+    if (status == JITOP_OK)
+        status = jitop__driver_make_current(op->module->drv);
     if (status == JITOP_OK)
         status = jitop__cu_check(op->module->drv->api->cuOccupancyMaxPotentialBlockSize(
                                      &grid, &block, b->fn, NULL, shared_bytes, 0),
@@ -892,6 +913,8 @@ int jitop_occupancy_clusters(jitop_op *op, int block_size, size_t shared_bytes, 
         status = binding_describe(op, b);
     if (status == JITOP_OK)
         status = smem_prepare(op, b, shared_bytes);
+    if (status == JITOP_OK)
+        status = jitop__cuda_more();
     if (status == JITOP_OK)
         status = jitop__driver_make_current(op->module->drv);
     /* The grid must be a whole cluster. Without a size given: the one the

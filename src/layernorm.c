@@ -218,7 +218,9 @@ static int ln_workspace(jitop_ctx *ctx, struct jitop__layernorm_state *s, void *
     if (w->bytes < bytes) {
         CUdeviceptr p = 0;
         size_t want = bytes + bytes / 2;
-        rc = jitop__driver_make_current(d);
+        rc = jitop__cuda_more();
+        if (rc == JITOP_OK)
+            rc = jitop__driver_make_current(d);
         if (rc == JITOP_OK && w->ptr != 0)
             rc = jitop__cu_check(d->api->cuStreamSynchronize((CUstream)stream),
                                  "cuStreamSynchronize", "layernorm workspace");

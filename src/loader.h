@@ -213,13 +213,14 @@ void jitop__loader_ctx_destroy(jitop_ctx *ctx);
 
 /* Compiles one unit through the cache (jitop__unit_init + jitop__build_unit)
  * for m's arch and, unless lazy, loads its image (lazy: keeps the binary in
- * mu->unloaded). names: template name expressions (may be NULL). On success
- * mu holds the unit, its key, deps, image or binary and, for one name, its
- * lowered symbol; on failure mu is zeroed. The image is linked into
- * m->images by the caller (under m->lock). */
+ * mu->unloaded). names: template name expressions (may be NULL). known: the
+ * unit's files as another unit of m read them (jitop__build_unit_known), or
+ * NULL. On success mu holds the unit, its key, deps, image or binary and,
+ * for one name, its lowered symbol; on failure mu is zeroed. The image is
+ * linked into m->images by the caller (under m->lock). */
 int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
                          const char *const *names, size_t nnames, bool lazy,
-                         jitop__modunit *mu);
+                         const jitop__deps *known, jitop__modunit *mu);
 void jitop__modunit_free(jitop__modunit *mu);
 
 /* Loads the source images not loaded yet (m->lock held): after it, every

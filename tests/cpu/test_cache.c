@@ -2,6 +2,7 @@
  * checks, the unwritable-directory fallback, eviction, list/gc/clean. */
 #include "testutil.h"
 
+#include "cache_private.h"
 #include "core_private.h"
 
 #include <errno.h>
@@ -38,6 +39,16 @@ static int64_t file_size(const char *path)
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     return (int64_t)st.st_size;
+}
+
+/* Seconds since path's mtime. */
+static double mtime_age(const char *path)
+{
+    struct stat st;
+    struct timespec now;
+    assert_int_equal(stat(path, &st), 0);
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)(now.tv_sec - st.st_mtim.tv_sec) + (now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
 }
 
 static jitop_build_result build_v(jitop_ctx *ctx, const char *src, int v)
@@ -570,6 +581,34 @@ static void test_uncreatable_root_keeps_binaries_in_memory(void **state)
     free(src); free(dir);
 }
 
+/* A hit stamps the entry as used unless its stamp is already recent: the
+ * write is what a warm load would pay for most among its file operations. */
+static void test_use_stamp_only_when_not_recent(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result a = build_v(ctx, src, 1);
+    char *ea = entry_file(cache, a.key);
+    /* Recent: left as it is (10 s old stays 10 s old). */
+    jt_touch(ea, -10);
+    assert_int_equal(build_v(ctx, src, 1).cached, 1);
+    double age = mtime_age(ea);
+    assert_true(age > 9 && age < JITOP__USE_MARK_SECONDS);
+    /* Older than the window: stamped now. */
+    jt_touch(ea, -(JITOP__USE_MARK_SECONDS + 5));
+    assert_int_equal(build_v(ctx, src, 1).cached, 1);
+    assert_true(mtime_age(ea) < 5);
+    /* From the future (a clock set back): stamped now too. */
+    jt_touch(ea, 3600);
+    assert_int_equal(build_v(ctx, src, 1).cached, 1);
+    age = mtime_age(ea);
+    assert_true(age > -1 && age < 5);
+    jitop_ctx_destroy(ctx);
+    free(ea); free(src); free(dir); free(cache);
+}
+
 static void test_eviction_keeps_most_recently_used(void **state)
 {
     (void)state;
@@ -591,15 +630,17 @@ static void test_eviction_keeps_most_recently_used(void **state)
     cfg.cache_max_size = size * 5 / 2; /* room for two */
     jitop_ctx *ctx = NULL;
     assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
-    const struct timespec gap = {0, 30 * 1000 * 1000}; /* beyond mtime granularity */
+    /* Last uses in the past, beyond the window in which a use leaves a
+     * recent stamp alone (JITOP__USE_MARK_SECONDS): A used before B. */
     jitop_build_result a = build_v(ctx, src, 1);
-    nanosleep(&gap, NULL);
     jitop_build_result b = build_v(ctx, src, 2);
-    nanosleep(&gap, NULL);
+    char *ea = entry_file(cache, a.key), *eb = entry_file(cache, b.key);
+    jt_touch(ea, -3 * JITOP__USE_MARK_SECONDS);
+    jt_touch(eb, -2 * JITOP__USE_MARK_SECONDS);
     assert_int_equal(build_v(ctx, src, 1).cached, 1); /* A is now the most recently used */
-    nanosleep(&gap, NULL);
+    assert_true(mtime_age(ea) < JITOP__USE_MARK_SECONDS);
     jitop_build_result c = build_v(ctx, src, 3);
-    char *ea = entry_file(cache, a.key), *eb = entry_file(cache, b.key), *ec = entry_file(cache, c.key);
+    char *ec = entry_file(cache, c.key);
     assert_true(exists(ea));
     assert_false(exists(eb));
     assert_true(exists(ec));
@@ -726,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_unsafe_caches_refused),
         cmocka_unit_test(test_unwritable_cache_still_works),
         cmocka_unit_test(test_uncreatable_root_keeps_binaries_in_memory),
+        cmocka_unit_test(test_use_stamp_only_when_not_recent),
         cmocka_unit_test(test_eviction_keeps_most_recently_used),
         cmocka_unit_test(test_list_gc_clean),
         cmocka_unit_test(test_cache_calls_check_arguments),

@@ -33,6 +33,7 @@
 #include "../fakecuda/fake_libcuda.h"
 #include "jitop.h"
 #include "core_private.h"
+#include "cuda_driver.h"
 #include "jitop_ops.h"
 #include "loader.h"
 #include "testutil.h"
@@ -107,6 +108,35 @@ static void fixture_close(fixture *f)
 }
 
 static const jitop_dim3 one = {1, 1, 1};
+
+#define COUNT_ENTRY(fn, version) +1
+enum { CORE_ENTRIES = 0 JITOP__CUDA_CORE(COUNT_ENTRY), MORE_ENTRIES = 0 JITOP__CUDA_MORE(COUNT_ENTRY) };
+#undef COUNT_ENTRY
+
+/* Runs first in this program, so that the driver starts in it: loading,
+ * getting and an unchecked launch resolve the table's core only (each entry
+ * costs a warm load in a new process); the first call that needs one of the
+ * rest resolves all of them, once. */
+static void test_driver_table_rest_resolved_on_first_need(void **state)
+{
+    (void)state;
+    assert_int_equal(stats().symbols_resolved, 0);
+    fixture f;
+    fixture_open(&f);
+    /* cuDriverGetVersion first (to check the version), then the core. */
+    assert_int_equal(stats().symbols_resolved, 1 + CORE_ENTRIES);
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(stats().symbols_resolved, 1 + CORE_ENTRIES);
+    /* Checked sizes need the parameter layout (cuKernelGetParamInfo). */
+    size_t sizes[] = {sizeof pout};
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, sizes, 1), JITOP_OK);
+    assert_int_equal(stats().symbols_resolved, 1 + CORE_ENTRIES + MORE_ENTRIES);
+    assert_int_equal(jitop_launch(f.t3, one, one, 70000, NULL, args, sizes, 1), JITOP_OK);
+    assert_int_equal(stats().symbols_resolved, 1 + CORE_ENTRIES + MORE_ENTRIES);
+    fixture_close(&f);
+}
 
 static void test_load_get_launch(void **state)
 {
@@ -685,8 +715,62 @@ static void test_source_entry_read_with_its_image(void **state)
     assert_int_equal(stat(entry, &st), 0);
     jitop_ctx_destroy(ctx);
 
+    /* A recent mark of use is left as it is: no inode write on the load. */
+    jt_touch(entry, -10);
+    time_t marked = mtime_of(entry);
+    ctx = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx, "deferred", sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_int_equal(mtime_of(entry), marked);
+    assert_int_equal(g_compiles, 3);
+    jitop_ctx_destroy(ctx);
+
     jitop__before_compile_hook = NULL;
     free(entry);
+    free(src);
+    jt_rm_rf(dir);
+    free(dir);
+}
+
+/* An instance is built from the sources as its module read them: the key
+ * comes from the source unit's file hashes, with no manifest read and no
+ * stat of its own. An edit after the load (no reload yet) therefore gets
+ * the instance of the loaded code from the cache, not a compile of the new
+ * text beside an image of the old; the reload then moves both. */
+static void test_instance_follows_the_loaded_sources(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *text = kernel_source(41);
+    char *src = jt_write(dir, "k.cu", text);
+    free(text);
+    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
+    const char *sources[] = {src};
+    jitop_module *m = NULL;
+    jitop_op *op = NULL;
+    jitop_ctx *ctx = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx, "loaded", sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_int_equal(jitop_op_get(m, "t<5>", &op), JITOP_OK);
+    char key41[33];
+    snprintf(key41, sizeof key41, "%s", binding_key(op));
+    jitop_ctx_destroy(ctx);
+
+    g_compiles = 0;
+    jitop__before_compile_hook = count_compile;
+    ctx = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx, "loaded", sources, 1, NULL, 0, &m), JITOP_OK);
+    text = kernel_source(42); /* edited after the load */
+    free(jt_write(dir, "k.cu", text));
+    free(text);
+    assert_int_equal(jitop_op_get(m, "t<5>", &op), JITOP_OK);
+    assert_int_equal(g_compiles, 0);
+    assert_string_equal(binding_key(op), key41);
+    /* The reload builds the edited text, the instance with it. */
+    assert_int_equal(jitop_module_reload(m), JITOP_OK);
+    assert_true(g_compiles >= 1);
+    assert_string_not_equal(binding_key(op), key41);
+    jitop_ctx_destroy(ctx);
+    jitop__before_compile_hook = NULL;
     free(src);
     jt_rm_rf(dir);
     free(dir);
@@ -941,6 +1025,7 @@ int main(int argc, char **argv)
     char *dir = jt_tmpdir();
     g_cache = jt_path(dir, "cache");
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_driver_table_rest_resolved_on_first_need),
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
         cmocka_unit_test(test_description_read_on_first_need),
@@ -948,6 +1033,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),
         cmocka_unit_test(test_source_entry_read_with_its_image),
+        cmocka_unit_test(test_instance_follows_the_loaded_sources),
         cmocka_unit_test(test_prewarm_is_what_the_ops_ask_for),
         cmocka_unit_test(test_reload_while_launching),
     };

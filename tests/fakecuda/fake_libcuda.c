@@ -707,6 +707,9 @@ cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flag
     (void)version, (void)flags;
     for (size_t i = 0; i < sizeof g_entry_points / sizeof g_entry_points[0]; i++) {
         if (strcmp(g_entry_points[i].name, symbol) == 0) {
+            lock();
+            g_stats.symbols_resolved++;
+            unlock();
             *pfn = g_entry_points[i].fn;
             if (found)
                 *found = CU_GET_PROC_ADDRESS_SUCCESS;

@@ -16,6 +16,7 @@ typedef struct fake_cuda_stats {
     long cluster_queries;    /* cuOccupancyMaxActiveClusters calls, and the last one's */
     unsigned last_cluster_size; /* cluster attribute (0: none given) */
     unsigned last_cluster_smem; /* and dynamic shared memory */
+    long symbols_resolved;   /* cuGetProcAddress calls that found their symbol */
 } fake_cuda_stats;
 
 #define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"
