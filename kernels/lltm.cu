@@ -90,11 +90,12 @@ __device__ __forceinline__ T lltm_dgate(const T *act, const T *gh, const T *gc, 
 // at the end. At small sizes a block's time is the latency of its chain of
 // k tiles, and this divides the chain by KS (it costs KS times the shared
 // memory and one more barrier).
-// Programmatic dependent launch (sm_90 and newer). The host launches the
-// fused kernels with programmatic stream serialization, so that a kernel's
-// blocks are scheduled while the previous kernel in the stream finishes
-// instead of after it: at the tutorial's size each kernel runs for a few
-// microseconds, of which the launch gap is a good part. Every kernel so
+// Programmatic dependent launch (sm_90 and newer). The host launches every
+// kernel of this file with programmatic stream serialization, so that a
+// kernel's blocks are scheduled while the previous kernel in the stream
+// (ours, or a cuBLAS product) finishes instead of after it: at the tutorial's
+// size each kernel runs for a few microseconds, and the medium size's
+// elementwise kernels about as long, of which the launch gap is a good part. Every kernel so
 // launched calls this first, before it touches memory: griddepcontrol.wait
 // returns once the previous grid has completed and its writes are visible
 // (at once when the kernel was launched without the attribute), and
@@ -333,6 +334,7 @@ template <typename T>
 __global__ void lltm_copy_x(const T *__restrict__ input, const T *__restrict__ old_h,
                             T *__restrict__ saved, int B, int I, int S)
 {
+    lltm_after_previous_grid();
     int K = S + I;
     size_t n = (size_t)B * K;
     T *x = saved + (size_t)4 * B * S;
@@ -347,7 +349,7 @@ __global__ void lltm_copy_x(const T *__restrict__ input, const T *__restrict__ o
 // The sum of a split-K result's slices at p, stride apart, in slice order.
 // All loads are issued before the adds (a loop bounded by the run-time KS
 // would wait for each load in turn). KS <= LLTM_MAX_SLICES (src/lltm.c).
-#define LLTM_MAX_SLICES 16
+#define LLTM_MAX_SLICES 12
 template <typename T>
 __device__ __forceinline__ T lltm_sum_slices(const T *__restrict__ p, size_t stride, int KS)
 {
@@ -373,6 +375,7 @@ __global__ void lltm_fwd_pointwise(const T *__restrict__ bias, const T *__restri
                                    T *__restrict__ saved, const T *__restrict__ part, int KS,
                                    int B, int S)
 {
+    lltm_after_previous_grid();
     size_t n = (size_t)B * S, pstride = (size_t)B * 3 * S;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -406,6 +409,7 @@ template <typename T>
 __global__ void lltm_dx_reduce(const T *__restrict__ part, int KS, T *__restrict__ d_old_h,
                                T *__restrict__ d_input, int B, int I, int S)
 {
+    lltm_after_previous_grid();
     int K = S + I;
     size_t n = (size_t)B * K;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;

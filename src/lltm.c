@@ -142,7 +142,7 @@ struct jitop__lltm_state {
     enum lltm_path path;
     int cublas_tried;             /* set under ctx->lock after cublas, read with acquire */
     lltm_cublas *cublas;          /* NULL: not available (fused path everywhere) */
-    bool programmatic;            /* launch the fused kernels with programmatic serialization */
+    bool programmatic;            /* launch our kernels with programmatic serialization */
 };
 
 static void lltm_state_destroy(jitop_ctx *ctx)
@@ -255,15 +255,10 @@ static int lltm_op(struct jitop__lltm_state *st, int t, enum lltm_slot slot, jit
     return status;
 }
 
-/* The kernels that begin with lltm_after_previous_grid() (kernels/lltm.cu),
- * which may therefore be launched with programmatic stream serialization. */
-static bool lltm_waits_for_previous(enum lltm_slot slot)
-{
-    return slot == SLOT_FWD_SAVE || slot == SLOT_FWD_NOSAVE || slot == SLOT_BWD_FUSED ||
-           slot == SLOT_BWD_SPLIT || slot == SLOT_GATES || slot == SLOT_GATES_BIAS;
-}
-
-/* Gets the instance in slot and launches it: the one step every path repeats. */
+/* Gets the instance in slot and launches it: the one step every path
+ * repeats. Every kernel of kernels/lltm.cu begins with
+ * lltm_after_previous_grid(), so any may be launched with programmatic
+ * stream serialization. */
 static int lltm_run(struct jitop__lltm_state *st, int t, enum lltm_slot slot, jitop_dim3 grid,
                     jitop_dim3 block, void *stream, void **args, size_t nargs)
 {
@@ -271,7 +266,7 @@ static int lltm_run(struct jitop__lltm_state *st, int t, enum lltm_slot slot, ji
     int status = lltm_op(st, t, slot, &op);
     if (status != JITOP_OK)
         return status;
-    if (!st->programmatic || !lltm_waits_for_previous(slot))
+    if (!st->programmatic)
         return jitop_launch(op, grid, block, 0, stream, args, NULL, nargs);
     jitop_launch_config lc = {.grid = grid, .block = block, .stream = stream, .programmatic = 1};
     return jitop_launch_ex(op, &lc, args, NULL, nargs);
@@ -450,13 +445,16 @@ static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
  * block. Slices of k, each its own product in one batched call, give about
  * four tiles per SM; the slices are summed by the kernel that reads the
  * result next. Measured on an H100 (bench/lltm_NOTES.md, B64 I256 S1024):
- * d_X 35 us as one product, 19 us in 12-16 slices; the forward's gates
- * 26 us, 19 us in 8. 1: no split (large sizes fill the GPU already). */
+ * d_X 35 us as one product, 18.1 us in 12 slices (16: 19.4, 24: 17.5 but
+ * twice the partials to sum; backward from C 44.5 us with 12, 45.1 with
+ * 16); the forward's gates 23 us, 18.2 in 8 (16: 20.7). cuBLASLt's own
+ * split-K and every algorithm it offers for these shapes were slower
+ * (22.7 and 23.3 us at best). 1: no split (large sizes fill the GPU). */
 static int lltm_split_k(const jitop__driver *d, int out_rows, int out_cols, int k)
 {
     /* At most LLTM_MAX_SLICES (kernels/lltm.cu), which the kernels that sum
      * the slices unroll to. */
-    static const int slices[] = {16, 12, 8, 6, 4, 3, 2};
+    static const int slices[] = {12, 8, 6, 4, 3, 2};
     long tiles = (long)((out_rows + 63) / 64) * ((out_cols + 63) / 64);
     long want = 4L * d->sm_count / tiles;
     for (size_t i = 0; i < sizeof slices / sizeof slices[0]; i++)
@@ -472,6 +470,11 @@ static CUdeviceptr lltm_scratch(jitop_ctx *ctx, size_t bytes, void *stream)
 {
     const jitop__driver *d = jitop__driver_of(ctx);
     CUdeviceptr p = 0;
+    if (jitop__cuda_more() != JITOP_OK) {
+        jitop__log(ctx, "lltm: %s: products run unsplit", jitop_errmsg(NULL));
+        jitop__clear_error();
+        return 0;
+    }
     CUresult r = d->api->cuMemAllocAsync(&p, bytes, (CUstream)stream);
     if (r != CUDA_SUCCESS) {
         jitop__log(ctx, "lltm: cuMemAllocAsync(%zu bytes) failed (%d): products run unsplit",
