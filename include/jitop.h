@@ -166,7 +166,7 @@ typedef struct jitop_cache_entry_info {
     const char *arch;
     const char *sources;  /* paths, separated by '\n' */
     int64_t size;         /* bytes on disk */
-    int64_t atime;        /* last use, seconds since the epoch */
+    int64_t atime;        /* last use (to within a minute), seconds since the epoch */
     int64_t created;      /* seconds since the epoch */
 } jitop_cache_entry_info;
 

@@ -366,10 +366,12 @@ int jitop__cache_touch(jitop__cache *c, const char key[33], bool *found)
      * on the name itself: a link there is not followed (the read that comes
      * later refuses it). Failing for any reason (missing, not a file,
      * read-only, not ours) is a plain "not found": the caller then reads
-     * the entry. A recent mark is left as it is (JITOP__USE_MARK_SECONDS). */
+     * the entry. A recent mark of an entry of ours is left as it is
+     * (JITOP__USE_MARK_SECONDS); one of another user's is "not found", as
+     * the write would have failed, so that the read refuses it now. */
     struct stat st;
     *found = fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-             (jitop__cache_use_is_recent(&st) ||
+             ((st.st_uid == geteuid() && jitop__cache_use_is_recent(&st)) ||
               utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW) == 0);
     free(path);
     return JITOP_OK;

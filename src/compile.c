@@ -311,7 +311,8 @@ static void where_init(void)
     /* Found and sized by one stat through its links: every key needs the
      * size (jitop__nvrtc_identity), so a warm load pays for this once per
      * process (a link, a lstat, a readlink and a stat took 20-35 us there
-     * in a new process on the GPU machine). */
+     * in a new process on the GPU machine). A file there that cannot be
+     * read is still the one: its load fails, naming it (load_init). */
     struct stat st;
     if (stat(g_home_path, &st) == 0 && S_ISREG(st.st_mode)) {
         g_in_home = true;

@@ -88,7 +88,7 @@ static void open_driver(void)
         goto out;
     }
 #define JITOP__RESOLVE(fn, version)                                                               \
-    if (status == JITOP_OK)                                                                       \
+    if (status == JITOP_OK && !g_api.fn)                                                          \
         status = resolve(getproc, #fn, version, (void **)&g_api.fn, g_msg, sizeof g_msg);
     JITOP__CUDA_CORE(JITOP__RESOLVE)
 #undef JITOP__RESOLVE

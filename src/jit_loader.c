@@ -534,12 +534,18 @@ struct jitop__pending {
     pending_item *items;
     size_t n;
     bool changed;
+    bool counted; /* in m->pending */
 };
 
 void jitop__pending_free(jitop__pending *p)
 {
     if (!p)
         return;
+    if (p->counted) {
+        pthread_mutex_lock(&p->m->lock);
+        p->m->pending--;
+        pthread_mutex_unlock(&p->m->lock);
+    }
     for (size_t i = 0; i < p->n; i++) {
         jitop__deps_free(&p->items[i].deps);
         /* A prepared image was never published: nothing can launch it. */
@@ -575,6 +581,9 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
     size_t n = m->nunits + m->ninstances;
     p->items = calloc(n ? n : 1, sizeof *p->items);
     if (p->items) {
+        m->pending++;
+        m->prepares++;
+        p->counted = true;
         p->n = n;
         for (size_t i = 0; i < n; i++) {
             jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];

@@ -424,14 +424,24 @@ static int not_found_locked(jitop_module *m, const char *name, const char *extra
 /* Adds a built instance to m as the op name, unless another thread added
  * the same name meanwhile (*out is then that op). *taken: mu now belongs to
  * m. */
+/* Makes mu op name (*taken: m owns mu now). known_at: for an instance whose
+ * key came from the module's file hashes, m->prepares when they were
+ * copied; if a rebuild began since, mu may be built from the files that
+ * rebuild replaces, and a rebuild's commit keeps the instances made after
+ * it began as they are: nothing is published and *stale is set (the caller
+ * builds it again from the files as they are). UINT64_MAX: no such check. */
 static int instance_publish(jitop_module *m, const char *name, jitop__modunit *mu,
-                            jitop_op **out, bool *taken)
+                            uint64_t known_at, jitop_op **out, bool *taken, bool *stale)
 {
     int status = JITOP_OK;
     jitop__binding *b = NULL;
     const jitop__kernel *k = jitop__image_find(mu->image, mu->lowered);
-    *taken = false;
+    *taken = *stale = false;
     pthread_mutex_lock(&m->lock);
+    if (known_at != UINT64_MAX && known_at != m->prepares) {
+        *stale = true;
+        goto out;
+    }
     if (!k) {
         status = jitop__fail(JITOP_ENOTFOUND,
                              "module %s: %s compiled to %s, which is not a kernel of its image "
@@ -481,7 +491,8 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
     const jitop__unit *u = NULL;
     jitop__modunit *mu = NULL;
     jitop__deps known = {0};
-    bool is_template = strchr(name, '<') != NULL, taken = false;
+    uint64_t known_at = UINT64_MAX;
+    bool is_template = strchr(name, '<') != NULL, taken = false, stale = false;
     int status = JITOP_OK;
 
     *about_name = false;
@@ -496,18 +507,27 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
          * key without reading its manifest or stat'ing the files again
          * (about 20 us of a warm get in a new process on the GPU machine).
          * The copy is taken under the lock, which a reload holds while it
-         * replaces them. */
+         * replaces them; not while a rebuild is prepared (its commit would
+         * leave this instance on the files it replaces). */
         u = &src->unit;
         pthread_mutex_lock(&m->lock);
-        status = jitop__deps_copy(&src->deps, &known);
+        if (m->pending == 0) {
+            known_at = m->prepares;
+            status = jitop__deps_copy(&src->deps, &known);
+        }
         pthread_mutex_unlock(&m->lock);
     }
-    if (status == JITOP_OK && !(mu = calloc(1, sizeof *mu)))
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
-    if (status == JITOP_OK) {
+    /* Twice at most: a rebuild that began while the instance was built
+     * from the known hashes sends it back to the files as they are. */
+    for (int attempt = 0; status == JITOP_OK && attempt < 2; attempt++) {
+        if (!(mu = calloc(1, sizeof *mu))) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            break;
+        }
         const char *names[1] = {name};
+        bool use_known = attempt == 0 && known_at != UINT64_MAX;
         status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false,
-                                      &known, mu);
+                                      use_known ? &known : NULL, mu);
         bool mentioned = true;
         if (status == JITOP_ENOTFOUND) {
             char *why = jitop__strdup(jitop_errmsg(NULL));
@@ -525,16 +545,19 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
         if (status != JITOP_OK) {
             free(mu); /* modunit_build left it empty */
             mu = NULL;
+            break;
         }
-    }
-    if (status == JITOP_OK) {
-        status = instance_publish(m, name, mu, out, &taken);
+        status = instance_publish(m, name, mu, use_known ? known_at : UINT64_MAX, out, &taken,
+                                  &stale);
         *about_name = status == JITOP_ENOTFOUND; /* compiled, but to no kernel */
-    }
-    if (mu && !taken) {
-        jitop__image_free(m->drv, mu->image);
-        jitop__modunit_free(mu);
-        free(mu);
+        if (!taken) {
+            jitop__image_free(m->drv, mu->image);
+            jitop__modunit_free(mu);
+            free(mu);
+        }
+        mu = NULL;
+        if (!stale)
+            break;
     }
     jitop__deps_free(&known);
     return status;

@@ -98,7 +98,8 @@ static void ln_state_destroy(jitop_ctx *ctx)
         n = w->next;
         /* Teardown: nothing to report to; the driver releases the context
          * right after (hooks run in reverse order), which frees it anyway. */
-        if (d != NULL && w->ptr != 0 && jitop__driver_make_current(d) == JITOP_OK)
+        if (d != NULL && w->ptr != 0 && jitop__cuda_more() == JITOP_OK &&
+            jitop__driver_make_current(d) == JITOP_OK)
             (void)d->api->cuMemFree(w->ptr);
         free(w);
     }

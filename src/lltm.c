@@ -453,8 +453,9 @@ static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
 static int lltm_split_k(const jitop__driver *d, int out_rows, int out_cols, int k)
 {
     /* At most LLTM_MAX_SLICES (kernels/lltm.cu), which the kernels that sum
-     * the slices unroll to. */
-    static const int slices[] = {12, 8, 6, 4, 3, 2};
+     * the slices unroll to: the list starts at that limit. */
+    enum { LLTM_MAX_SLICES = 12 };
+    static const int slices[] = {LLTM_MAX_SLICES, 8, 6, 4, 3, 2};
     long tiles = (long)((out_rows + 63) / 64) * ((out_cols + 63) / 64);
     long want = 4L * d->sm_count / tiles;
     for (size_t i = 0; i < sizeof slices / sizeof slices[0]; i++)

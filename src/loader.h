@@ -160,6 +160,12 @@ struct jitop_module {
     struct jitop__failed_name *failed;
     size_t nfailed;
     uint64_t failed_gen;
+    /* Rebuilds prepared (jitop__module_prepare) and not yet committed or
+     * dropped, and how many were ever begun (m->lock): an instance whose
+     * key comes from the current generation's file hashes is only
+     * published if no rebuild began meanwhile (jit_ops.c, instantiate). */
+    unsigned pending;
+    uint64_t prepares;
     void *watch;              /* watch.c's per-module state; NULL when not watched */
     struct jitop_module *next; /* ctx->modules */
 };
