@@ -656,6 +656,40 @@ static time_t mtime_of(const char *path)
     return st.st_mtime;
 }
 
+/* dir/k.cu at version, with an old mtime: the manifest's stat data then
+ * vouches for it (a file changed in the last seconds is hashed again, which
+ * reads the entry). */
+static char *write_old_source(const char *dir, int version)
+{
+    char *text = kernel_source(version);
+    char *src = jt_write(dir, "k.cu", text);
+    free(text);
+    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+    assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
+    return src;
+}
+
+/* dir/k.cu rewritten at version, mtime now (an edit). */
+static void edit_source(const char *dir, int version)
+{
+    char *text = kernel_source(version);
+    free(jt_write(dir, "k.cu", text));
+    free(text);
+}
+
+/* The key of instance name as a new context that loads src gets it. */
+static void instance_key(const char *src, const char *module, const char *name, char key[33])
+{
+    const char *sources[] = {src};
+    jitop_module *m = NULL;
+    jitop_op *op = NULL;
+    jitop_ctx *ctx = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx, module, sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_int_equal(jitop_op_get(m, name, &op), JITOP_OK);
+    snprintf(key, 33, "%s", binding_key(op));
+    jitop_ctx_destroy(ctx);
+}
+
 /* A warm jitop_load marks a source's entry used without reading it: the
  * entry is read with the source image, when an op first needs it. One that
  * turns out invalid then, or is gone, is built again. */
@@ -663,13 +697,8 @@ static void test_source_entry_read_with_its_image(void **state)
 {
     (void)state;
     char *dir = jt_tmpdir();
-    char *text = kernel_source(21);
-    char *src = jt_write(dir, "k.cu", text);
-    free(text);
-    /* An old file: the manifest's stat data vouches for it (a file changed
-     * in the last seconds is hashed again, which reads the entry). */
+    char *src = write_old_source(dir, 21);
     struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
-    assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
     const char *sources[] = {src};
     jitop_ctx *ctx = jt_ctx_driver(g_cache);
     jitop_module *m = NULL;
@@ -745,28 +774,18 @@ static void test_instance_follows_the_loaded_sources(void **state)
 {
     (void)state;
     char *dir = jt_tmpdir();
-    char *text = kernel_source(41);
-    char *src = jt_write(dir, "k.cu", text);
-    free(text);
-    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
-    assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
+    char *src = write_old_source(dir, 41);
+    char key41[33];
+    instance_key(src, "loaded", "t<5>", key41);
+
     const char *sources[] = {src};
     jitop_module *m = NULL;
     jitop_op *op = NULL;
-    jitop_ctx *ctx = jt_ctx_driver(g_cache);
-    assert_int_equal(jitop_load(ctx, "loaded", sources, 1, NULL, 0, &m), JITOP_OK);
-    assert_int_equal(jitop_op_get(m, "t<5>", &op), JITOP_OK);
-    char key41[33];
-    snprintf(key41, sizeof key41, "%s", binding_key(op));
-    jitop_ctx_destroy(ctx);
-
     g_compiles = 0;
     jitop__before_compile_hook = count_compile;
-    ctx = jt_ctx_driver(g_cache);
+    jitop_ctx *ctx = jt_ctx_driver(g_cache);
     assert_int_equal(jitop_load(ctx, "loaded", sources, 1, NULL, 0, &m), JITOP_OK);
-    text = kernel_source(42); /* edited after the load */
-    free(jt_write(dir, "k.cu", text));
-    free(text);
+    edit_source(dir, 42); /* after the load */
     assert_int_equal(jitop_op_get(m, "t<5>", &op), JITOP_OK);
     assert_int_equal(g_compiles, 0);
     assert_string_equal(binding_key(op), key41);
@@ -791,26 +810,16 @@ static void test_instance_during_a_prepared_rebuild(void **state)
 {
     (void)state;
     char *dir = jt_tmpdir();
-    char *text = kernel_source(71);
-    char *src = jt_write(dir, "k.cu", text);
-    free(text);
-    struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
-    assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
+    char *src = write_old_source(dir, 71);
+    char key71[33];
+    instance_key(src, "prepared", "t<6>", key71); /* v71's instance, cached */
+
     const char *sources[] = {src};
     jitop_module *m = NULL;
     jitop_op *op = NULL;
     jitop_ctx *ctx = jt_ctx_driver(g_cache);
     assert_int_equal(jitop_load(ctx, "prepared", sources, 1, NULL, 0, &m), JITOP_OK);
-    assert_int_equal(jitop_op_get(m, "t<6>", &op), JITOP_OK); /* v71's instance, cached */
-    char key71[33];
-    snprintf(key71, sizeof key71, "%s", binding_key(op));
-    jitop_ctx_destroy(ctx);
-
-    ctx = jt_ctx_driver(g_cache);
-    assert_int_equal(jitop_load(ctx, "prepared", sources, 1, NULL, 0, &m), JITOP_OK);
-    text = kernel_source(72);
-    free(jt_write(dir, "k.cu", text));
-    free(text);
+    edit_source(dir, 72);
     jitop__pending *p = NULL;
     assert_int_equal(jitop__module_prepare(m, &p), JITOP_OK);
     assert_true(jitop__pending_changed(p));
@@ -822,11 +831,9 @@ static void test_instance_during_a_prepared_rebuild(void **state)
     jitop_ctx_destroy(ctx);
 
     /* The same key a new context gets for v72. */
-    ctx = jt_ctx_driver(g_cache);
-    assert_int_equal(jitop_load(ctx, "prepared", sources, 1, NULL, 0, &m), JITOP_OK);
-    assert_int_equal(jitop_op_get(m, "t<6>", &op), JITOP_OK);
-    assert_string_equal(binding_key(op), key72);
-    jitop_ctx_destroy(ctx);
+    char fresh[33];
+    instance_key(src, "prepared", "t<6>", fresh);
+    assert_string_equal(fresh, key72);
     free(src);
     jt_rm_rf(dir);
     free(dir);
