@@ -38,7 +38,7 @@ PY = sys.executable or "python3"
 # JITOP_BENCH_OP_<KERNEL> overrides the op.
 KERNELS = [
     ("saxpy", "bench/kernels/saxpy.cu", "saxpy"),
-    ("lltm", "kernels/lltm.cu", "lltm_fwd<float, 8, 4, 32, 1, 1, 8, true>"),
+    ("lltm", "kernels/lltm.cu", "lltm_fwd<float, 8, 4, 16, 1, 1, 16, true>"),
     ("layernorm", "kernels/layernorm.cu", "layernorm_fwd<float, 1024, true>"),
 ]
 SYSTEMS_GPU = ("floor", "jitop-c", "cupy")

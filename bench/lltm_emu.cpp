@@ -65,7 +65,7 @@ double run(int B, int I, int S)
         lltm_fwd<T, BM, BN, BK, TM, TN, KS, true>(in.data(), w.data(), bias.data(), oh.data(), oc.data(), nh.data(), nc.data(), saved.data(), B, I, S);
     });
     if (!FUSED)
-        launch({(unsigned)(S + 31) / 32, 1}, {32, 8}, [&] {
+        launch({(unsigned)(S + LLTM_GATES_COLS - 1) / LLTM_GATES_COLS, 1}, {LLTM_GATES_COLS, LLTM_GATES_ROWS}, [&] {
             lltm_bwd_gates<T, false>(gh.data(), gc.data(), saved.data(), dc.data(), db.data(), B, I, S);
         });
     unsigned ndx = ((K + N1 - 1) / N1) * ((B + B1 - 1) / B1), ndw = ((K + 1 + N2 - 1) / N2) * ((3 * S + B2 - 1) / B2);
@@ -120,8 +120,8 @@ int main()
     int sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {16, 32, 128}};
     int bad = 0;
     for (auto &s : sizes) {
-        double e1 = run<float, 8, 4, 32, 1, 1, 8, true, 32, 8, 4, 1, 1, 16, 32, 32, 2, 1, 1>(s[0], s[1], s[2]);
-        double e2 = run<float, 8, 4, 32, 1, 1, 8, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>(s[0], s[1], s[2]);
+        double e1 = run<float, 8, 4, 16, 1, 1, 16, true, 16, 8, 4, 1, 1, 24, 32, 32, 2, 2, 3>(s[0], s[1], s[2]);
+        double e2 = run<float, 8, 4, 16, 1, 1, 16, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>(s[0], s[1], s[2]);
         double e3 = run<double, 16, 8, 16, 2, 1, 4, true, 16, 16, 32, 2, 2, 2, 32, 32, 2, 2, 1>(s[0], s[1], s[2]);
         double e4 = run<double, 16, 8, 16, 2, 1, 4, false, 16, 16, 32, 2, 2, 1, 32, 32, 2, 4, 1>(s[0], s[1], s[2]);
         printf("B=%d I=%d S=%d  f32 fused %.2e  f32 split %.2e  f64 fused %.2e  f64 split %.2e\n", s[0], s[1], s[2], e1, e2, e3, e4);

@@ -169,6 +169,32 @@ __device__ __forceinline__ void lltm_store(T *smem, int tid, const T (&ra)[L::A_
     }
 }
 
+// acc += this thread's share of one shared-memory tile's product.
+template <class L, typename T>
+__device__ __forceinline__ void lltm_tile_fma(const T *As, const T *Bs, int tx, int ty,
+                                              T (&acc)[L::NG][L::TM][L::TN])
+{
+#pragma unroll
+    for (int kk = 0; kk < L::BK; kk++) {
+        T a[L::TM], b[L::NG][L::TN];
+#pragma unroll
+        for (int i = 0; i < L::TM; i++)
+            a[i] = As[kk * L::AP + ty + i * L::TY];
+#pragma unroll
+        for (int g = 0; g < L::NG; g++)
+#pragma unroll
+            for (int j = 0; j < L::TN; j++)
+                b[g][j] = Bs[(g * L::BK + kk) * L::BP + tx + j * L::TX];
+#pragma unroll
+        for (int g = 0; g < L::NG; g++)
+#pragma unroll
+            for (int i = 0; i < L::TM; i++)
+#pragma unroll
+                for (int j = 0; j < L::TN; j++)
+                    acc[g][i][j] += a[i] * b[g][j];
+    }
+}
+
 // Runs the reduction; returns true in the threads of group 0, which then
 // hold the block's full sums in acc (the others' acc is spent). Every
 // problem's a() and b() return 0 for k >= kred, so groups run the same
@@ -184,36 +210,44 @@ __device__ __forceinline__ bool lltm_mainloop(const P &p, int m0, int n0, int kr
     int ntiles = (kred + L::BK - 1) / L::BK;
     int rounds = (ntiles + L::KS - 1) / L::KS;
     T ra[L::A_PER], rb[L::B_PER];
-    lltm_load<L>(p, tid, m0, n0, grp * L::BK, ra, rb);
-    lltm_store<L, P>(mine, tid, ra, rb);
-    __syncthreads();
-    for (int r = 0; r < rounds; r++) {
-        bool more = r + 1 < rounds;
-        if (more)
-            lltm_load<L>(p, tid, m0, n0, ((r + 1) * L::KS + grp) * L::BK, ra, rb);
-#pragma unroll
-        for (int kk = 0; kk < L::BK; kk++) {
-            T a[L::TM], b[L::NG][L::TN];
-#pragma unroll
-            for (int i = 0; i < L::TM; i++)
-                a[i] = As[kk * L::AP + ty + i * L::TY];
-#pragma unroll
-            for (int g = 0; g < L::NG; g++)
-#pragma unroll
-                for (int j = 0; j < L::TN; j++)
-                    b[g][j] = Bs[(g * L::BK + kk) * L::BP + tx + j * L::TX];
-#pragma unroll
-            for (int g = 0; g < L::NG; g++)
-#pragma unroll
-                for (int i = 0; i < L::TM; i++)
-#pragma unroll
-                    for (int j = 0; j < L::TN; j++)
-                        acc[g][i][j] += a[i] * b[g][j];
+    if constexpr (P::ONE_LOAD_SITE) {
+        // One call site each for the loads, the tile product and the stores
+        // (the next tile's loads still overlap this tile's FMAs): every site
+        // is unrolled code, and the second copy of the loads made the
+        // forward 27 KB of SASS instead of 14, which the driver pays for in
+        // every load of the module (about 4 us per KB on an H100;
+        // bench/lltm_NOTES.md, run 9).
+#pragma unroll 1
+        for (int r = 0; r <= rounds; r++) {
+            if (r < rounds)
+                lltm_load<L>(p, tid, m0, n0, (r * L::KS + grp) * L::BK, ra, rb);
+            if (r > 0) {
+                lltm_tile_fma<L>(As, Bs, tx, ty, acc);
+                __syncthreads();
+            }
+            if (r < rounds) {
+                lltm_store<L, P>(mine, tid, ra, rb);
+                __syncthreads();
+            }
         }
+    } else {
+        // The first tile's loads peeled off the loop: twice the load code
+        // (the fused backward's d_gates are computed in its loads), but in
+        // the form above that backward measured 0.3 us slower per call at
+        // the tutorial's size (with its earlier tiling, run 9).
+        lltm_load<L>(p, tid, m0, n0, grp * L::BK, ra, rb);
+        lltm_store<L, P>(mine, tid, ra, rb);
         __syncthreads();
-        if (more) {
-            lltm_store<L, P>(mine, tid, ra, rb);
+        for (int r = 0; r < rounds; r++) {
+            bool more = r + 1 < rounds;
+            if (more)
+                lltm_load<L>(p, tid, m0, n0, ((r + 1) * L::KS + grp) * L::BK, ra, rb);
+            lltm_tile_fma<L>(As, Bs, tx, ty, acc);
             __syncthreads();
+            if (more) {
+                lltm_store<L, P>(mine, tid, ra, rb);
+                __syncthreads();
+            }
         }
     }
     if (L::KS > 1) {
@@ -248,27 +282,26 @@ __device__ __forceinline__ bool lltm_mainloop(const P &p, int m0, int n0, int kr
 // Forward product: A = X (B x (K+1), the ones column last), B(g, k, n) =
 // W[g*S + n][k] (bias at k == K). Blocks of column 0 also copy X into saved.
 template <typename T> struct lltm_fwd_problem {
-    enum : bool { A_K_FAST = true, B_K_FAST = true };
+    enum : bool { A_K_FAST = true, B_K_FAST = true, ONE_LOAD_SITE = true };
     const T *input, *w, *bias, *old_h;
     T *save_x;
     int B, I, S, K;
     __device__ __forceinline__ T a(int m, int k) const
     {
-        if (m >= B || k > K)
-            return T(0);
-        if (k == K)
-            return T(1);
-        T v = k < S ? old_h[(size_t)m * S + k] : input[(size_t)m * I + (k - S)];
-        if (save_x != nullptr)
+        // Selects, not early returns: one predicated load per element keeps
+        // the unrolled loads short (every load of the module pays for its size).
+        bool in = m < B && k < K;
+        const T *src = k < S ? old_h + ((size_t)m * S + k) : input + ((size_t)m * I + (k - S));
+        T v = in ? *src : T(m < B && k == K);
+        if (save_x != nullptr && in)
             save_x[(size_t)m * K + k] = v;
         return v;
     }
     __device__ __forceinline__ T b(int g, int k, int n) const
     {
-        if (n >= S || k > K)
-            return T(0);
         size_t row = (size_t)g * S + n;
-        return k == K ? bias[row] : w[row * K + k];
+        const T *src = k < K ? w + (row * K + k) : bias + row;
+        return n < S && k <= K ? *src : T(0);
     }
 };
 
@@ -491,7 +524,7 @@ template <typename T, bool FUSED> struct lltm_grad_src {
 
 // d_X = G W: A(m=b, k=g) = G[b][g], B(k=g, n) = W[g][n].
 template <typename T, bool FUSED> struct lltm_dx_problem {
-    enum : bool { A_K_FAST = true, B_K_FAST = false };
+    enum : bool { A_K_FAST = true, B_K_FAST = false, ONE_LOAD_SITE = false };
     lltm_grad_src<T, FUSED> src;
     const T *w;
     int B, K, S3;
@@ -507,7 +540,7 @@ template <typename T, bool FUSED> struct lltm_dx_problem {
 
 // [d_W | d_bias] = G^T [X | 1]: A(m=g, k=b) = G[b][g], B(k=b, n) = X[b][n].
 template <typename T, bool FUSED> struct lltm_dw_problem {
-    enum : bool { A_K_FAST = false, B_K_FAST = false };
+    enum : bool { A_K_FAST = false, B_K_FAST = false, ONE_LOAD_SITE = false };
     lltm_grad_src<T, FUSED> src;
     const T *x;
     int B, K, S3;

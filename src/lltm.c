@@ -56,17 +56,20 @@ typedef struct lltm_kernel {
  * BN2, TM2, TN2, KS2>. At the small sizes the fused kernels run on a few
  * dozen blocks, and a block's time is its chain of k tiles plus its shared
  * memory reads: small output tiles (more blocks, fewer shared reads each)
- * and the reduction split over KS thread groups (one round of k tiles at the
- * tutorial's tiny size). The fp32 tilings were changed to 8x4 after the
- * last timing (bench/lltm_NOTES.md): 16x8/16x32 tiles measured 8.5 and
- * 10.7 us per launch there. */
+ * and the reduction split over KS thread groups. At the tutorial's size
+ * (K + 1 = 161, 3S = 384) the fp32 kernels take one round of k tiles with
+ * short chains: the forward 11 tiles of 16 over 16 groups, the backward's
+ * d_X 24 tiles of 16 over 24 groups (its d_W blocks, 3 groups of 256
+ * threads, reduce over B). Against 8 and 16 groups of 32 this measured 8.8
+ * instead of 10.3 us per forward + backward from C, and the forward is 14 KB
+ * of code instead of 35 (bench/lltm_NOTES.md, run 9). */
 /* The fused forward's BM, BN per dtype (must match the names below). */
 static const unsigned lltm_fwd_tile[2][2] = {{8, 4}, {16, 8}};
 static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
     {
-        {"lltm_fwd<float, 8, 4, 32, 1, 1, 8, true>", 256},
-        {"lltm_fwd<float, 8, 4, 32, 1, 1, 8, false>", 256},
-        {"lltm_bwd<float, true, 32, 8, 4, 1, 1, 16, 32, 32, 2, 1, 1>", 512},
+        {"lltm_fwd<float, 8, 4, 16, 1, 1, 16, true>", 512},
+        {"lltm_fwd<float, 8, 4, 16, 1, 1, 16, false>", 512},
+        {"lltm_bwd<float, true, 16, 8, 4, 1, 1, 24, 32, 32, 2, 2, 3>", 768},
         {"lltm_bwd<float, false, 16, 32, 64, 4, 4, 1, 64, 64, 8, 4, 1>", 128},
         {"lltm_bwd_gates<float, false>", 256},
         {"lltm_bwd_gates<float, true>", 256},
