@@ -93,13 +93,14 @@ class Jit:
 
     def gates_launch(self, T, bias, B, I, S, ptrs, stream):
         self.k["lltm_bwd_gates<%s,%s>" % (T, "true" if bias else "false")](
-            ((S + 31) // 32,), (32, 8), tuple(ptrs) + (np.int32(B), np.int32(I), np.int32(S)),
+            ((S + 7) // 8,), (8, 32), tuple(ptrs) + (np.int32(B), np.int32(I), np.int32(S)),
             stream=stream)
 
 
 # (forward, backward) pairs; the first of each list is what src/lltm.c ships.
 VARIANTS = {
     ("float", "small"): [
+        ("lltm_fwd<float,8,4,16,1,1,16,true>", "lltm_bwd<float,true,16,8,4,1,1,24,32,32,2,2,3>"),
         ("lltm_fwd<float,8,4,32,1,1,8,true>", "lltm_bwd<float,true,32,8,4,1,1,16,32,32,2,1,1>"),
         ("lltm_fwd<float,16,8,32,2,1,4,true>", "lltm_bwd<float,true,32,16,32,2,2,4,32,32,2,1,1>"),
         ("lltm_fwd<float,16,8,16,2,1,1,true>", "lltm_bwd<float,true,16,16,32,2,2,1,32,32,2,4,1>"),

@@ -215,7 +215,7 @@ __device__ __forceinline__ bool lltm_mainloop(const P &p, int m0, int n0, int kr
         // (the next tile's loads still overlap this tile's FMAs): every site
         // is unrolled code, and the second copy of the loads made the
         // forward 27 KB of SASS instead of 14, which the driver pays for in
-        // every load of the module (about 4 us per KB on an H100;
+        // every load of the module (about 3.5 us per KB on an H100;
         // bench/lltm_NOTES.md, run 9).
 #pragma unroll 1
         for (int r = 0; r <= rounds; r++) {
