@@ -423,13 +423,12 @@ static int not_found_locked(jitop_module *m, const char *name, const char *extra
 
 /* Adds a built instance to m as the op name, unless another thread added
  * the same name meanwhile (*out is then that op). *taken: mu now belongs to
- * m. */
-/* Makes mu op name (*taken: m owns mu now). known_at: for an instance whose
- * key came from the module's file hashes, m->prepares when they were
- * copied; if a rebuild began since, mu may be built from the files that
- * rebuild replaces, and a rebuild's commit keeps the instances made after
- * it began as they are: nothing is published and *stale is set (the caller
- * builds it again from the files as they are). UINT64_MAX: no such check. */
+ * m. known_at: for an instance whose key came from the module's file
+ * hashes, m->prepares when they were copied; if a rebuild began since, mu
+ * may be built from the files that rebuild replaces, and a rebuild's commit
+ * keeps the instances made after it began as they are: nothing is
+ * published and *stale is set (the caller builds it again from the files
+ * as they are). UINT64_MAX: no such check. */
 static int instance_publish(jitop_module *m, const char *name, jitop__modunit *mu,
                             uint64_t known_at, jitop_op **out, bool *taken, bool *stale)
 {
