@@ -91,7 +91,9 @@ typedef struct jitop_config {
     /* CUDA device ordinal whose primary context is used (default 0). */
     int device;
     /* A CUcontext the application owns, used instead of the primary context.
-     * jitop never destroys it. NULL: the device's primary context. */
+     * jitop never destroys it, and loads its modules into it: destroy it
+     * after jitop_ctx_destroy, which unloads them. NULL: the device's primary
+     * context. */
     void *cu_context;
     /* Non-zero: never open the driver (prewarming on machines with no GPU).
      * Load and launch calls then fail with JITOP_ENODRIVER. */
@@ -248,7 +250,7 @@ typedef struct jitop_op_info {
     size_t static_shared_bytes;
 } jitop_op_info;
 
-/* Describes an op (parameters from cuKernelGetParamInfo, attributes from
+/* Describes an op (parameters from cuFuncGetParamInfo, attributes from
  * cuFuncGetAttribute). The driver is asked once per op and code generation,
  * the first time something needs the answer: this call, a launch that
  * checks its arguments, or one with dynamic shared memory; jitop_op_get

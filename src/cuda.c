@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The oldest driver whose library API has everything jitop uses
- * (cuLibraryEnumerateKernels, cuKernelGetName arrived in 12.4). */
+/* The oldest driver whose module API has everything jitop uses
+ * (cuModuleEnumerateFunctions, cuFuncLoad, cuFuncGetParamInfo arrived in
+ * 12.4). */
 #define JITOP__MIN_DRIVER 12040
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -47,20 +47,20 @@
     X(cuCtxPopCurrent, 4000)                                                                       \
     X(cuCtxGetDevice, 2000)                                                                        \
     X(cuCtxSynchronize, 2000)                                                                      \
-    X(cuLibraryLoadData, 12000)                                                                    \
-    X(cuLibraryUnload, 12000)                                                                      \
-    X(cuLibraryGetKernelCount, 12040)                                                              \
-    X(cuLibraryEnumerateKernels, 12040)                                                            \
-    X(cuKernelGetName, 12030)                                                                      \
-    X(cuKernelGetFunction, 12000)                                                                  \
+    X(cuModuleLoadData, 2000)                                                                      \
+    X(cuModuleUnload, 2000)                                                                        \
+    X(cuModuleGetFunction, 2000)                                                                   \
+    X(cuModuleGetFunctionCount, 12040)                                                             \
+    X(cuModuleEnumerateFunctions, 12040)                                                           \
+    X(cuFuncGetName, 12030)                                                                        \
+    X(cuFuncLoad, 12040)                                                                           \
     X(cuLaunchKernel, 4000)                                                                        \
     X(cuLaunchKernelEx, 11060)
 
 /* The rest, resolved all at once the first time one of them is needed
  * (jitop__cuda_more): NULL in the table until then. */
 #define JITOP__CUDA_MORE(X)                                                                        \
-    X(cuLibraryGetKernel, 12000)                                                                   \
-    X(cuKernelGetParamInfo, 12040)                                                                 \
+    X(cuFuncGetParamInfo, 12040)                                                                   \
     X(cuFuncGetAttribute, 2020)                                                                    \
     X(cuFuncSetAttribute, 9000)                                                                    \
     X(cuOccupancyMaxPotentialBlockSize, 6050)                                                      \

@@ -20,11 +20,10 @@ void jitop__image_free(const jitop__driver *drv, jitop__image *img)
 {
     if (!img)
         return;
-    if (img->lib && drv) {
+    if (img->mod && drv) {
         /* A failure here leaves nothing to recover: the handle is gone. */
-        CUresult r = drv->api->cuLibraryUnload(img->lib);
-        if (r != CUDA_SUCCESS)
-            jitop__cu_check(r, "cuLibraryUnload", NULL);
+        if (jitop__driver_make_current(drv) == JITOP_OK)
+            jitop__cu_check(drv->api->cuModuleUnload(img->mod), "cuModuleUnload", NULL);
     }
     free_kernels(img->kernels, img->nkernels);
     free(img);
@@ -38,41 +37,62 @@ const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name
     return NULL;
 }
 
-static int enumerate_kernels(const jitop__driver *drv, jitop__image *img, const char *what)
+static int list_kernels(const jitop__driver *drv, jitop__image *img, const char *what)
 {
     const jitop__cuda_api *api = drv->api;
     unsigned count = 0;
-    CUkernel *ks = NULL;
-    int status = jitop__cu_check(api->cuLibraryGetKernelCount(&count, img->lib),
-                                 "cuLibraryGetKernelCount", what);
+    CUfunction *fns = NULL;
+    int status = jitop__cu_check(api->cuModuleGetFunctionCount(&count, img->mod),
+                                 "cuModuleGetFunctionCount", what);
     if (status != JITOP_OK || count == 0)
         goto out;
-    ks = calloc(count, sizeof *ks);
+    fns = calloc(count, sizeof *fns);
     img->kernels = calloc(count, sizeof *img->kernels);
-    if (!ks || !img->kernels) {
+    if (!fns || !img->kernels) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    status = jitop__cu_check(api->cuLibraryEnumerateKernels(ks, count, img->lib),
-                             "cuLibraryEnumerateKernels", what);
+    status = jitop__cu_check(api->cuModuleEnumerateFunctions(fns, count, img->mod),
+                             "cuModuleEnumerateFunctions", what);
     for (unsigned i = 0; status == JITOP_OK && i < count; i++) {
         const char *name = NULL;
-        status = jitop__cu_check(api->cuKernelGetName(&name, ks[i]), "cuKernelGetName", what);
+        status = jitop__cu_check(api->cuFuncGetName(&name, fns[i]), "cuFuncGetName", what);
         if (status != JITOP_OK)
             break;
-        img->kernels[i].kernel = ks[i];
+        img->kernels[i].fn = fns[i];
         if (!(img->kernels[i].name = jitop__strdup(name)))
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
         else
             img->nkernels++;
     }
 out:
-    free(ks);
+    free(fns);
     return status;
 }
 
+/* An instance's image: its one kernel looked up by name, which also puts
+ * the kernel's code on the GPU (the list of a source image does not). A
+ * name that is no kernel leaves the list empty: the caller says so. */
+static int list_kernel(const jitop__driver *drv, jitop__image *img, const char *name,
+                       const char *what)
+{
+    CUfunction fn = NULL;
+    CUresult r = drv->api->cuModuleGetFunction(&fn, img->mod, name);
+    if (r == CUDA_ERROR_NOT_FOUND)
+        return JITOP_OK;
+    int status = jitop__cu_check(r, "cuModuleGetFunction", what);
+    if (status != JITOP_OK)
+        return status;
+    if (!(img->kernels = calloc(1, sizeof *img->kernels)) ||
+        !(img->kernels[0].name = jitop__strdup(name)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    img->kernels[0].fn = fn;
+    img->nkernels = 1;
+    return JITOP_OK;
+}
+
 int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *bin,
-                      const char *what, jitop__image **out)
+                      const char *what, const char *only, jitop__image **out)
 {
     const jitop__driver *drv = m->drv;
     jitop__image *img = calloc(1, sizeof *img);
@@ -82,16 +102,16 @@ int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     atomic_init(&img->inflight, 0);
     memcpy(img->key, key, sizeof img->key);
-    /* Loading is context-independent, but the kernels are then looked up in
-     * m's context: make it current (a reload may run on any thread). */
+    /* The module goes into the current context: make it m's (a reload may
+     * run on any thread). */
     status = jitop__driver_make_current(drv);
     if (status != JITOP_OK)
         goto out;
     /* The driver copies the image, so the entry can be freed afterwards. */
-    CUresult r = drv->api->cuLibraryLoadData(&img->lib, bin->data, NULL, NULL, 0, NULL, NULL, 0);
+    CUresult r = drv->api->cuModuleLoadData(&img->mod, bin->data);
     if (r != CUDA_SUCCESS) {
-        img->lib = NULL;
-        status = jitop__cu_check(r, "cuLibraryLoadData", what);
+        img->mod = NULL;
+        status = jitop__cu_check(r, "cuModuleLoadData", what);
         if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
             r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
             char name[128];
@@ -101,7 +121,7 @@ int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *
         }
         goto out;
     }
-    status = enumerate_kernels(drv, img, what);
+    status = only ? list_kernel(drv, img, only, what) : list_kernels(drv, img, what);
     if (status == JITOP_OK && m->ctx->verbose && !bin->is_ptx) {
         size_t globals = jitop__cubin_global_bytes(bin->data, bin->size);
         if (globals > 0)
@@ -171,7 +191,7 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
     double t_load = jitop__now_ms();
     if (!lazy)
         status = jitop__image_load(m, built.key, &built.entry.bin, unit_label(&mu->unit),
-                                   &mu->image);
+                                   mu->lowered, &mu->image);
     t_load = jitop__now_ms() - t_load;
     if (status != JITOP_OK)
         goto out;
@@ -184,7 +204,10 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
                : built.cached ? "cache hit"
                               : "built",
                t_build, built.entry.bin.size,
-               lazy ? "image loaded when needed" : "cuLibraryLoadData + kernel list", t_load);
+               lazy            ? "image loaded when needed"
+               : mu->lowered ? "cuModuleLoadData + cuModuleGetFunction"
+                             : "cuModuleLoadData + kernel list",
+               t_load);
     memcpy(mu->key, built.key, sizeof mu->key);
     mu->deps = built.deps;
     memset(&built.deps, 0, sizeof built.deps);
@@ -393,7 +416,7 @@ int jitop__units_load(jitop_module *m)
             if (status != JITOP_OK)
                 return status;
         }
-        int status = jitop__image_load(m, mu->key, &mu->unloaded, unit_label(&mu->unit),
+        int status = jitop__image_load(m, mu->key, &mu->unloaded, unit_label(&mu->unit), NULL,
                                        &mu->image);
         if (status != JITOP_OK)
             return status;
@@ -557,6 +580,14 @@ void jitop__pending_free(jitop__pending *p)
     free(p);
 }
 
+/* What an item's new image is loaded for: an instance's new symbol, or
+ * NULL (a source: every kernel). Only the item's own fields: m->lock is not
+ * held in prepare. */
+static const char *instance_symbol(const pending_item *it)
+{
+    return it->mu->unit.names.n > 0 ? it->lowered : NULL;
+}
+
 int jitop__pending_changed(const jitop__pending *p)
 {
     return p && p->changed;
@@ -617,7 +648,8 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
             if (status == JITOP_OK && !it->unloaded)
                 status = jitop__image_load(m, built.key, &built.entry.bin,
-                                           unit_label(&it->mu->unit), &it->image);
+                                           unit_label(&it->mu->unit), instance_symbol(it),
+                                           &it->image);
             if (status == JITOP_OK && it->unloaded) {
                 it->bin = built.entry.bin;
                 memset(&built.entry.bin, 0, sizeof built.entry.bin);
@@ -636,14 +668,14 @@ out:
 }
 
 int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
-                       jitop__image **img, CUkernel *k)
+                       jitop__image **img, CUfunction *fn)
 {
     for (size_t i = 0; i < m->nunits; i++) {
         jitop__image *cand = images ? images[i] : m->units[i].image;
         const jitop__kernel *kk = jitop__image_find(cand, name);
         if (kk) {
             *img = cand;
-            *k = kk->kernel;
+            *fn = kk->fn;
             return 1;
         }
     }
@@ -653,7 +685,7 @@ int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const
 /* Where op's kernel lives once p is swapped in. *unchanged: op keeps its
  * binding (same image, or still stale, or an instance newer than p). */
 static int commit_target(jitop_module *m, jitop__pending *p, jitop__image *const *images,
-                         jitop_op *op, jitop__image **img, CUkernel *k, const char **lowered,
+                         jitop_op *op, jitop__image **img, CUfunction *fn, const char **lowered,
                          bool *unchanged)
 {
     jitop__binding *cur = atomic_load_explicit(&op->cur, memory_order_relaxed);
@@ -661,7 +693,7 @@ static int commit_target(jitop_module *m, jitop__pending *p, jitop__image *const
     *unchanged = false;
     *lowered = op->name;
     if (op->instance == SIZE_MAX) {
-        found = jitop__find_kernel(m, images, op->name, img, k);
+        found = jitop__find_kernel(m, images, op->name, img, fn);
     } else {
         size_t idx = m->nunits + op->instance;
         if (idx >= p->n) {
@@ -673,7 +705,7 @@ static int commit_target(jitop_module *m, jitop__pending *p, jitop__image *const
         *lowered = p->items[idx].lowered ? p->items[idx].lowered : mu->lowered;
         const jitop__kernel *kk = jitop__image_find(*img, *lowered);
         if (kk) {
-            *k = kk->kernel;
+            *fn = kk->fn;
             found = 1;
         }
     }
@@ -719,7 +751,7 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
             pending_item *it = &p->items[i];
             if (it->changed && !it->image && it->mu->image)
                 status = jitop__image_load(m, it->key, &it->bin, unit_label(&it->mu->unit),
-                                           &it->image);
+                                           NULL, &it->image);
         }
         if (status != JITOP_OK)
             goto out;
@@ -730,13 +762,13 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
         size_t j = 0;
         for (jitop_op *op = m->ops; op && status == JITOP_OK; op = op->next, j++) {
             jitop__image *img = NULL;
-            CUkernel k = NULL;
+            CUfunction fn = NULL;
             const char *lowered = NULL;
             bool unchanged = false;
-            int found = commit_target(m, p, images, op, &img, &k, &lowered, &unchanged);
+            int found = commit_target(m, p, images, op, &img, &fn, &lowered, &unchanged);
             if (unchanged)
                 continue;
-            status = found ? jitop__binding_make(m, img, k, lowered, &fresh[j])
+            status = found ? jitop__binding_make(m, img, fn, lowered, &fresh[j])
                            : jitop__binding_stale(op->name, &fresh[j]);
         }
         if (status != JITOP_OK)
@@ -813,7 +845,7 @@ int jitop__module_reap(jitop_module *m, bool wait, size_t *left)
      * reap claims the images it saw idle, so that a reap whose sync started
      * earlier never unloads an image that went idle after its sync began. */
     for (jitop__image *img = m->images; wait && img; img = img->next) {
-        if (img->retired && img->lib && !img->reap_claim &&
+        if (img->retired && img->mod && !img->reap_claim &&
             atomic_load_explicit(&img->inflight, memory_order_seq_cst) == 0) {
             img->reap_claim = ticket;
             claimed++;
@@ -840,15 +872,16 @@ int jitop__module_reap(jitop_module *m, bool wait, size_t *left)
             img->reap_claim = 0; /* a later reap tries again */
             continue;
         }
-        status = jitop__cu_check(m->drv->api->cuLibraryUnload(img->lib), "cuLibraryUnload",
+        /* The context is current: the sync above made it so on this thread. */
+        status = jitop__cu_check(m->drv->api->cuModuleUnload(img->mod), "cuModuleUnload",
                                  m->name);
-        img->lib = NULL;
+        img->mod = NULL;
         free_kernels(img->kernels, img->nkernels);
         img->kernels = NULL;
         img->nkernels = 0;
     }
     for (jitop__image *img = m->images; img; img = img->next)
-        if (img->retired && img->lib)
+        if (img->retired && img->mod)
             still++;
     pthread_mutex_unlock(&m->lock);
     if (left)

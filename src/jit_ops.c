@@ -37,20 +37,20 @@ int jitop__binding_stale(const char *lowered, jitop__binding **out)
     return JITOP_OK;
 }
 
-/* The parameter layout of k. The driver has no parameter count call: ask
+/* The parameter layout of fn. The driver has no parameter count call: ask
  * for each index until it says the index is past the end. */
-static int param_layout(const jitop__cuda_api *api, CUkernel k, const char *what,
+static int param_layout(const jitop__cuda_api *api, CUfunction fn, const char *what,
                         jitop_op_info *info)
 {
     int status = JITOP_OK;
     info->nparams = 0;
     for (size_t i = 0; status == JITOP_OK; i++) {
         size_t off = 0, size = 0;
-        CUresult r = api->cuKernelGetParamInfo(k, i, &off, &size);
+        CUresult r = api->cuFuncGetParamInfo(fn, i, &off, &size);
         if (r == CUDA_ERROR_INVALID_VALUE)
             break;
         if (r != CUDA_SUCCESS) {
-            status = jitop__cu_check(r, "cuKernelGetParamInfo", what);
+            status = jitop__cu_check(r, "cuFuncGetParamInfo", what);
         } else if (i == JITOP_MAX_PARAMS) {
             status = jitop__fail(JITOP_ENOTSUP, "op %s has more than %d parameters", what,
                                  JITOP_MAX_PARAMS);
@@ -63,27 +63,26 @@ static int param_layout(const jitop__cuda_api *api, CUkernel k, const char *what
     return status;
 }
 
-/* The function of k in m's context: where the driver puts the kernel's code
- * on the GPU (the driver loads lazily). */
-static int kernel_function(const jitop_module *m, CUkernel k, const char *what, CUfunction *fn)
+/* Puts fn's code on the GPU if the driver has not yet (it loads lazily:
+ * a listed function's code waits for its first use), so that a launch never
+ * pays for it. Makes m's context current. */
+static int function_load(const jitop_module *m, CUfunction fn, const char *what)
 {
     int status = jitop__driver_make_current(m->drv);
     if (status == JITOP_OK)
-        status = jitop__cu_check(m->drv->api->cuKernelGetFunction(fn, k), "cuKernelGetFunction",
-                                 what);
+        status = jitop__cu_check(m->drv->api->cuFuncLoad(fn), "cuFuncLoad", what);
     return status;
 }
 
-/* k's parameter layout and fn's attributes (fn: k's function, m's context
- * current). */
-static int describe_kernel(const jitop_module *m, CUkernel k, CUfunction fn, const char *what,
-                           jitop_op_info *info)
+/* fn's parameter layout and attributes (m's context current). */
+static int describe_function(const jitop_module *m, CUfunction fn, const char *what,
+                             jitop_op_info *info)
 {
     const jitop__cuda_api *api = m->drv->api;
     int threads = 0, regs = 0, sshared = 0;
     int status = jitop__cuda_more();
     if (status == JITOP_OK)
-        status = param_layout(api, k, what, info);
+        status = param_layout(api, fn, what, info);
     if (status == JITOP_OK)
         status = jitop__cu_check(
             api->cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
@@ -101,7 +100,7 @@ static int describe_kernel(const jitop_module *m, CUkernel k, CUfunction fn, con
     return status;
 }
 
-int jitop__binding_make(jitop_module *m, jitop__image *img, CUkernel k, const char *lowered,
+int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const char *lowered,
                         jitop__binding **out)
 {
     jitop__binding *b = calloc(1, sizeof *b);
@@ -110,14 +109,14 @@ int jitop__binding_make(jitop_module *m, jitop__image *img, CUkernel k, const ch
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     atomic_init(&b->smem_raised, 0);
     atomic_init(&b->described, false);
-    int status = kernel_function(m, k, lowered, &b->fn);
+    int status = function_load(m, fn, lowered);
     if (status == JITOP_OK && !(b->lowered = jitop__strdup(lowered)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status != JITOP_OK) {
         jitop__binding_free_chain(b);
         return status;
     }
-    b->kernel = k;
+    b->fn = fn;
     b->image = img;
     *out = b;
     return JITOP_OK;
@@ -135,7 +134,7 @@ static int binding_describe_slow(jitop_op *op, jitop__binding *b)
     /* The attributes are asked of fn in m's context, like the launch. */
     status = jitop__driver_make_current(m->drv);
     if (status == JITOP_OK)
-        status = describe_kernel(m, b->kernel, b->fn, op->name, &info);
+        status = describe_function(m, b->fn, op->name, &info);
     if (status != JITOP_OK)
         goto out; /* the next caller asks the driver again */
     b->nparams = info.nparams;
@@ -377,14 +376,15 @@ static int pick_unit(jitop_module *m, const char *name, const jitop__modunit **u
 }
 
 /* The first binding of op name, with its time in the verbose log. */
-static int op_bind(jitop_module *m, const char *name, jitop__image *img, CUkernel k,
+static int op_bind(jitop_module *m, const char *name, jitop__image *img, CUfunction fn,
                    const char *lowered, jitop__binding **b)
 {
     double t = jitop__now_ms();
-    int status = jitop__binding_make(m, img, k, lowered, b);
+    int status = jitop__binding_make(m, img, fn, lowered, b);
     if (status == JITOP_OK)
         jitop__log(m->ctx,
-                   "module %s: op %s bound in %.3f ms (the driver puts its code on the GPU here)",
+                   "module %s: op %s bound in %.3f ms (a source kernel's code goes to the GPU "
+                   "here; an instance's went with its image)",
                    m->name, name, jitop__now_ms() - t);
     return status;
 }
@@ -464,7 +464,7 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
         m->instances = v;
         m->cap_instances = cap;
     }
-    status = op_bind(m, name, mu->image, k->kernel, mu->lowered, &b);
+    status = op_bind(m, name, mu->image, k->fn, mu->lowered, &b);
     if (status == JITOP_OK)
         status = op_new(m, name, m->ninstances, b, out);
     if (status == JITOP_OK) {
@@ -570,7 +570,7 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
     int status = JITOP_OK;
     jitop__binding *b = NULL;
     jitop__image *img = NULL;
-    CUkernel k = NULL;
+    CUfunction fn = NULL;
     const jitop__failed_name *failed = NULL;
     bool compile = false;
     uint64_t gen = 0;
@@ -583,8 +583,8 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
         status = jitop__units_load(m);
     if (*op || status != JITOP_OK)
         goto unlock;
-    if (jitop__find_kernel(m, NULL, name, &img, &k)) {
-        status = op_bind(m, name, img, k, name, &b);
+    if (jitop__find_kernel(m, NULL, name, &img, &fn)) {
+        status = op_bind(m, name, img, fn, name, &b);
         if (status == JITOP_OK)
             status = op_new(m, name, SIZE_MAX, b, op);
         if (status == JITOP_OK)
@@ -712,14 +712,13 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
             if (i >= m->nunits ? strcmp(k->name, mu->lowered) != 0 : listed_before(m, i, j))
                 continue;
             if (n < cap) {
-                CUfunction fn;
                 jitop_op_info *info = &infos[n];
                 memset(info, 0, sizeof *info);
                 info->name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
                 info->lowered = k->name;
-                status = kernel_function(m, k->kernel, k->name, &fn);
+                status = function_load(m, k->fn, k->name);
                 if (status == JITOP_OK)
-                    status = describe_kernel(m, k->kernel, fn, k->name, info);
+                    status = describe_function(m, k->fn, k->name, info);
             }
             n++;
         }

@@ -4,7 +4,7 @@
  *
  * Op indirection. A jitop_op handle never changes for the life of its
  * module. It points to a *binding* (the CUfunction, its parameter layout and
- * the image (CUlibrary) it lives in) through one C11 atomic pointer. A
+ * the image (CUmodule) it lives in) through one C11 atomic pointer. A
  * reload builds new images and new bindings first (prepare, no lock, may run
  * on a background thread), then publishes them with one atomic store per op
  * (commit). A launch loads the pointer once and uses only that binding, so it
@@ -16,13 +16,13 @@
  * When an old image may be unloaded. Bindings and image structs are never
  * freed before the module (they are small: a reload costs ~1 KiB per op), so
  * a launch that loaded an old pointer can always dereference it. What is
- * released early is the CUlibrary. A launch brackets its use with the
+ * released early is the CUmodule. A launch brackets its use with the
  * image's in-flight count:
  *     inflight++ (seq_cst); if op->cur changed meanwhile: inflight--, retry;
  *     cuLaunchKernel; inflight--
  * and commit stores the new binding (seq_cst) before the image is retired, so
  * a reaper that reads inflight == 0 after the store knows that no launch can
- * still start on that image. cuLibraryUnload promises nothing about kernels
+ * still start on that image. cuModuleUnload promises nothing about kernels
  * already queued on streams (the driver docs say only that using the handle
  * afterwards is undefined), so the reaper also waits for the context's queued
  * work (cuCtxSynchronize) before unloading. That wait blocks, so it happens
@@ -47,21 +47,33 @@
 #include <cuda.h> /* types only: the driver is called through cuda.c's table */
 #include <stdatomic.h>
 
-/* One kernel of an image, as enumerated at load. */
+/* One kernel of an image, as listed at load. */
 typedef struct jitop__kernel {
     char *name;     /* as the driver names it (mangled for C++ symbols); owned */
-    CUkernel kernel;
+    CUfunction fn;  /* in m's context; its code may not be on the GPU yet (lazy loading) */
 } jitop__kernel;
 
-/* One loaded binary: the CUlibrary of one built unit. */
+/* One loaded binary: the module of one built unit, in m's context.
+ *
+ * Why a CUmodule and not a context-independent CUlibrary: a module is only
+ * ever used in its own context, and it loads faster. On an H100 (driver
+ * 580), loading the LLTM forward's 18.6 KB cubin and getting its function
+ * took 98 us as cuModuleLoadData + cuModuleGetFunction (an instance), 105 us
+ * with the function list and cuFuncLoad instead (a source), and 134 us as
+ * cuLibraryLoadData + the kernel list + cuKernelGetFunction (medians of 25
+ * new processes; bench/lltm_NOTES.md, run 10). Each device of a process
+ * loads its own module anyway (its own arch). */
 typedef struct jitop__image {
-    CUlibrary lib;            /* NULL once unloaded */
+    CUmodule mod;             /* NULL once unloaded */
     atomic_uint inflight;     /* launches between binding load and launch return */
     bool retired;             /* replaced by a commit; unloaded by the reaper */
     /* The reap that saw no launch holding it before its sync and will unload
      * it after that sync (m->reaps ticket; 0: none). Guarded by m->lock. */
     uint64_t reap_claim;
     char key[33];             /* cache key of the binary */
+    /* A source's image lists every kernel (cuModuleEnumerateFunctions); a
+     * template instance's only its own (cuModuleGetFunction by its lowered
+     * name: no list to walk), or none if that symbol is no kernel. */
     jitop__kernel *kernels;
     size_t nkernels;
     struct jitop__image *next; /* every image of the module, newest first */
@@ -75,7 +87,6 @@ typedef struct jitop__image {
  * on those driver calls, for launches that mostly never look at them. */
 typedef struct jitop__binding {
     CUfunction fn;            /* NULL: stale, the kernel is gone */
-    CUkernel kernel;          /* what fn came from (NULL when stale) */
     jitop__image *image;      /* NULL when stale */
     char *lowered;            /* the symbol (mangled for templates); owned */
     /* Set (release) once the fields below are filled, under m->lock; a
@@ -109,7 +120,7 @@ struct jitop_op {
  * Source images are loaded lazily. NVRTC emits no code for a template that
  * is not instantiated, so a source made of templates (the shipped kernels)
  * compiles to an image with no kernel, and loading it would cost a
- * cuLibraryLoadData in every warm load of a module used only through its
+ * cuModuleLoadData in every warm load of a module used only through its
  * instances. jitop_load still builds every source (a compile error shows at
  * load) and keeps the binary, or, when the stat fast path finds it cached,
  * only marks its entry used (unloaded.data stays NULL: the entry is read
@@ -233,21 +244,24 @@ void jitop__modunit_free(jitop__modunit *mu);
  * m->units[i].image is set and m->units_loaded is true. */
 int jitop__units_load(jitop_module *m);
 
-/* Loads a built binary as an image (cuLibraryLoadData) and enumerates its
- * kernels. what names the unit in messages. */
+/* Loads a built binary as an image (cuModuleLoadData in m's context) and
+ * lists its kernels: all of them, or with only set (an instance's lowered
+ * name) that one if it is a kernel. what names the unit in messages. */
 int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *bin,
-                      const char *what, jitop__image **out);
+                      const char *what, const char *only, jitop__image **out);
 /* Links img into m->images, the list freed with the module (m->lock held,
  * or m not yet published). */
 void jitop__module_add_image(jitop_module *m, jitop__image *img);
-/* Unloads (if still loaded) and frees. Accepts NULL. */
+/* Unloads (if still loaded; makes drv's context current) and frees.
+ * Accepts NULL. */
 void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
 /* The kernel of img with this exact driver name, or NULL. */
 const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name);
 
-/* A binding for kernel k of img (CUfunction in m's context, parameter
- * layout, attributes). Makes m's context current on the calling thread. */
-int jitop__binding_make(jitop_module *m, jitop__image *img, CUkernel k, const char *lowered,
+/* A binding for function fn of img, with fn's code put on the GPU now
+ * (cuFuncLoad), not at its first launch. Makes m's context current on the
+ * calling thread. */
+int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const char *lowered,
                         jitop__binding **out);
 /* A stale binding: launches fail with JITOP_ESTALE. */
 int jitop__binding_stale(const char *lowered, jitop__binding **out);
@@ -259,7 +273,7 @@ void jitop__binding_free_chain(jitop__binding *b);
  * may be NULL. Source images not loaded are not searched: load them first
  * (jitop__units_load). */
 int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
-                       jitop__image **img, CUkernel *k);
+                       jitop__image **img, CUfunction *fn);
 
 /* Frees a module's ops and op tables (jit_ops.c). */
 void jitop__ops_free(jitop_module *m);

@@ -100,7 +100,7 @@ static void fixture_close(fixture *f)
 {
     jitop_ctx_destroy(f->ctx);
     fake_cuda_stats s = stats();
-    assert_int_equal(s.libraries_loaded, 0);
+    assert_int_equal(s.modules_loaded, 0);
     assert_int_equal(s.primary_ctx_refs, 0);
     jt_rm_rf(f->dir);
     free(f->dir);
@@ -134,7 +134,7 @@ static void test_driver_table_rest_resolved_on_first_need(void **state)
     assert_int_equal(jitop_occupancy(f.k, 0, &block, &grid), JITOP_OK);
     assert_true(block > 0 && grid > 0);
     assert_int_equal(stats().symbols_resolved, CORE_ENTRIES + MORE_ENTRIES);
-    /* Checked sizes need the parameter layout (cuKernelGetParamInfo). */
+    /* Checked sizes need the parameter layout (cuFuncGetParamInfo). */
     size_t sizes[] = {sizeof pout};
     assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, sizes, 1), JITOP_OK);
     assert_int_equal(stats().symbols_resolved, CORE_ENTRIES + MORE_ENTRIES);
@@ -158,7 +158,7 @@ static void test_load_get_launch(void **state)
     assert_int_equal(jitop_op_get(f.m, "t<3>", &op), JITOP_OK);
     assert_ptr_equal(op, f.t3);
     /* The source unit and the instance: two images. */
-    assert_int_equal(stats().libraries_loaded, 2);
+    assert_int_equal(stats().modules_loaded, 2);
 
     jitop_op_info info;
     assert_int_equal(jitop_op_info_get(f.k, &info), JITOP_OK);
@@ -172,7 +172,7 @@ static void test_load_get_launch(void **state)
     assert_int_equal(jitop_op_get(f.m, "helper", &op), JITOP_ENOTFOUND);
     assert_non_null(strstr(jitop_errmsg(NULL), "helper"));
 
-    /* The fake stores the id of the library a launch used. */
+    /* The fake stores the id of the module a launch used. */
     int out = 0, *pout = &out;
     void *args[] = {&pout};
     size_t sizes[] = {sizeof pout}, small[] = {4};
@@ -435,6 +435,31 @@ static void test_description_read_on_first_need(void **state)
     fixture_close(&f);
 }
 
+/* The driver loads a module's functions lazily; jitop_op_get puts an op's
+ * code on the GPU (cuFuncLoad for a source's kernel, cuModuleGetFunction
+ * for an instance), so that no launch pays for it, also after a reload. */
+static void test_op_code_loaded_at_get(void **state)
+{
+    (void)state;
+    fixture f;
+    fake_cuda_stats s0 = stats();
+    fixture_open(&f);
+    assert_int_equal(stats().functions_loaded - s0.functions_loaded, 2);
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(jitop_launch(f.t3, one, one, 0, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(stats().loaded_at_launch, s0.loaded_at_launch);
+
+    fixture_write(&f, 1);
+    assert_int_equal(jitop_module_reload(f.m), JITOP_OK);
+    assert_int_equal(stats().functions_loaded - s0.functions_loaded, 4);
+    assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(jitop_launch(f.t3, one, one, 0, NULL, args, NULL, 0), JITOP_OK);
+    assert_int_equal(stats().loaded_at_launch, s0.loaded_at_launch);
+    fixture_close(&f);
+}
+
 /* jitop_occupancy_clusters passes the cluster size and shared memory to the
  * driver and returns its count, which need not be SMs / cluster size (the
  * fake, like an H100, leaves some SMs out of clusters); bad arguments are
@@ -482,9 +507,9 @@ static void test_source_image_loaded_on_first_use(void **state)
     const char *sources[] = {f.src};
     fake_cuda_stats s0 = stats();
     assert_int_equal(jitop_load(f.ctx, "lazy", sources, 1, NULL, 0, &f.m), JITOP_OK);
-    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 0);
+    assert_int_equal(stats().modules_ever - s0.modules_ever, 0);
     assert_int_equal(jitop_op_get(f.m, "t<3>", &f.t3), JITOP_OK);
-    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 1); /* the instance only */
+    assert_int_equal(stats().modules_ever - s0.modules_ever, 1); /* the instance only */
     int out = 0, *pout = &out;
     void *args[] = {&pout};
     assert_int_equal(jitop_launch(f.t3, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
@@ -493,7 +518,7 @@ static void test_source_image_loaded_on_first_use(void **state)
     fixture_write(&f, 1);
     assert_int_equal(jitop_module_reload(f.m), JITOP_OK);
     assert_int_equal(jitop_module_generation(f.m), 1);
-    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 2); /* the new instance */
+    assert_int_equal(stats().modules_ever - s0.modules_ever, 2); /* the new instance */
     char key1[33];
     current_key(f.ctx, f.src, key1);
     assert_string_equal(f.m->units[0].key, key1);
@@ -501,7 +526,7 @@ static void test_source_image_loaded_on_first_use(void **state)
 
     /* The first plain name loads it: the version now on disk. */
     assert_int_equal(jitop_op_get(f.m, "k", &f.k), JITOP_OK);
-    assert_int_equal(stats().libraries_ever - s0.libraries_ever, 3);
+    assert_int_equal(stats().modules_ever - s0.modules_ever, 3);
     assert_string_equal(binding_key(f.k), key1);
     assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
 
@@ -563,7 +588,7 @@ static void test_source_image_loaded_on_first_use(void **state)
     assert_non_null(strstr(jitop_errmsg(NULL), "k2"));
 
     jitop_ctx_destroy(f.ctx);
-    assert_int_equal(stats().libraries_loaded, 0);
+    assert_int_equal(stats().modules_loaded, 0);
     jt_rm_rf(dir4);
     free(dir4);
     free(src4);
@@ -973,8 +998,8 @@ static void test_reload_while_launching(void **state)
     assert_int_equal(jitop__module_reap(f.m, true, &left), JITOP_OK);
     assert_int_equal(left, 0);
     fake_cuda_stats after = stats();
-    assert_int_equal(after.libraries_loaded, 2);
-    assert_int_equal(after.libraries_ever - before.libraries_ever, 2L * reloads);
+    assert_int_equal(after.modules_loaded, 2);
+    assert_int_equal(after.modules_ever - before.modules_ever, 2L * reloads);
     assert_int_equal(after.unloads - before.unloads, 2L * reloads);
     print_message("%d reloads: %ld launches, %ld syncs, rounds: launch %ld/%ld/%ld, bad name %ld, "
                   "reap %ld, list %ld\n",
@@ -987,7 +1012,7 @@ static void test_reload_while_launching(void **state)
     int out = 0, *pout = &out;
     void *args[] = {&pout};
     assert_int_equal(jitop_launch(f.k, one, one, 0, NULL, args, NULL, 1), JITOP_OK);
-    assert_true(out > before.libraries_ever);
+    assert_true(out > before.modules_ever);
     fixture_close(&f);
 }
 
@@ -1093,6 +1118,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_load_get_launch),
         cmocka_unit_test(test_huge_shared_bytes),
         cmocka_unit_test(test_description_read_on_first_need),
+        cmocka_unit_test(test_op_code_loaded_at_get),
         cmocka_unit_test(test_occupancy_clusters),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),

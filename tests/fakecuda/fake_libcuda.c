@@ -8,30 +8,35 @@
  * src/cuda_driver.h; the fake fails to compile when that list gains one it
  * lacks) is served through cuGetProcAddress_v2. One device, "Fake H100",
  * compute capability 9.0, 132 SMs, 227 KiB of opt-in shared memory per block.
- * cuLibraryLoadData takes the cubin jitop built with the real NVRTC and finds
- * its kernels from the ELF section names (".text.<kernel>"). No kernel runs:
- * a launch only records that it happened, and stores the id of the library
- * it launched from into the int its first argument points to, so that a test
- * can see which image a launch used. Every kernel is described as taking one
+ * cuModuleLoadData takes the cubin jitop built with the real NVRTC and finds
+ * its kernels from the ELF section names (".text.<kernel>"). Loading is lazy,
+ * as on a real driver: a listed function's code is put on the "GPU" by
+ * cuFuncLoad, cuModuleGetFunction or, failing those, its first launch (which
+ * the stats count, so a test can see that jitop_op_get did it). No kernel
+ * runs: a launch only records that it happened, and stores the id of the
+ * module it launched from into the int its first argument points to, so that
+ * a test can see which image a launch used. Every kernel is described as taking one
  * 8-byte parameter (a pointer), which is what the loader tests' kernels take;
  * real parameter layouts would need the cubin's .nv.info attributes. Memory
  * calls use host memory; event timings read 0 ms.
  *
  * What it checks (abort() with a "FAKE:" line on stderr, so the test program
  * dies and the runner counts a failure):
- *  - a library unloaded twice, or used (kernel lookup, function, launch)
- *    after its unload;
+ *  - a module unloaded twice, or used (function lookup, load, launch) after
+ *    its unload;
  *  - an unload that could race a queued kernel: the real driver queues a
- *    launch and returns, and cuLibraryUnload promises nothing about kernels
+ *    launch and returns, and cuModuleUnload promises nothing about kernels
  *    still queued, so jitop must finish a cuCtxSynchronize *started after* an
  *    image's last launch before unloading that image. Launches get sequence
  *    numbers; a sync covers the launches numbered up to what it saw when it
- *    started; unloading a library whose last launch no finished sync covers
+ *    started; unloading a module whose last launch no finished sync covers
  *    aborts;
+ *  - loading, unloading or looking up a function without a current context
+ *    (CUDA_ERROR_INVALID_CONTEXT, as the module API answers);
  *  - a launch with more than 48 KiB of dynamic shared memory on a function
  *    whose limit was not raised (cuFuncSetAttribute) fails, as on a GPU;
  *  - primary context releases without a retain.
- * Libraries stay allocated after their unload (that is how use-after-unload
+ * Modules stay allocated after their unload (that is how use-after-unload
  * is seen) and are freed when the fake itself is unloaded at process exit.
  *
  * Costs: one mutex around all bookkeeping, which serializes launches; fine
@@ -53,26 +58,27 @@
 #define FAKE_SMEM_OPTIN 232448
 #define FAKE_SMEM_DEFAULT 49152
 
-typedef struct fake_library fake_library;
+typedef struct fake_module fake_module;
 
 typedef struct fake_kernel {
     char *name;
-    fake_library *lib;
+    fake_module *mod;
+    bool code_loaded;     /* on the "GPU" (g_lock) */
     int max_dynamic_smem; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (g_lock) */
 } fake_kernel;
 
-struct fake_library {
+struct fake_module {
     long id;                   /* 1, 2, ... in load order */
-    bool loaded;               /* false after cuLibraryUnload */
+    bool loaded;               /* false after cuModuleUnload */
     unsigned long last_launch; /* sequence number of its newest launch, 0: none */
     fake_kernel *kernels;
     size_t nkernels;
-    fake_library *next;        /* every library ever loaded, freed at exit */
+    fake_module *next;         /* every module ever loaded, freed at exit */
 };
 
-/* Guards everything below and every library's fields. */
+/* Guards everything below and every module's fields. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static fake_library *g_libraries;
+static fake_module *g_modules;
 static unsigned long g_launch_seq;    /* launches so far */
 static unsigned long g_completed_seq; /* launches a finished sync covers */
 static fake_cuda_stats g_stats;
@@ -119,17 +125,26 @@ static void unlock(void)
         abort();
 }
 
-static void die(const char *what, const fake_library *lib)
+static void die(const char *what, const fake_module *mod)
 {
-    fprintf(stderr, "FAKE: %s (library %ld)\n", what, lib ? lib->id : 0L);
+    fprintf(stderr, "FAKE: %s (module %ld)\n", what, mod ? mod->id : 0L);
     abort();
 }
 
 /* Called with g_lock held. */
-static void require_loaded(const fake_library *lib, const char *use)
+static void require_loaded(const fake_module *mod, const char *use)
 {
-    if (!lib->loaded)
-        die(use, lib);
+    if (!mod->loaded)
+        die(use, mod);
+}
+
+/* Puts k's code on the "GPU" once (g_lock held). */
+static void code_load(fake_kernel *k)
+{
+    if (!k->code_loaded) {
+        k->code_loaded = true;
+        g_stats.functions_loaded++;
+    }
 }
 
 static CUresult CUDAAPI fake_cuInit(unsigned int flags)
@@ -294,7 +309,7 @@ static bool read_at(const unsigned char *image, size_t image_size, size_t offset
 /* The kernels of a cubin: its ".text.<name>" sections. The image has no
  * size argument; the section header table ends it (nvcc and NVRTC put it
  * last), so its end bounds every read. */
-static CUresult find_kernels(const unsigned char *image, fake_library *lib)
+static CUresult find_kernels(const unsigned char *image, fake_module *mod)
 {
     static const char prefix[] = ".text.";
     Elf64_Ehdr eh;
@@ -310,8 +325,8 @@ static CUresult find_kernels(const unsigned char *image, fake_library *lib)
         return CUDA_ERROR_INVALID_IMAGE;
     const char *strtab = (const char *)image + names.sh_offset;
 
-    lib->kernels = calloc(eh.e_shnum, sizeof *lib->kernels);
-    if (!lib->kernels)
+    mod->kernels = calloc(eh.e_shnum, sizeof *mod->kernels);
+    if (!mod->kernels)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; i < eh.e_shnum; i++) {
         Elf64_Shdr sh;
@@ -322,82 +337,86 @@ static CUresult find_kernels(const unsigned char *image, fake_library *lib)
         const char *section = strtab + sh.sh_name;
         if (strncmp(section, prefix, sizeof prefix - 1) != 0)
             continue;
-        fake_kernel *k = &lib->kernels[lib->nkernels];
+        fake_kernel *k = &mod->kernels[mod->nkernels];
         k->name = strdup(section + sizeof prefix - 1);
         if (!k->name)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        k->lib = lib;
+        k->mod = mod;
         k->max_dynamic_smem = FAKE_SMEM_DEFAULT;
-        lib->nkernels++;
+        mod->nkernels++;
     }
     return CUDA_SUCCESS;
 }
 
-static void library_free(fake_library *lib)
+static void module_free(fake_module *mod)
 {
-    for (size_t i = 0; i < lib->nkernels; i++)
-        free(lib->kernels[i].name);
-    free(lib->kernels);
-    free(lib);
+    for (size_t i = 0; i < mod->nkernels; i++)
+        free(mod->kernels[i].name);
+    free(mod->kernels);
+    free(mod);
 }
 
-static CUresult CUDAAPI fake_cuLibraryLoadData(CUlibrary *library, const void *code,
-                                               CUjit_option *jit_options, void **jit_values,
-                                               unsigned int njit, CUlibraryOption *lib_options,
-                                               void **lib_values, unsigned int nlib)
+/* A module goes into the current context, so there must be one. */
+static CUresult CUDAAPI fake_cuModuleLoadData(CUmodule *module, const void *code)
 {
-    (void)jit_options, (void)jit_values, (void)njit, (void)lib_options, (void)lib_values,
-        (void)nlib;
-    if (!library || !code)
+    if (!module || !code)
         return CUDA_ERROR_INVALID_VALUE;
-    fake_library *lib = calloc(1, sizeof *lib);
-    if (!lib)
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    fake_module *mod = calloc(1, sizeof *mod);
+    if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = find_kernels(code, lib);
+    CUresult r = find_kernels(code, mod);
     if (r != CUDA_SUCCESS) {
-        library_free(lib);
+        module_free(mod);
         return r;
     }
     lock();
-    lib->id = ++g_stats.libraries_ever;
-    lib->loaded = true;
-    lib->next = g_libraries;
-    g_libraries = lib;
-    g_stats.libraries_loaded++;
+    mod->id = ++g_stats.modules_ever;
+    mod->loaded = true;
+    mod->next = g_modules;
+    g_modules = mod;
+    g_stats.modules_loaded++;
     unlock();
-    *library = (CUlibrary)lib;
+    *module = (CUmodule)mod;
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI fake_cuLibraryUnload(CUlibrary library)
+static CUresult CUDAAPI fake_cuModuleUnload(CUmodule module)
 {
-    fake_library *lib = (fake_library *)library;
+    fake_module *mod = (fake_module *)module;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
     lock();
-    require_loaded(lib, "cuLibraryUnload of a library already unloaded");
-    if (lib->last_launch > g_completed_seq) {
+    require_loaded(mod, "cuModuleUnload of a module already unloaded");
+    if (mod->last_launch > g_completed_seq) {
         fprintf(stderr,
-                "FAKE: library %ld unloaded while its launch %lu may still be queued (the last "
+                "FAKE: module %ld unloaded while its launch %lu may still be queued (the last "
                 "finished cuCtxSynchronize covers launches up to %lu)\n",
-                lib->id, lib->last_launch, g_completed_seq);
+                mod->id, mod->last_launch, g_completed_seq);
         abort();
     }
-    lib->loaded = false;
-    g_stats.libraries_loaded--;
+    mod->loaded = false;
+    g_stats.modules_loaded--;
     g_stats.unloads++;
     unlock();
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI fake_cuLibraryGetKernel(CUkernel *kernel, CUlibrary library,
-                                                const char *name)
+/* Like the real driver's, a lookup by name also loads the function's code. */
+static CUresult CUDAAPI fake_cuModuleGetFunction(CUfunction *fn, CUmodule module,
+                                                 const char *name)
 {
-    fake_library *lib = (fake_library *)library;
+    fake_module *mod = (fake_module *)module;
     CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
     lock();
-    require_loaded(lib, "cuLibraryGetKernel on an unloaded library");
-    for (size_t i = 0; i < lib->nkernels; i++) {
-        if (strcmp(lib->kernels[i].name, name) == 0) {
-            *kernel = (CUkernel)&lib->kernels[i];
+    require_loaded(mod, "cuModuleGetFunction on an unloaded module");
+    for (size_t i = 0; i < mod->nkernels; i++) {
+        if (strcmp(mod->kernels[i].name, name) == 0) {
+            code_load(&mod->kernels[i]);
+            *fn = (CUfunction)&mod->kernels[i];
             r = CUDA_SUCCESS;
             break;
         }
@@ -406,39 +425,52 @@ static CUresult CUDAAPI fake_cuLibraryGetKernel(CUkernel *kernel, CUlibrary libr
     return r;
 }
 
-static CUresult CUDAAPI fake_cuLibraryGetKernelCount(unsigned int *count, CUlibrary library)
+static CUresult CUDAAPI fake_cuModuleGetFunctionCount(unsigned int *count, CUmodule module)
 {
-    fake_library *lib = (fake_library *)library;
+    fake_module *mod = (fake_module *)module;
     lock();
-    require_loaded(lib, "cuLibraryGetKernelCount on an unloaded library");
-    *count = (unsigned int)lib->nkernels;
+    require_loaded(mod, "cuModuleGetFunctionCount on an unloaded module");
+    *count = (unsigned int)mod->nkernels;
     unlock();
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI fake_cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n,
-                                                       CUlibrary library)
+/* Listed functions are not loaded (the driver's lazy loading). */
+static CUresult CUDAAPI fake_cuModuleEnumerateFunctions(CUfunction *fns, unsigned int n,
+                                                        CUmodule module)
 {
-    fake_library *lib = (fake_library *)library;
+    fake_module *mod = (fake_module *)module;
     lock();
-    require_loaded(lib, "cuLibraryEnumerateKernels on an unloaded library");
-    for (size_t i = 0; i < n && i < lib->nkernels; i++)
-        kernels[i] = (CUkernel)&lib->kernels[i];
+    require_loaded(mod, "cuModuleEnumerateFunctions on an unloaded module");
+    for (size_t i = 0; i < n && i < mod->nkernels; i++)
+        fns[i] = (CUfunction)&mod->kernels[i];
     unlock();
     return CUDA_SUCCESS;
 }
 
-/* The name is owned by the library, which outlives every unload. */
-static CUresult CUDAAPI fake_cuKernelGetName(const char **name, CUkernel kernel)
+/* The name is owned by the module, which outlives every unload. */
+static CUresult CUDAAPI fake_cuFuncGetName(const char **name, CUfunction fn)
 {
-    *name = ((const fake_kernel *)kernel)->name;
+    *name = ((const fake_kernel *)fn)->name;
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI fake_cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t *offset,
-                                                  size_t *size)
+static CUresult CUDAAPI fake_cuFuncLoad(CUfunction fn)
 {
-    (void)kernel;
+    fake_kernel *k = (fake_kernel *)fn;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    lock();
+    require_loaded(k->mod, "cuFuncLoad on an unloaded module");
+    code_load(k);
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuFuncGetParamInfo(CUfunction fn, size_t index, size_t *offset,
+                                                size_t *size)
+{
+    (void)fn;
     lock();
     g_stats.describe_calls++;
     unlock();
@@ -446,19 +478,6 @@ static CUresult CUDAAPI fake_cuKernelGetParamInfo(CUkernel kernel, size_t index,
         return CUDA_ERROR_INVALID_VALUE;
     *offset = 0;
     *size = sizeof(void *);
-    return CUDA_SUCCESS;
-}
-
-/* A CUfunction is the kernel itself: one context, so nothing to bind. */
-static CUresult CUDAAPI fake_cuKernelGetFunction(CUfunction *fn, CUkernel kernel)
-{
-    fake_kernel *k = (fake_kernel *)kernel;
-    if (!current())
-        return CUDA_ERROR_INVALID_CONTEXT;
-    lock();
-    require_loaded(k->lib, "cuKernelGetFunction on an unloaded library");
-    unlock();
-    *fn = (CUfunction)k;
     return CUDA_SUCCESS;
 }
 
@@ -493,7 +512,7 @@ static CUresult CUDAAPI fake_cuFuncSetAttribute(CUfunction fn, CUfunction_attrib
     if (value < 0 || value > FAKE_SMEM_OPTIN)
         return CUDA_ERROR_INVALID_VALUE;
     lock();
-    require_loaded(k->lib, "cuFuncSetAttribute on an unloaded library");
+    require_loaded(k->mod, "cuFuncSetAttribute on an unloaded module");
     k->max_dynamic_smem = value;
     unlock();
     return CUDA_SUCCESS;
@@ -506,16 +525,19 @@ static CUresult launch(fake_kernel *k, unsigned int shared_bytes, void **args)
         return CUDA_ERROR_INVALID_CONTEXT;
     CUresult r = CUDA_SUCCESS;
     lock();
-    require_loaded(k->lib, "launch of a kernel of an unloaded library");
+    require_loaded(k->mod, "launch of a kernel of an unloaded module");
     if (shared_bytes > (unsigned int)k->max_dynamic_smem) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else {
-        k->lib->last_launch = ++g_launch_seq;
+        if (!k->code_loaded)
+            g_stats.loaded_at_launch++;
+        code_load(k);
+        k->mod->last_launch = ++g_launch_seq;
         g_stats.launches++;
         if (args && args[0]) {
             int *out = *(int **)args[0];
             if (out)
-                *out = (int)k->lib->id;
+                *out = (int)k->mod->id;
         }
     }
     unlock();
@@ -730,14 +752,14 @@ __attribute__((visibility("default"))) void fake_cuda_get_stats(fake_cuda_stats 
 }
 
 /* Runs when the process exits (the fake is never dlclose'd before): frees
- * the libraries kept for the use-after-unload check. */
-__attribute__((destructor)) static void free_libraries(void)
+ * the modules kept for the use-after-unload check. */
+__attribute__((destructor)) static void free_modules(void)
 {
     lock();
-    while (g_libraries) {
-        fake_library *next = g_libraries->next;
-        library_free(g_libraries);
-        g_libraries = next;
+    while (g_modules) {
+        fake_module *next = g_modules->next;
+        module_free(g_modules);
+        g_modules = next;
     }
     unlock();
 }

@@ -6,13 +6,15 @@
 #define JITOP_FAKE_LIBCUDA_H
 
 typedef struct fake_cuda_stats {
-    long libraries_loaded;   /* loaded now (cuLibraryLoadData minus cuLibraryUnload) */
-    long libraries_ever;     /* every cuLibraryLoadData that succeeded */
+    long modules_loaded;     /* loaded now (cuModuleLoadData minus cuModuleUnload) */
+    long modules_ever;       /* every cuModuleLoadData that succeeded */
     long unloads;
+    long functions_loaded;   /* functions whose code was put on the "GPU" (lazy loading) */
+    long loaded_at_launch;   /* of which by their first launch (nothing else had loaded them) */
     long launches;
     long syncs;              /* finished cuCtxSynchronize calls */
     long primary_ctx_refs;   /* cuDevicePrimaryCtxRetain minus Release */
-    long describe_calls;     /* cuKernelGetParamInfo and cuFuncGetAttribute calls */
+    long describe_calls;     /* cuFuncGetParamInfo and cuFuncGetAttribute calls */
     long cluster_queries;    /* cuOccupancyMaxActiveClusters calls, and the last one's */
     unsigned last_cluster_size; /* cluster attribute (0: none given) */
     unsigned last_cluster_smem; /* and dynamic shared memory */
