@@ -88,6 +88,7 @@ static int list_kernel(const jitop__driver *drv, jitop__image *img, const char *
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     img->kernels[0].fn = fn;
     img->nkernels = 1;
+    img->code_loaded = true;
     return JITOP_OK;
 }
 

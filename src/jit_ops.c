@@ -109,7 +109,10 @@ int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     atomic_init(&b->smem_raised, 0);
     atomic_init(&b->described, false);
-    int status = function_load(m, fn, lowered);
+    /* An instance's lookup loaded its code already: a cuFuncLoad more is
+     * a driver call for nothing on every first get. */
+    int status = img->code_loaded ? jitop__driver_make_current(m->drv)
+                                  : function_load(m, fn, lowered);
     if (status == JITOP_OK && !(b->lowered = jitop__strdup(lowered)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status != JITOP_OK) {

@@ -76,6 +76,7 @@ typedef struct jitop__image {
      * name: no list to walk), or none if that symbol is no kernel. */
     jitop__kernel *kernels;
     size_t nkernels;
+    bool code_loaded;         /* the lookup put every listed kernel's code on the GPU */
     struct jitop__image *next; /* every image of the module, newest first */
 } jitop__image;
 
@@ -259,8 +260,8 @@ void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
 const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name);
 
 /* A binding for function fn of img, with fn's code put on the GPU now
- * (cuFuncLoad), not at its first launch. Makes m's context current on the
- * calling thread. */
+ * (cuFuncLoad, unless img->code_loaded), not at its first launch. Makes m's
+ * context current on the calling thread. */
 int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const char *lowered,
                         jitop__binding **out);
 /* A stale binding: launches fail with JITOP_ESTALE. */
