@@ -63,13 +63,15 @@ static int param_layout(const jitop__cuda_api *api, CUfunction fn, const char *w
     return status;
 }
 
-/* Puts fn's code on the GPU if the driver has not yet (it loads lazily:
- * a listed function's code waits for its first use), so that a launch never
- * pays for it. Makes m's context current. */
-static int function_load(const jitop_module *m, CUfunction fn, const char *what)
+/* Puts the code of fn (a kernel of img) on the GPU if the driver has not
+ * yet (it loads lazily: a listed function's code waits for its first use),
+ * so that a launch never pays for it. An instance's lookup loaded its code
+ * already: no driver call then. Makes m's context current. */
+static int function_load(const jitop_module *m, const jitop__image *img, CUfunction fn,
+                         const char *what)
 {
     int status = jitop__driver_make_current(m->drv);
-    if (status == JITOP_OK)
+    if (status == JITOP_OK && !img->code_loaded)
         status = jitop__cu_check(m->drv->api->cuFuncLoad(fn), "cuFuncLoad", what);
     return status;
 }
@@ -109,10 +111,7 @@ int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     atomic_init(&b->smem_raised, 0);
     atomic_init(&b->described, false);
-    /* An instance's lookup loaded its code already: a cuFuncLoad more is
-     * a driver call for nothing on every first get. */
-    int status = img->code_loaded ? jitop__driver_make_current(m->drv)
-                                  : function_load(m, fn, lowered);
+    int status = function_load(m, img, fn, lowered);
     if (status == JITOP_OK && !(b->lowered = jitop__strdup(lowered)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     if (status != JITOP_OK) {
@@ -719,7 +718,7 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
                 memset(info, 0, sizeof *info);
                 info->name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
                 info->lowered = k->name;
-                status = function_load(m, k->fn, k->name);
+                status = function_load(m, mu->image, k->fn, k->name);
                 if (status == JITOP_OK)
                     status = describe_function(m, k->fn, k->name, info);
             }
