@@ -1,6 +1,6 @@
 # jitop: `make` builds the libraries, the CLI and the examples; `make test`
 # runs the CPU suite; `make test-gpu` the GPU suite; `make demo` the main job.
-# Sources are found by wildcard: a new src/*.c, tests/*/test_*.c or
+# Sources are found by wildcard: a new src/<room>/*.c, tests/*/test_*.c or
 # examples/*.c needs no edit here.
 
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/include/nvrtc.h),/usr/local/cuda,$(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
@@ -36,7 +36,7 @@ LDFLAGS += $(SAN_FLAGS) $(DEPS_LIB) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)
 	-Wl,-z,relro,-z,now
 LDLIBS += -ldl -lpthread -lm
 
-LIB_SRC := $(sort $(wildcard src/*.c))
+LIB_SRC := $(sort $(wildcard src/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
@@ -90,7 +90,7 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(STATIC) $(CLI)
 # A fake CUDA driver (tests/fakecuda) that test_loader_fake loads instead of
 # the real one, through LD_LIBRARY_PATH. Only for tests: not installed.
 FAKE_CUDA := $(BUILD)/fakecuda/libcuda.so.1
-$(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/cuda_driver.h
+$(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/load/driver.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
 $(BUILD)/tests/cpu/test_loader_fake: $(FAKE_CUDA)

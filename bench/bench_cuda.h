@@ -1,7 +1,7 @@
 /*
  * The CUDA driver for the bench programs, opened with dlopen so that the
  * compile-only parts run on machines without a driver (the same reason
- * src/cuda.c opens it at run time). Only the calls the benchmarks use.
+ * src/load/cuda.c opens it at run time). Only the calls the benchmarks use.
  */
 #ifndef JITOP_BENCH_CUDA_H
 #define JITOP_BENCH_CUDA_H

@@ -12,8 +12,8 @@
  *    entry), so every file is read and hashed before the entry is read.
  *
  * Usage: cache_bench [--source PATH] [--arch ARCH] [--name EXPR]... [--reps N]
- * Default: kernels/lltm.cu with the float name expressions src/lltm.c asks
- * for (read from src/lltm.c; run from the source tree), sm_90. Prints one JSON object per figure (bench_util.h) on stdout and
+ * Default: kernels/lltm.cu with the float name expressions src/ops/lltm.c asks
+ * for (read from src/ops/lltm.c; run from the source tree), sm_90. Prints one JSON object per figure (bench_util.h) on stdout and
  * a summary on stderr. Needs NVRTC, no GPU.
  */
 #include "bench_nvrtc.h"
@@ -32,7 +32,7 @@
 
 #define MAX_NAMES 64
 
-/* The float name expressions src/lltm.c instantiates, read from it so that
+/* The float name expressions src/ops/lltm.c instantiates, read from it so that
  * the bench follows the op as it changes: each {"lltm_...<float, ...>", ...}
  * table row. Kept in names_buf; returns how many were found. */
 static char names_buf[8192];
@@ -41,7 +41,7 @@ static size_t lltm_float_names(const char **names, size_t cap)
 {
     char *text = NULL;
     size_t len = 0, n = 0, used = 0;
-    if (bench_read_file("src/lltm.c", &text, &len) != 0)
+    if (bench_read_file("src/ops/lltm.c", &text, &len) != 0)
         return 0;
     for (char *p = strstr(text, "{\"lltm_"); p && n < cap; p = strstr(p + 1, "{\"lltm_")) {
         char *start = p + 2, *end = strchr(start, '"');

@@ -8,7 +8,7 @@ all in one process (one device call).
     python3 bench/layernorm_dev.py [--out DIR] [--quick]
 
 Writes DIR/layernorm_dev.json (every figure) and prints a table last.
-The launch-shape rule below is the one src/layernorm.c implements.
+The launch-shape rule below is the one src/ops/layernorm.c implements.
 """
 import argparse
 import json
@@ -139,7 +139,7 @@ def bwd_dyn_smem(n, esize, cfg, affine, sacc=True):
 
 
 def reduce_block(p):
-    """layernorm_bwd_reduce's block for p partial rows (src/layernorm.c's
+    """layernorm_bwd_reduce's block for p partial rows (src/ops/layernorm.c's
     ln_reduce_rows): 32 columns x about p / 16 threads each."""
     r = 1
     while r < 32 and r * 16 < p:
@@ -216,7 +216,7 @@ DEFAULT = dict(fwd_bytes=128, bwd_bytes=32, fwd_tpr=1024, bwd_tpr=1024)
 def pick(n, esize, ptrs, bytes_, max_tpr, force_generic=False):
     vec = vec_for(n, esize, ptrs)
     if bytes_ == DEFAULT["bwd_bytes"] and esize == 4 and n * esize > 65536:
-        bytes_ = 64  # src/layernorm.c: long float32 rows
+        bytes_ = 64  # src/ops/layernorm.c: long float32 rows
     s = None if force_generic else shape_for(n, esize, vec, bytes_, max_tpr)
     return (vec, None, None) if s is None else (vec, s[0], s[1])
 

@@ -337,7 +337,7 @@ def main():
                 benchlib.emit(benchlib.status("kernel", "lltm", "jitop-c", "%s LLTM" % size, "failed", e))
 
         # the other jitop path at tiny and medium (the measurement behind
-        # src/lltm.c's threshold): cuBLAS at tiny, the fused kernels at medium
+        # src/ops/lltm.c's threshold): cuBLAS at tiny, the fused kernels at medium
         if size in ("tiny", "medium"):
             alt = "cublas" if size == "tiny" else "fused"
             try:

@@ -97,7 +97,7 @@ class Jit:
             stream=stream)
 
 
-# (forward, backward) pairs; the first of each list is what src/lltm.c ships.
+# (forward, backward) pairs; the first of each list is what src/ops/lltm.c ships.
 VARIANTS = {
     ("float", "small"): [
         ("lltm_fwd<float,8,4,16,1,1,16,true>", "lltm_bwd<float,true,16,8,4,1,1,24,32,32,2,2,3>"),

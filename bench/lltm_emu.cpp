@@ -1,7 +1,7 @@
 // kernels/lltm.cu on the CPU, to check a kernel change before spending GPU
 // time: each block runs with one std::thread per CUDA thread, __syncthreads
 // is a std::barrier, __shared__ is static (one block at a time). Checks the
-// instances src/lltm.c ships (fused and split backward, fp32 and fp64)
+// instances src/ops/lltm.c ships (fused and split backward, fp32 and fp64)
 // against a float64 reference on small sizes; prints the worst rel error.
 // Slow (a thread per CUDA thread): sizes up to the tutorial's tiny one.
 //   g++ -std=c++20 -O1 -pthread -w bench/lltm_emu.cpp -o /tmp/lltm_emu && /tmp/lltm_emu

@@ -5,7 +5,7 @@
  * poisoned (NaN) first and checked finite after the warm-up, so a timing of
  * a broken call cannot pass unnoticed; correctness proper is
  * tests/gpu/test_lltm.c's job. The driver is used through jitop's own table
- * (src/cuda_driver.h), so the program starts without libcuda.so.1 and then
+ * (src/load/driver.h), so the program starts without libcuda.so.1 and then
  * prints one "skipped" line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "bench_util.h"
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "jitop.h"
 
 static const jitop__cuda_api *cu;

@@ -14,9 +14,9 @@
  *        load_bench --child    (one warm-load sample; prints "load driver ctx" ms)
  */
 #include "bench_util.h"
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "jitop.h"
-#include "loader.h"
+#include "load/load.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,9 +15,9 @@
  * reported as skipped, exit 0.
  */
 #include "bench_util.h"
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "jitop.h"
-#include "watch.h"
+#include "watch/watch.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -25,7 +25,7 @@
 // memory before any of it is written, and is never read again); for that
 // reason x, y, dy and dx are never __restrict__.
 //
-// Launch shape (src/layernorm.c computes the same; the kernels trap on a
+// Launch shape (src/ops/layernorm.c computes the same; the kernels trap on a
 // block size that does not match their template):
 //   ROWS  = TPR < 128 && CL == 1 ? 128 / TPR : 1   rows per block
 //   block = TPR * ROWS threads
@@ -230,7 +230,7 @@ __device__ __forceinline__ void ln_unpack_gamma(const T *__restrict__ gamma, int
 // Bytes of one row a thread holds per tensor at most, and the largest block
 // used for one row before the row is split over a cluster. The defaults of
 // the short names (layernorm_fwd<T, N, AFFINE>) follow the same rule as
-// src/layernorm.c.
+// src/ops/layernorm.c.
 // Measured on an H100 (bench/layernorm_NOTES.md): the more bytes each thread
 // keeps in flight the better, up to what the registers hold.
 #ifndef LN_FWD_MAX_BYTES
@@ -580,7 +580,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 
 // ----------------------------------------------------------------- backward
 
-// (src/layernorm.c uses 64 bytes instead of LN_BWD_MAX_BYTES for float32
+// (src/ops/layernorm.c uses 64 bytes instead of LN_BWD_MAX_BYTES for float32
 // rows over 64 KiB.)
 // Blocks per SM the backward asks registers for: LN_BWD_THREADS_PER_SM
 // threads resident, so that enough rows are in flight (the compiler then
@@ -1061,7 +1061,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 
 // Sums the P partial rows of layernorm_bwd(_cluster/_generic/_bulk) into
 // dgamma (blockIdx.y 0) and dbeta (1), each column in a fixed order. Block
-// 32 x R (R = 1 ... 32, ln_reduce_rows in src/layernorm.c: about P / 16):
+// 32 x R (R = 1 ... 32, ln_reduce_rows in src/ops/layernorm.c: about P / 16):
 // 32 columns, each summed by R threads that issue eight loads at a time
 // before adding, then across the R (32 x 32 threads left each with two or
 // three dependent loads at P ~ 66, and took 14 us for N = 32768 on an H200;

@@ -382,7 +382,7 @@ __global__ void lltm_copy_x(const T *__restrict__ input, const T *__restrict__ o
 
 // The sum of a split-K result's slices at p, stride apart, in slice order.
 // All loads are issued before the adds (a loop bounded by the run-time KS
-// would wait for each load in turn). KS <= LLTM_MAX_SLICES (src/lltm.c).
+// would wait for each load in turn). KS <= LLTM_MAX_SLICES (src/ops/lltm.c).
 #define LLTM_MAX_SLICES 12
 template <typename T>
 __device__ __forceinline__ T lltm_sum_slices(const T *__restrict__ p, size_t stride, int KS)

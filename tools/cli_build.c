@@ -13,7 +13,7 @@
  */
 #include "cli.h"
 
-#include "internal.h" /* jitop__build_would_hit, jitop__now_ms: the CLI links the static library */
+#include "build/build.h" /* jitop__build_would_hit, jitop__now_ms: the CLI links the static library */
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* The (file, arch, name) units a command line covers (see cli.h). */
 #include "cli.h"
 
-#include "internal.h" /* jitop__mentions_template, jitop__read_file */
+#include "build/build.h" /* jitop__mentions_template, jitop__read_file */
 
 #include <stdbool.h>
 #include <stdlib.h>

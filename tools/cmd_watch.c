@@ -13,7 +13,7 @@
  */
 #include "cli.h"
 
-#include "watch.h"
+#include "watch/watch.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
  * test, several processes and a kill -9 where the contract says so. */
 #include "testutil.h"
 
-#include "core_private.h"
+#include "build/build.h"
 
 #include <errno.h>
 #include <fcntl.h>

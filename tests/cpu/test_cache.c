@@ -2,8 +2,8 @@
  * checks, the unwritable-directory fallback, eviction, list/gc/clean. */
 #include "testutil.h"
 
-#include "cache_private.h"
-#include "core_private.h"
+#include "cache/cache_private.h"
+#include "build/build.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,7 @@
  * name expressions, compile errors with file:line. Real NVRTC, no GPU. */
 #include "testutil.h"
 
-#include "core_private.h"
+#include "build/build.h"
 
 #include <cuda.h>
 #include <dlfcn.h>

@@ -1,7 +1,7 @@
 /* Include scanning, stat data, content hashes and the stat fast path. */
 #include "testutil.h"
 
-#include "core_private.h"
+#include "build/build.h"
 
 #include <fcntl.h>
 #include <stdio.h>

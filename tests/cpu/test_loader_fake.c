@@ -32,10 +32,10 @@
 
 #include "../fakecuda/fake_libcuda.h"
 #include "jitop.h"
-#include "core_private.h"
-#include "cuda_driver.h"
+#include "build/build.h"
+#include "load/driver.h"
 #include "jitop_ops.h"
-#include "loader.h"
+#include "load/load.h"
 #include "testutil.h"
 
 /* Set in the re-executed process: the fake is first in LD_LIBRARY_PATH. */

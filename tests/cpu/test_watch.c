@@ -3,7 +3,7 @@
  * Nothing here asserts a time: each step waits until the watch is idle
  * (every event read and handled), then checks counts and keys. */
 #include "testutil.h"
-#include "watch.h"
+#include "watch/watch.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * LD_LIBRARY_PATH (tests/cpu/test_loader_fake.c).
  *
  * What it fakes. Every entry point jitop resolves (JITOP__CUDA_FUNCS in
- * src/cuda_driver.h; the fake fails to compile when that list gains one it
+ * src/load/driver.h; the fake fails to compile when that list gains one it
  * lacks) is served through cuGetProcAddress_v2. One device, "Fake H100",
  * compute capability 9.0, 132 SMs, 227 KiB of opt-in shared memory per block.
  * cuModuleLoadData takes the cubin jitop built with the real NVRTC and finds
@@ -42,7 +42,7 @@
  * Costs: one mutex around all bookkeeping, which serializes launches; fine
  * for tests, which count interleavings, not throughput.
  */
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "fake_libcuda.h"
 
 #include <elf.h>

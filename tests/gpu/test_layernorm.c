@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "jitop.h"
 #include "gputest.h"
 #include "testutil.h"

@@ -1,4 +1,4 @@
-/* The LLTM op (kernels/lltm.cu through src/lltm.c) on a GPU: forward and
+/* The LLTM op (kernels/lltm.cu through src/ops/lltm.c) on a GPU: forward and
  * backward against a float64 CPU reference on fresh random inputs, for both
  * paths (fused kernels, cuBLAS products) and both dtypes, at sizes from 1 to
  * the tutorial's large 256/1024/4096; a finite-difference gradcheck of the
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "jitop.h"
 #include "gputest.h"
 #include "testutil.h"

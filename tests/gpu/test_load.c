@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "jitop.h"
-#include "loader.h"
+#include "load/load.h"
 #include "gputest.h"
 #include "testutil.h"
 

@@ -9,9 +9,9 @@
 #include "gputest.h"
 #include "testutil.h"
 
-#include "cuda_driver.h"
-#include "loader.h"
-#include "watch.h"
+#include "load/driver.h"
+#include "load/load.h"
+#include "watch/watch.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,11 +1,11 @@
 /* What the GPU test programs share: checks that fail the current test with
  * the call's text. Device memory comes through jitop's own driver table
- * (src/cuda_driver.h), so that the programs start, and SKIP, on machines
+ * (src/load/driver.h), so that the programs start, and SKIP, on machines
  * without libcuda.so.1. */
 #ifndef JITOP_GPUTEST_H
 #define JITOP_GPUTEST_H
 
-#include "cuda_driver.h"
+#include "load/driver.h"
 #include "testutil.h"
 
 /* A driver call that must succeed. */

@@ -11,7 +11,7 @@
 #ifndef JITOP_OPS_STATE_H
 #define JITOP_OPS_STATE_H
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /* A unit's dependency list: include scanning, stat data, content hashes and
  * the stat fast path. */
-#include "core_private.h"
+#include "compile/compile.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Which watched files changed: inotify on their directories, events
  * filtered by name and coalesced until the files are quiet (see watch.h). */
-#include "watch.h"
+#include "watch/watch.h"
 
 #include <errno.h>
 #include <poll.h>

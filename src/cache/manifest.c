@@ -7,7 +7,7 @@
  * each) and content hash (16 bytes). A recent dep (jitop__dep.recent) is
  * stored with JITOP__MTIME_UNKNOWN as its mtime, which reads back as
  * recent: its stat data never vouches for it. */
-#include "cache_private.h"
+#include "cache/cache_private.h"
 
 /* The bytes of a dep record with an empty path: the smallest possible. */
 #define DEP_RECORD_MIN (4 + 4 * 8 + 16)

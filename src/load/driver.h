@@ -12,7 +12,7 @@
 #ifndef JITOP_CUDA_DRIVER_H
 #define JITOP_CUDA_DRIVER_H
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <cuda.h>
 
@@ -139,5 +139,8 @@ int jitop__cu_check(CUresult r, const char *what, const char *op);
 /* Makes ctx's CUcontext current on the calling thread if it is not already
  * (one cuCtxGetCurrent: a thread-local read in the driver). */
 int jitop__driver_make_current(const jitop__driver *d);
+
+/* "sm_90" for the context's device (starts the driver if needed). */
+int jitop__driver_arch(jitop_ctx *ctx, char *arch, size_t cap);
 
 #endif

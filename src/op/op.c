@@ -1,7 +1,7 @@
 /* Ops: the lock-free op table, op lookup (template instances compiled on
  * demand), bindings, describing and listing kernels, and launches. */
-#include "cuda_driver.h"
-#include "loader.h"
+#include "load/driver.h"
+#include "load/load.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* NVRTC: option normalization, opening NVRTC on first use, compiling a unit,
  * its log, name expressions. The only file that calls NVRTC. */
-#include "core_private.h"
+#include "compile/compile.h"
 
 #include <cuda.h>
 #include <nvrtc.h>
@@ -587,4 +587,9 @@ out:
     free(log);
     jitop__strv_free(&args);
     return status;
+}
+
+const char *jitop_nvrtc_version(void)
+{
+    return jitop__nvrtc_version();
 }

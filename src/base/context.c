@@ -1,5 +1,8 @@
-/* jitop_ctx: configuration, cache root, kernel directory and arch. */
-#include "internal.h"
+/* jitop_ctx: its configuration (cache root, kernel directory, arch, cache
+ * cap, verbosity) and its teardown hooks. Opening the cache is the cache
+ * room's part of jitop_ctx_create (cache/open.c); asking the device for an
+ * arch is the load room's (jitop_ctx_arch in load/cuda.c). */
+#include "base/base.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,11 +25,6 @@ const char *jitop_version_string(void)
 {
     return JITOP__STR(JITOP_VERSION_MAJOR) "." JITOP__STR(JITOP_VERSION_MINOR) "." JITOP__STR(
         JITOP_VERSION_PATCH);
-}
-
-const char *jitop_nvrtc_version(void)
-{
-    return jitop__nvrtc_version();
 }
 
 void jitop_config_init(jitop_config *cfg)
@@ -124,7 +122,7 @@ static int parse_size(const char *s, int64_t *out)
     return JITOP_OK;
 }
 
-int jitop_ctx_create(const jitop_config *cfg_in, jitop_ctx **out)
+int jitop__ctx_new(const jitop_config *cfg_in, jitop_ctx **out)
 {
     int status = JITOP_OK;
     jitop_ctx *ctx = NULL;
@@ -186,10 +184,6 @@ int jitop_ctx_create(const jitop_config *cfg_in, jitop_ctx **out)
             max_size = JITOP__DEFAULT_CACHE_MAX;
     }
     ctx->cfg.cache_max_size = max_size;
-
-    status = jitop__cache_open(ctx->cache_dir_owned, max_size, ctx->verbose, &ctx->cache);
-    if (status != JITOP_OK)
-        goto out;
     *out = ctx;
     ctx = NULL;
 out:
@@ -214,7 +208,6 @@ void jitop_ctx_destroy(jitop_ctx *ctx)
         return;
     while (ctx->nhooks > 0)
         ctx->hooks[--ctx->nhooks].fn(ctx);
-    jitop__cache_close(ctx->cache);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->cache_dir_owned);
     free(ctx->kernel_dir);
@@ -225,41 +218,4 @@ void jitop_ctx_destroy(jitop_ctx *ctx)
 const char *jitop_cache_dir(const jitop_ctx *ctx)
 {
     return ctx ? ctx->cache_dir_owned : NULL;
-}
-
-int jitop_ctx_arch(jitop_ctx *ctx, const char **arch)
-{
-    int status = JITOP_OK;
-    if (!ctx || !arch)
-        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: NULL argument");
-    if (pthread_mutex_lock(&ctx->lock) != 0)
-        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
-    if (!ctx->arch) {
-        char buf[32];
-        if (ctx->cfg.compile_only) {
-            status = jitop__fail(JITOP_ENODRIVER,
-                                 "no target architecture: this context is compile-only, so the GPU "
-                                 "is not asked; pass an arch (for example --arch sm_90) or set "
-                                 "JITOP_ARCH=sm_90");
-            goto out;
-        }
-        pthread_mutex_unlock(&ctx->lock);
-        status = jitop__driver_arch(ctx, buf, sizeof buf);
-        if (pthread_mutex_lock(&ctx->lock) != 0)
-            return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
-        if (status != JITOP_OK) {
-            jitop__fail_prefix(status, "no target architecture (pass one, for example --arch "
-                                       "sm_90, or set JITOP_ARCH=sm_90), and the GPU could not be "
-                                       "asked");
-            goto out;
-        }
-        if (!ctx->arch && !(ctx->arch = jitop__strdup(buf))) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-    }
-    *arch = ctx->arch;
-out:
-    pthread_mutex_unlock(&ctx->lock);
-    return status;
 }

@@ -1,7 +1,7 @@
 /* Modules: load through the cache, the per-context table, images, reload
  * (prepare / commit / reap) and teardown. Ops and launches are jit_ops.c. */
-#include "cuda_driver.h"
-#include "loader.h"
+#include "load/driver.h"
+#include "load/load.h"
 
 #include <stdio.h>
 #include <stdlib.h>

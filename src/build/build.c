@@ -1,6 +1,6 @@
 /* One unit to one binary: stat fast path, key, cache, lock, compile, write;
  * and the explanation of why a build would (not) hit the cache. */
-#include "core_private.h"
+#include "build/build.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* Hot reload: the watch thread that rebuilds changed targets and swaps them
  * in (AUTO) or leaves them for jitop_poll (POLL), and the two targets it
  * knows: a loaded module and a unit built into the cache (see watch.h). */
-#include "watch.h"
+#include "watch/watch.h"
 
-#include "loader.h"
+#include "load/load.h"
 
 #include <errno.h>
 #include <signal.h>

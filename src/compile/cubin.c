@@ -1,5 +1,5 @@
 /* What a cubin's ELF sections say about the cost of loading it. */
-#include "internal.h"
+#include "compile/compile.h"
 
 #include <elf.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * encoding and the common header, directories and their safety checks,
  * atomic writes and checked reads. The formats are described in
  * cache_private.h. */
-#include "cache_private.h"
+#include "cache/cache_private.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* Walking the cache: listing, gc, least-recently-used eviction under the
  * size cap, clean, and explain's search for an older entry of a source. */
-#include "cache_private.h"
+#include "cache/cache_private.h"
 
 #include <dirent.h>
 #include <errno.h>

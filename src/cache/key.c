@@ -1,6 +1,6 @@
 /* Cache keys and manifest ids: XXH3-128 over everything that changes the
  * binary (the key) or names the unit (the manifest id). */
-#include "cache_private.h"
+#include "cache/cache_private.h"
 
 /* Every field is length-prefixed, so that ("ab", "c") and ("a", "bc") never
  * hash alike; lists are prefixed by their count. */

@@ -21,8 +21,8 @@
  * Host cost per call: argument checks, one acquire load of the state, one
  * table lookup per kernel, the launches. The first call per (dtype, kernel)
  * loads the module and gets the instance under ctx->lock. */
-#include "cuda_driver.h"
-#include "ops_state.h"
+#include "load/driver.h"
+#include "ops/ops_state.h"
 
 #include <dlfcn.h>
 #include <limits.h>

@@ -14,10 +14,9 @@
  * the bulk kernel's, nor the cluster grid from the occupancy query) and the
  * measurements behind the two knobs below.
  */
-#include "internal.h"
 
-#include "cuda_driver.h"
-#include "ops_state.h"
+#include "load/driver.h"
+#include "ops/ops_state.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

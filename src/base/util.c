@@ -1,5 +1,5 @@
 /* Errors, string lists and file helpers shared by the library's files. */
-#include "internal.h"
+#include "base/base.h"
 
 #include <ctype.h>
 #include <errno.h>

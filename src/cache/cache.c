@@ -2,7 +2,7 @@
  * in-memory fallback, entries (read, checked, written) and per-key locks.
  * Keys are in cache_key.c, manifests in cache_manifest.c, the file format in
  * cache_file.c, listing, gc, eviction and clean in cache_walk.c. */
-#include "cache_private.h"
+#include "cache/cache_private.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -42,7 +42,7 @@
 #ifndef JITOP_LOADER_H
 #define JITOP_LOADER_H
 
-#include "internal.h"
+#include "build/build.h"
 
 #include <cuda.h> /* types only: the driver is called through cuda.c's table */
 #include <stdatomic.h>

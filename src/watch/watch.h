@@ -16,7 +16,7 @@
 #ifndef JITOP_WATCH_H
 #define JITOP_WATCH_H
 
-#include "internal.h"
+#include "base/base.h"
 
 #include <stdbool.h>
 #include <stdint.h>

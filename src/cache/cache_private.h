@@ -19,7 +19,7 @@
 #ifndef JITOP_CACHE_PRIVATE_H
 #define JITOP_CACHE_PRIVATE_H
 
-#include "core_private.h"
+#include "cache/cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,72 @@
+/*
+ * The cache room: keys, the on-disk entry and manifest formats, atomic
+ * writes, locks, listing, eviction and clean. Callers above hand it units,
+ * their files and binaries; below it is only the filesystem.
+ * May include: base, compile.
+ */
+#ifndef JITOP_CACHE_H
+#define JITOP_CACHE_H
+
+#include "compile/compile.h"
+
+/* ------------------------------------------------------------- cache.c */
+
+int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__cache **out);
+void jitop__cache_close(jitop__cache *c);
+const char *jitop__cache_root(const jitop__cache *c);
+
+/* The key: XXH3-128 over the format version, NVRTC version, arch, options,
+ * name expressions, and each dep's path and content hash. */
+void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33]);
+
+/* One entry, as read or to be written. */
+typedef struct jitop__entry {
+    char *arch;
+    char *nvrtc_version;
+    char *options;      /* '\n'-joined */
+    char *sources;      /* '\n'-joined dep paths */
+    int64_t created;
+    jitop__binary bin;
+} jitop__entry;
+void jitop__entry_free(jitop__entry *e);
+
+/* Reads and validates an entry (magic, version, checksum). A missing or
+ * invalid entry is *found = false (never an error), and an invalid one is
+ * removed. */
+int jitop__cache_get(jitop__cache *c, const char key[33], jitop__entry *out, bool *found);
+/* Marks the entry under key used, as jitop__cache_get does, without
+ * reading it: *found when that worked. Whether it is valid is learnt when it
+ * is read. */
+int jitop__cache_touch(jitop__cache *c, const char key[33], bool *found);
+/* Writes an entry atomically (temporary file, fsync, rename). On an
+ * unwritable or full cache: keeps it in memory, warns once, returns OK. */
+int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e);
+
+/* A per-key lock (flock: released if the process dies). */
+int jitop__cache_lock(jitop__cache *c, const char key[33], int *fd);
+void jitop__cache_unlock(int fd);
+
+/* The manifest of a unit (its deps with their stat data and the key they
+ * gave), stored under an id that hashes everything but file contents. */
+void jitop__manifest_id(const jitop__unit *u, char id[33]);
+int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, char key[33],
+                        bool *found);
+int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *deps,
+                        const char key[33]);
+
+
+/* Whether a valid entry exists under key. Does not mark it used and leaves
+ * an invalid one in place. */
+int jitop__cache_peek(jitop__cache *c, const char key[33], bool *found);
+
+/* The most recently used valid entry whose first source is source (a
+ * path, or the inline unit's name). *found false when none. Walks the whole
+ * cache: meant for explaining a miss, not for the build path. */
+int jitop__cache_find_recent(jitop__cache *c, const char *source, jitop__entry *out,
+                             char key[33], bool *found);
+
+/* The first line of an entry's sources for a unit: its path, or
+ * "inline:<name>" for inline text. Malloc'd (NULL on ENOMEM). */
+char *jitop__unit_source_label(const jitop__unit *u);
+
+#endif

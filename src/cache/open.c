@@ -1,0 +1,30 @@
+/* jitop_ctx_create: a base context (base/context.c) with its cache opened. The
+ * cache closes from a teardown hook registered first, so it runs after every
+ * other part's teardown (modules, watch, shipped ops), as the last step. */
+#include "cache/cache.h"
+
+static void close_cache(jitop_ctx *ctx)
+{
+    jitop__cache_close(ctx->cache);
+    ctx->cache = NULL;
+}
+
+int jitop_ctx_create(const jitop_config *cfg, jitop_ctx **out)
+{
+    jitop_ctx *ctx = NULL;
+    if (!out)
+        return jitop__fail(JITOP_EINVAL, "jitop_ctx_create: out is NULL");
+    *out = NULL;
+    int status = jitop__ctx_new(cfg, &ctx);
+    if (status == JITOP_OK)
+        status = jitop__ctx_on_destroy(ctx, close_cache);
+    if (status == JITOP_OK)
+        status = jitop__cache_open(ctx->cfg.cache_dir, ctx->cfg.cache_max_size, ctx->verbose,
+                                   &ctx->cache);
+    if (status != JITOP_OK) {
+        jitop_ctx_destroy(ctx);
+        return status;
+    }
+    *out = ctx;
+    return JITOP_OK;
+}

@@ -1,0 +1,141 @@
+/*
+ * The compile room: one translation unit from its files to a binary. Units
+ * and their option normalization, NVRTC (nvrtc.c), the files a unit reads and
+ * their stat/hash freshness (deps.c), and a look inside cubins (cubin.c).
+ * Knows nothing of the cache: callers above hash, key and store.
+ * May include: base.
+ */
+#ifndef JITOP_COMPILE_H
+#define JITOP_COMPILE_H
+
+#include "base/base.h"
+
+/* ----------------------------------------------------------- compile.c */
+
+/* Everything that determines one binary except the contents of the files:
+ * one translation unit for one arch. */
+typedef struct jitop__unit {
+    char *source_path;        /* absolute; NULL for inline text */
+    char *source_name;        /* the name NVRTC reports in its log */
+    char *inline_text;        /* load_inline's text, else NULL */
+    jitop__strv options;      /* normalized NVRTC options, in order */
+    jitop__strv include_dirs; /* the source's own directory, then each -I, absolute */
+    jitop__strv names;        /* name expressions */
+    char arch[32];            /* "sm_90" or "compute_90" */
+    /* Ops asked for by name: a name whose identifier the source's own text
+     * never mentions is refused (JITOP_ENOTFOUND) before NVRTC runs, so that
+     * a typo costs no compile. Not part of the key: it changes no binary. */
+    bool names_in_text;
+} jitop__unit;
+
+/* Builds a unit: normalizes the options (canonical spelling of -D/-U/-I/-std/
+ * fast math/line info/-G/maxrregcount, -I made absolute, arch options
+ * refused in favour of the arch argument) and collects the include dirs.
+ * path or inline_text, not both. A bad option is JITOP_EINVAL naming it. */
+int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
+                     const char *const *options, size_t noptions,
+                     const char *const *names, size_t nnames, const char *arch);
+void jitop__unit_free(jitop__unit *u);
+
+/* "13.0": the NVRTC jitop compiles with, for messages and --version only
+ * (keys use the library file's identity). May load NVRTC. Static storage. */
+const char *jitop__nvrtc_version(void);
+
+/* A compiled binary with what the cache stores beside it. */
+typedef struct jitop__binary {
+    unsigned char *data;   /* cubin or PTX (NUL-terminated) */
+    size_t size;
+    bool is_ptx;
+    jitop__strv names;     /* name expressions, in the unit's order */
+    jitop__strv lowered;   /* their lowered (mangled) names, same order */
+} jitop__binary;
+void jitop__binary_free(jitop__binary *b);
+
+/* Compiles the unit with NVRTC, reading the source from text (what was
+ * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
+int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
+
+/* ------------------------------------------------------------- cubin.c */
+
+/* Bytes of __device__ variables in a cubin, which the driver allocates and
+ * initializes at every load of it; 0 for PTX or bytes that are not a
+ * well-formed ELF file. */
+size_t jitop__cubin_global_bytes(const unsigned char *data, size_t size);
+
+/* -------------------------------------------------------------- deps.c */
+
+typedef struct jitop__dep {
+    char *path;           /* absolute */
+    int64_t size;
+    int64_t mtime_ns;
+    uint64_t ino, dev;
+    XXH128_hash_t hash;   /* of the contents */
+    /* The mtime was within JITOP__RECENT_WINDOW_NS of the moment the stat
+     * was recorded: a same-size save later in the same timestamp tick would
+     * leave size, mtime and inode as recorded, so this record never vouches
+     * for the contents by itself (git's "racy clean"); only a hash does. A
+     * manifest keeps the flag (and then no mtime). */
+    bool recent;
+} jitop__dep;
+
+/* The files one unit reads: [0] is the source (absent for inline text), then
+ * every header it includes, found by scanning #include "..." and <...>
+ * recursively against the including file's directory and the include dirs.
+ * A name that resolves nowhere is an NVRTC built-in header, covered by its
+ * version. */
+typedef struct jitop__deps {
+    jitop__dep *v;
+    size_t n;
+} jitop__deps;
+
+/* Scans and hashes. *text receives the source's text (malloc'd), the one
+ * that is compiled, so that what is hashed is what is built. */
+int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
+/* Stat fast path: *fresh = 1 when every file's size, mtime and inode match
+ * and no record is recent (see jitop__dep). Otherwise *why (malloc'd, may be
+ * NULL) names the first file that differs. */
+int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why);
+void jitop__deps_free(jitop__deps *d);
+/* A deep copy (to is overwritten; empty on failure). */
+int jitop__deps_copy(const jitop__deps *from, jitop__deps *to);
+
+/* A file whose mtime is this close to the moment its stat data was recorded
+ * is never trusted by that stat data alone (jitop__dep.recent). Timestamps
+ * have a granularity: ext4 stamps files from a coarse kernel clock (a few
+ * ms), some network file systems to 1 s, FAT to 2 s. Two writes within one
+ * tick, the second after we looked, leave size and mtime unchanged (git
+ * calls this "racy clean"). The test is against the time of the recording,
+ * not of a later check: a manifest written in the tick of an edit must not
+ * be trusted once the tick is old. 2 s covers the coarsest of these; the
+ * cost is one content hash per check of a file saved less than 2 s before
+ * it was last scanned, until a scan records it older. */
+#define JITOP__RECENT_WINDOW_NS ((int64_t)2000000000)
+
+/* The mtime of a recent record read back from a manifest, which stores the
+ * flag in place of the time (cache_manifest.c): no file has this mtime (it
+ * is 292 years before 1970, and the ns count of such a time overflows). */
+#define JITOP__MTIME_UNKNOWN INT64_MIN
+
+/* The dep of d whose path is path, NULL when none (deps.c). */
+const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path);
+
+/* After a compile: did any file change since it was scanned? NVRTC read the
+ * files itself, so a header saved during the compile may be in the binary
+ * while the key holds its old hash. Stat differences say so; a recent record
+ * is hashed again. *changed names the first such file (malloc'd), NULL when
+ * none (deps.c). */
+int jitop__deps_changed(const jitop__deps *d, char **changed);
+
+/* The NVRTC library file jitop compiles with, as its soname and the size of
+ * the file behind it, for example "libnvrtc.so.13 109338064" (nvrtc.c). It
+ * is the NVRTC part of every key: nvrtcVersion gives major.minor only, while
+ * a patch release may change the code it generates (and its library size
+ * differs). Found by one stat of the file dlopen would open, through its
+ * links, without loading NVRTC, so that a hit never pays for the load; only
+ * where NVRTC is not in the toolkit jitop was built against is it loaded to
+ * learn which file the search path gives. "unknown" when there is no NVRTC.
+ * Path, file name and mtime are left out so that a cache prewarmed on one
+ * machine hits on another with the same release, whatever its layout. */
+const char *jitop__nvrtc_identity(void);
+
+#endif
