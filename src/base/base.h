@@ -92,6 +92,11 @@ bool jitop__mentions_template(const char *text, const char *name_expr);
 /* The compute capability major of an arch name: sm_90 / sm_90a / compute_90
  * -> 9, sm_100 -> 10, sm_120 -> 12; -1 when it is none of these forms. */
 int jitop__arch_major(const char *arch);
+/* symbol as a C++ programmer writes it ("_Z3fooIfEvPT_" -> "void foo<float>(float*)")
+ * through the C++ runtime's demangler (opened on first use); a name that is
+ * not mangled, or that no demangler is there for, comes back as it is.
+ * Malloc'd; NULL on ENOMEM or a NULL symbol (demangle.c). */
+char *jitop__demangle(const char *symbol);
 /* Monotonic clock in milliseconds. */
 double jitop__now_ms(void);
 
