@@ -259,14 +259,19 @@ void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
 /* The kernel of img with this exact driver name, or NULL. */
 const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name);
 
-/* A binding for function fn of img, with fn's code put on the GPU now
- * (cuFuncLoad, unless img->code_loaded), not at its first launch. Makes m's
- * context current on the calling thread. */
+/* Bindings (binding.c). A binding for function fn of img, with fn's code
+ * put on the GPU now (cuFuncLoad, unless img->code_loaded), not at its first
+ * launch. Makes m's context current on the calling thread. */
 int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const char *lowered,
                         jitop__binding **out);
 /* A stale binding: launches fail with JITOP_ESTALE. */
 int jitop__binding_stale(const char *lowered, jitop__binding **out);
 void jitop__binding_free_chain(jitop__binding *b);
+/* Puts fn's code (a kernel of img) on the GPU unless img->code_loaded (the
+ * step jitop__binding_make takes; the op list takes it too). Makes m's
+ * context current. */
+int jitop__function_load(const jitop_module *m, const jitop__image *img, CUfunction fn,
+                         const char *what);
 
 /* Where an extern "C" op's kernel lives now: the first unit image (in
  * source order) holding a kernel of that name. images[i] overrides
