@@ -1,5 +1,6 @@
 /* Modules: load through the cache, the per-context table, images, reload
- * (prepare / commit / reap) and teardown. Ops and launches are jit_ops.c. */
+ * (prepare / commit / reap) and teardown. Ops and launches are the op
+ * room's (op/op.c); bindings are binding.c. */
 #include "load/driver.h"
 #include "load/load.h"
 
@@ -245,7 +246,8 @@ static void module_free(jitop_module *m)
 {
     if (!m)
         return;
-    jitop__ops_free(m);
+    if (m->ops_free)
+        m->ops_free(m);
     for (size_t i = 0; i < m->nunits; i++)
         jitop__modunit_free(&m->units[i]);
     free(m->units);
@@ -809,7 +811,7 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
                 continue;
             fresh[j]->older = atomic_load_explicit(&op->cur, memory_order_relaxed);
             /* seq_cst: pairs with the launch's in-flight increment and
-             * re-check (see loader.h), so the reaper never unloads an image
+             * re-check (see load.h), so the reaper never unloads an image
              * a launch is about to use. */
             atomic_store_explicit(&op->cur, fresh[j], memory_order_seq_cst);
             atomic_store_explicit(&op->changed_gen, gen, memory_order_relaxed);

@@ -1,7 +1,7 @@
 /* Ops: the lock-free op table, op lookup (template instances compiled on
- * demand), bindings, describing and listing kernels, and launches. */
+ * demand), describing bindings, listing kernels, and launches. */
 #include "load/driver.h"
-#include "load/load.h"
+#include "op/op.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -230,7 +230,8 @@ static void failed_name_remember(jitop_module *m, const char *name, int status, 
     }
 }
 
-void jitop__ops_free(jitop_module *m)
+/* m->ops_free (see jitop_module). */
+static void ops_free(jitop_module *m)
 {
     failed_names_free(m);
     jitop_op *op = m->ops;
@@ -518,6 +519,7 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
     bool compile = false;
     uint64_t gen = 0;
     pthread_mutex_lock(&m->lock);
+    m->ops_free = ops_free; /* before anything of the op room goes into m */
     *op = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, h);
     /* A name expression ("fwd<float, 4>", "ns::k") is no kernel's symbol
      * and needs no source image; anything else may be an extern "C" kernel
@@ -576,7 +578,7 @@ static int stale(const jitop_op *op)
 }
 
 /* Takes the op's current binding and holds its image against unloading
- * (see loader.h for why the re-check makes this safe). */
+ * (see load/load.h for why the re-check makes this safe). */
 static inline int binding_hold(jitop_op *op, jitop__binding **out)
 {
     for (;;) {
