@@ -114,6 +114,10 @@ struct jitop_ctx {
     jitop__cache *cache;
 
     pthread_mutex_t lock;    /* guards modules, arch, driver start */
+    /* Asks the device for its arch ("sm_90"), starting the driver: set by
+     * jitop_ctx_create (load/open.c) to the load room's query, so that
+     * jitop_ctx_arch answers the rooms below load without calling up. */
+    int (*device_arch)(jitop_ctx *ctx, char *arch, size_t cap);
     jitop__driver *driver;   /* NULL until the first load (cuda.c) */
     struct jitop_module *modules; /* loaded modules, newest first (jit_loader.c) */
     jitop__watch *watch;     /* NULL until the first jitop_watch (watch.c) */

@@ -10,7 +10,6 @@
  *   entry.c     the entry format; reading an entry (get, peek, touch)
  *   walk.c      list, gc, LRU eviction, clean, explain's search
  *   cache.c     open and close, put (a write, then eviction), per-key locks
- *   open.c      jitop_ctx_create's cache part
  *
  * Layout under the root (every directory 0700, every file 0600):
  *   v<F>/<ab>/<key>            entries (ab: the key's first two hex digits)
