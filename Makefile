@@ -95,8 +95,11 @@ $(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/lo
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
 $(BUILD)/tests/cpu/test_loader_fake: $(FAKE_CUDA)
 
-# The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed".
+# The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed". First
+# the rooms check (scripts/check-rooms.sh: src/'s includes and calls go one
+# way, bottom to top; under a second).
 test: all $(CPU_TESTS)
+	@scripts/check-rooms.sh $(BUILD)/obj/src
 	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS)
 
 # The GPU suite: skips (SKIP lines) where no driver is found.
