@@ -1,4 +1,6 @@
-/* The CUDA driver through dlopen: the only file that calls it directly. */
+/* The CUDA driver through dlopen: opens libcuda.so.1 and resolves the table
+ * (driver.h) that every other file calls it through; starts the driver for
+ * a context and answers its device's arch. */
 #include "load/driver.h"
 
 #include <cudaTypedefs.h>

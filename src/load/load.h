@@ -3,7 +3,9 @@
  * table (cuda.c, see driver.h), images (one CUmodule per built unit, with
  * its kernel list), bindings (what a launch needs of one kernel:
  * binding.c), modules (jitop_load, the context's module table, teardown)
- * and their reload (prepare / commit / reap: module.c).
+ * and their reload (prepare / commit / reap: module.c), and
+ * jitop_ctx_create, which wires the cache and the device into a context
+ * (open.c).
  * May include: base, compile, cache, build. Calls nothing above it.
  * Included by the load room and the rooms above it that use modules (op,
  * watch).
