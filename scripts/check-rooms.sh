@@ -11,6 +11,9 @@
 # directory of src/ that is not a known room fails too (a new room must be
 # placed in the order here and in base/base.h).
 #
+# The CLI (tools/, when there): only the files tools/cli.h lists under
+# "Privileged internal clients:" may include an internal header.
+#
 # Calls (when OBJDIR is given: the objects of src/, e.g. build/obj/src): a
 # symbol an object uses must be defined in its own room or one below it, and
 # the files of one room must not call each other in a circle (an include
@@ -61,6 +64,22 @@ out=$(cd "$root" && find src -mindepth 2 -maxdepth 2 \( -name '*.c' -o -name '*.
 if [ -n "$out" ]; then
     echo "$out"
     fail=1
+fi
+
+# The CLI's privileged internal clients.
+if [ -f "$root/tools/cli.h" ]; then
+    listed=" $(awk '/Privileged internal clients:/ { on = 1; next } on && /^ \*$/ { exit } on' \
+        "$root/tools/cli.h" | grep -o '[a-z_]*\.c' | tr '\n' ' ')"
+    for f in "$root"/tools/*.c; do
+        [ -e "$f" ] || continue
+        n=$(basename "$f")
+        [[ "$listed" == *" $n "* ]] && continue
+        hit=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_]+/' "$f" | head -n 1 || true)
+        if [ -n "$hit" ]; then
+            echo "tools/$n:${hit%%:*}: includes an internal header but is not a privileged internal client (tools/cli.h)"
+            fail=1
+        fi
+    done
 fi
 
 # Calls.

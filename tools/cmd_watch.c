@@ -13,7 +13,7 @@
  */
 #include "cli.h"
 
-#include "watch/watch.h"
+#include "watch/watch.h" /* the watch engine on units: see cli.h */
 
 #include <errno.h>
 #include <signal.h>

@@ -115,6 +115,28 @@ static void test_unknown_room_fails(void **state)
     free(dir);
 }
 
+static void test_unlisted_cli_file_with_internal_header_fails(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    free(jt_write(dir, "src/base/base.h", "\n"));
+    free(jt_write(dir, "tools/cli.h", "/*\n * Privileged internal clients:\n"
+                                      " *   cli_build.c   why\n *\n * cli_cache.c is not one.\n */\n"));
+    free(jt_write(dir, "tools/cli_build.c", "#include \"cli.h\"\n#include \"base/base.h\"\n"));
+    free(jt_write(dir, "tools/cli_cache.c", "#include \"cli.h\"\n#include \"base/base.h\"\n"));
+    char *out = NULL;
+    assert_int_equal(check(dir, NULL, &out), 1);
+    if (!strstr(out, "tools/cli_cache.c:2: includes an internal header but is not a privileged "
+                     "internal client") ||
+        strstr(out, "cli_build.c"))
+        fail_msg("unexpected output:\n%s", out);
+    free(out);
+    free(jt_write(dir, "tools/cli_cache.c", "#include \"cli.h\"\n"));
+    assert_int_equal(check(dir, NULL, &out), 0);
+    free(out);
+    free(dir);
+}
+
 /* A call is what an include check cannot see: base's file calls a function
  * defined in load, declared by hand. */
 static void test_upward_call_fails(void **state)
@@ -179,6 +201,7 @@ int main(void)
         cmocka_unit_test(test_upward_include_fails),
         cmocka_unit_test(test_private_header_of_another_room_fails),
         cmocka_unit_test(test_unknown_room_fails),
+        cmocka_unit_test(test_unlisted_cli_file_with_internal_header_fails),
         cmocka_unit_test(test_upward_call_fails),
         cmocka_unit_test(test_circle_inside_a_room_fails),
     };
