@@ -13,7 +13,14 @@ DEPS_PREFIX ?=
 SAN ?=
 BUILD ?= $(if $(SAN),build-san,build)
 
-VERSION := 0.1.0
+# The release version, read from include/jitop.h (JITOP_VERSION_MAJOR,
+# _MINOR, _PATCH), its one source of truth. SOVERSION is the ABI's, bumped
+# by hand when the ABI breaks.
+jitop_version_part = $(shell sed -n 's/^.define JITOP_VERSION_$(1)[ \t]*\([0-9][0-9]*\).*/\1/p' include/jitop.h)
+VERSION := $(call jitop_version_part,MAJOR).$(call jitop_version_part,MINOR).$(call jitop_version_part,PATCH)
+ifeq ($(shell echo '$(VERSION)' | grep -Ex '[0-9]+\.[0-9]+\.[0-9]+'),)
+$(error cannot read JITOP_VERSION_MAJOR/MINOR/PATCH from include/jitop.h (got '$(VERSION)'))
+endif
 SOVERSION := 0
 
 CC ?= cc
