@@ -95,7 +95,7 @@ const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, s
     /* The binary moves to the front of the file's buffer, which is then
      * shrunk to it, instead of being copied into a second buffer: in a fresh
      * process every 4 KiB of new memory costs a page fault, and for a 240 KB
-     * cubin the copy was a third of a warm hit. The metadata it overwrites
+     * cubin the copy would be a third of a warm hit. The metadata it overwrites
      * was copied out above. size + 1 <= n, since the header precedes it. */
     unsigned char *buf = *bufp;
     memmove(buf, buf + (r.off - size), size);

@@ -78,7 +78,7 @@ typedef struct jitop__kernel {
  * took 98 us as cuModuleLoadData + cuModuleGetFunction (an instance), 105 us
  * with the function list and cuFuncLoad instead (a source), and 134 us as
  * cuLibraryLoadData + the kernel list + cuKernelGetFunction (medians of 25
- * new processes; bench/lltm_NOTES.md, run 10). Each device of a process
+ * new processes; bench/lltm_NOTES.md). Each device of a process
  * loads its own module anyway (its own arch). */
 typedef struct jitop__image {
     CUmodule mod;             /* NULL once unloaded */
@@ -101,8 +101,8 @@ typedef struct jitop__image {
  * description aside). The description (parameter layout, attributes) is
  * read from the driver the first time something needs it: a launch that
  * checks its arguments or asks for dynamic shared memory, jitop_op_info_get.
- * A warm jitop_op_get in a new process spent ~0.04 ms of its time on an H100
- * on those driver calls, for launches that mostly never look at them. */
+ * Asked at jitop_op_get, those driver calls would cost a warm get in a new
+ * process ~0.04 ms on an H100, for launches that mostly never look at them. */
 typedef struct jitop__binding {
     CUfunction fn;            /* NULL: stale, the kernel is gone */
     jitop__image *image;      /* NULL when stale */
