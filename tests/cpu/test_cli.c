@@ -688,13 +688,15 @@ static void test_library_named_after_header_version(void **state)
     (void)state;
     const char *build = getenv("JITOP_BUILD");
     assert_non_null(build);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/libjitop.so.%d.%d.%d", build, JITOP_VERSION_MAJOR,
-             JITOP_VERSION_MINOR, JITOP_VERSION_PATCH);
+    char *path = NULL;
+    if (asprintf(&path, "%s/libjitop.so.%d.%d.%d", build, JITOP_VERSION_MAJOR,
+                 JITOP_VERSION_MINOR, JITOP_VERSION_PATCH) < 0)
+        fail_msg("asprintf: out of memory");
     FILE *fp = fopen(path, "rb");
     if (!fp)
         fail_msg("%s is missing: the Makefile's VERSION is not jitop.h's", path);
     fclose(fp);
+    free(path);
 }
 
 static void test_usage_errors(void **state)

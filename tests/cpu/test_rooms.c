@@ -15,13 +15,24 @@
 
 #include "testutil.h"
 
+/* A malloc'd formatted string (fails the test when out of memory). */
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    int n = vasprintf(&s, f, ap);
+    va_end(ap);
+    if (n < 0)
+        fail_msg("vasprintf: out of memory");
+    return s;
+}
+
 /* The repository: the kernel directory's parent. */
 static char *repo_path(const char *name)
 {
-    char *p = malloc(strlen(JITOP_SOURCE_KERNEL_DIR) + strlen(name) + 8);
-    assert_non_null(p);
-    sprintf(p, "%s/../%s", JITOP_SOURCE_KERNEL_DIR, name);
-    return p;
+    return fmt("%s/../%s", JITOP_SOURCE_KERNEL_DIR, name);
 }
 
 /* Runs the check on root (and on objdir's objects when not NULL); returns
@@ -29,24 +40,25 @@ static char *repo_path(const char *name)
 static int check(const char *root, const char *objdir, char **out)
 {
     char *script = repo_path("scripts/check-rooms.sh");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s --root '%s' %s%s%s", script, root, objdir ? "'" : "",
-             objdir ? objdir : "", objdir ? "'" : "");
+    char *cmd = fmt("%s --root '%s' %s%s%s", script, root, objdir ? "'" : "",
+                    objdir ? objdir : "", objdir ? "'" : "");
+    int rc = jt_run(cmd, out);
+    free(cmd);
     free(script);
-    return jt_run(cmd, out);
+    return rc;
 }
 
 /* Compiles dir/src/<rel>.c into dir/obj/<rel>.o. */
 static void compile(const char *dir, const char *rel)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s/obj/%s')\" && cc -c '%s/src/%s.c' -o '%s/obj/%s.o'",
-             dir, rel, dir, rel, dir, rel);
+    char *cmd = fmt("mkdir -p \"$(dirname '%s/obj/%s')\" && cc -c '%s/src/%s.c' -o '%s/obj/%s.o'",
+                    dir, rel, dir, rel, dir, rel);
     char *out = NULL;
     int rc = jt_run(cmd, &out);
     if (rc != 0)
         fail_msg("%s: %s", cmd, out);
     free(out);
+    free(cmd);
 }
 
 static void test_jitop_tree_passes(void **state)
@@ -55,13 +67,13 @@ static void test_jitop_tree_passes(void **state)
     const char *build = getenv("JITOP_BUILD");
     assert_non_null(build);
     char *root = repo_path("");
-    char objdir[4096];
-    snprintf(objdir, sizeof objdir, "%s/obj/src", build);
+    char *objdir = fmt("%s/obj/src", build);
     char *out = NULL;
     int rc = check(root, objdir, &out);
     if (rc != 0)
         fail_msg("jitop's own tree breaks the rooms rule:\n%s", out);
     free(out);
+    free(objdir);
     free(root);
 }
 
