@@ -1,5 +1,7 @@
-# jitop: `make` builds the libraries, the CLI and the examples; `make test`
-# runs the CPU suite; `make test-gpu` the GPU suite; `make demo` the main job.
+# jitop: `make` builds the libraries, the CLI and the examples (and never
+# installs packages); `make test` runs the CPU suite; `make test-gpu` the GPU
+# suite; `make demo` the main job. Those (and valgrind, bench, install) first
+# check the build dependencies and install the missing ones.
 # Sources are found by wildcard: a new src/<room>/*.c, tests/*/test_*.c or
 # examples/*.c needs no edit here.
 
@@ -13,7 +15,14 @@ DEPS_PREFIX ?=
 SAN ?=
 BUILD ?= $(if $(SAN),build-san,build)
 
-VERSION := 0.1.0
+# The release version, read from include/jitop.h (JITOP_VERSION_MAJOR,
+# _MINOR, _PATCH), its one source of truth. SOVERSION is the ABI's, bumped
+# by hand when the ABI breaks.
+jitop_version_part = $(shell sed -n 's/^.define JITOP_VERSION_$(1)[ \t]*\([0-9][0-9]*\).*/\1/p' include/jitop.h)
+VERSION := $(call jitop_version_part,MAJOR).$(call jitop_version_part,MINOR).$(call jitop_version_part,PATCH)
+ifeq ($(shell echo '$(VERSION)' | grep -Ex '[0-9]+\.[0-9]+\.[0-9]+'),)
+$(error cannot read JITOP_VERSION_MAJOR/MINOR/PATCH from include/jitop.h (got '$(VERSION)'))
+endif
 SOVERSION := 0
 
 CC ?= cc
@@ -50,17 +59,26 @@ SHARED := $(BUILD)/libjitop.so.$(VERSION)
 CLI := $(BUILD)/jitop
 
 .PHONY: all deps test test-gpu valgrind demo bench install uninstall clean
-all: deps $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 
-# Checks (and on Debian as root installs) the build dependencies.
+# Checks (and on Debian as root installs) the build dependencies; valgrind
+# too when `make valgrind` is asked for.
 deps:
-	@CUDA_HOME="$(CUDA_HOME)" DEPS_PREFIX="$(DEPS_PREFIX)" scripts/install-deps.sh
+	@CUDA_HOME="$(CUDA_HOME)" DEPS_PREFIX="$(DEPS_PREFIX)" \
+	  JITOP_WANT_VALGRIND=$(if $(filter valgrind,$(MAKECMDGOALS)),1,0) scripts/install-deps.sh
 
-$(BUILD)/obj/src/%.o: src/%.c
+# `make` alone only builds. These goals install what is missing first: deps
+# is their prerequisite and an order-only prerequisite of every compile, so
+# that with -j no compile starts before the install is done (it would not
+# find xxhash.h on a fresh machine).
+DEPS_GOALS := test test-gpu valgrind demo bench install
+DEPS_FIRST := $(if $(filter $(DEPS_GOALS),$(MAKECMDGOALS)),deps)
+
+$(BUILD)/obj/src/%.o: src/%.c | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -79,45 +97,48 @@ $(CLI): $(TOOL_OBJ) $(STATIC)
 # Examples are what a user writes: they link the driver (libcuda.so.1, through
 # the toolkit's stub at link time) to allocate memory. They start only where a
 # driver is installed; the library itself never links it.
-$(BUILD)/examples/%: examples/%.c $(STATIC)
+$(BUILD)/examples/%: examples/%.c $(STATIC) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS) -L$(CUDA_HOME)/lib64/stubs -lcuda
 
-$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(STATIC) $(CLI)
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(STATIC) $(CLI) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(STATIC) -lcmocka $(LDLIBS)
 
 # A fake CUDA driver (tests/fakecuda) that test_loader_fake loads instead of
 # the real one, through LD_LIBRARY_PATH. Only for tests: not installed.
 FAKE_CUDA := $(BUILD)/fakecuda/libcuda.so.1
-$(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/load/driver.h
+$(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/load/driver.h | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
 $(BUILD)/tests/cpu/test_loader_fake: $(FAKE_CUDA)
 
-# The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed".
-test: all $(CPU_TESTS)
+# The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed". First
+# the rooms check (scripts/check-rooms.sh: src/'s includes and calls go one
+# way, bottom to top; under a second).
+test: deps all $(CPU_TESTS)
+	@scripts/check-rooms.sh $(BUILD)/obj/src
 	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS)
 
 # The GPU suite: skips (SKIP lines) where no driver is found.
-test-gpu: all $(GPU_TESTS)
+test-gpu: deps all $(GPU_TESTS)
 	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(GPU_TESTS)
 
 # The CPU suite under valgrind (leaks and memory errors fail it).
-valgrind: all $(CPU_TESTS)
+valgrind: deps all $(CPU_TESTS)
 	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) \
 	  JITOP_TEST_WRAPPER="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --suppressions=tests/valgrind.supp" \
 	  tests/run.sh $(CPU_TESTS)
 
 # The main job: runs the quickstart on a GPU; prewarms the cache without one.
-demo: all
+demo: deps all
 	@scripts/demo.sh $(abspath $(BUILD))
 
 # BENCH_ARGS: --quick (fewer repetitions) or --gpu-smoke (each part once).
-bench: all
+bench: deps all
 	@BUILD=$(abspath $(BUILD)) CUDA_HOME=$(CUDA_HOME) DEPS_PREFIX=$(DEPS_PREFIX) bench/run.sh $(BENCH_ARGS)
 
-install: all
+install: deps all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/jitop/kernels
 	install -m 644 include/jitop.h include/jitop_ops.h $(DESTDIR)$(PREFIX)/include/

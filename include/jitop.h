@@ -254,8 +254,8 @@ typedef struct jitop_op_info {
  * cuFuncGetAttribute). The driver is asked once per op and code generation,
  * the first time something needs the answer: this call, a launch that
  * checks its arguments, or one with dynamic shared memory; jitop_op_get
- * does not (it made a warm load ~0.04 ms slower). The strings are owned by
- * the op. */
+ * does not (asking there would cost a warm load ~0.04 ms). The strings are
+ * owned by the op. */
 JITOP_API int jitop_op_info_get(jitop_op *op, jitop_op_info *info);
 
 /* Lists the kernels a module holds: fills up to cap infos and sets *count to

@@ -61,7 +61,7 @@ JITOP_API int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_
 JITOP_API int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
                                       int64_t cols);
 
-/* LLTM: declared by the lltm work (kernels/lltm.cu). */
+/* LLTM (kernels/lltm.cu). */
 /* The LLTM cell of PyTorch's C++/CUDA extension tutorial (B batch, I input
  * features, S state size, K = S + I), row-major, dtype JITOP_FLOAT32 or
  * JITOP_FLOAT64 for every tensor:

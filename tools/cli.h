@@ -14,7 +14,26 @@
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
- *   cmd_watch.c    `jitop watch` (the watch engineer's)
+ *   cmd_watch.c    `jitop watch`
+ *
+ * The CLI uses the public API (jitop.h) only, but for three files. It links
+ * the static library (libjitop.a), whose internal jitop__ symbols it can
+ * reach (the shared library hides them), and these use what the public API
+ * has no call for.
+ * Privileged internal clients:
+ *   cli_build.c    jitop__build_would_hit (build/build.h): asks whether a
+ *                  unit would hit through the stat fast path on the main
+ *                  thread, so that a no-op build starts no worker thread
+ *   cli_units.c    jitop__read_file, jitop__mentions_template (base/base.h):
+ *                  the runtime's own test of which source defines a
+ *                  template, so that `jitop build` prewarms what jitop_op_get
+ *                  builds
+ *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
+ *                  cache: jitop_watch watches loaded modules, which need a
+ *                  GPU; `jitop watch` must not
+ * scripts/check-rooms.sh fails when a tools/ file not listed above includes
+ * an internal header. The rooms' order does not bind these files: they sit
+ * above src/.
  *
  * Exit codes of every command: 0 success, 1 a build/cache operation failed,
  * 2 a usage error (unknown command or flag, missing value, no arch).
@@ -32,8 +51,8 @@
 #define JITOP_CLI_EXIT_FAIL 1
 #define JITOP_CLI_EXIT_USAGE 2
 
-/* A growable list of owned strings (the CLI uses only the public API, so it
- * keeps its own small list instead of the library's jitop__strv). */
+/* A growable list of owned strings (the CLI keeps its own small list rather
+ * than the library's internal jitop__strv). */
 typedef struct jitop_cli_strs {
     char **v;
     size_t n, cap;

@@ -13,7 +13,7 @@
  */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__build_would_hit, jitop__now_ms: the CLI links the static library */
+#include "build/build.h" /* jitop__build_would_hit, jitop__now_ms: see cli.h */
 
 #include <pthread.h>
 #include <stdlib.h>

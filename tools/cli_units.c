@@ -1,7 +1,7 @@
 /* The (file, arch, name) units a command line covers (see cli.h). */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__mentions_template, jitop__read_file */
+#include "base/base.h" /* jitop__mentions_template, jitop__read_file: see cli.h */
 
 #include <stdbool.h>
 #include <stdlib.h>

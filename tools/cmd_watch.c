@@ -13,7 +13,7 @@
  */
 #include "cli.h"
 
-#include "watch/watch.h"
+#include "watch/watch.h" /* the watch engine on units: see cli.h */
 
 #include <errno.h>
 #include <signal.h>
@@ -205,6 +205,111 @@ static int wait_for_signal(int fd)
     }
 }
 
+/* Parses argv: the build flags and PATH... (expanded into files, with the
+ * archs resolved) and *rest, where COMMAND starts (argc: none). Returns
+ * JITOP_CLI_EXIT_OK (a->help set: only the help is asked for) or the exit
+ * status of a usage error or failure, already printed. */
+static int parse_args(int argc, char **argv, struct jitop_cli_build_args *a, int *rest,
+                      jitop_cli_strs *files)
+{
+    const char *cmd = argv[0];
+    int rc = jitop_cli_parse_build_args(argc, argv, a, rest, NULL, NULL);
+    if (rc != JITOP_CLI_EXIT_OK || a->help)
+        return rc;
+    if (a->paths.n == 0) {
+        fprintf(stderr, "jitop %s: no PATH given: name .cu files or directories (see jitop %s "
+                        "--help)\n",
+                cmd, cmd);
+        return JITOP_CLI_EXIT_USAGE;
+    }
+    if ((rc = jitop_cli_resolve_archs(cmd, a)) != JITOP_CLI_EXIT_OK)
+        return rc;
+    return jitop_cli_expand_paths(cmd, &a->paths, files);
+}
+
+/* r->pairs: each file alone and each --name on its own, as the runtime
+ * builds them (jitop_cli_units), so that a COMMAND run after a rebuild hits
+ * the cache. */
+static int make_pairs(const char *cmd, watch_run *r, const jitop_cli_strs *files,
+                      const struct jitop_cli_build_args *a)
+{
+    jitop_cli_unit *units = NULL;
+    int rc = jitop_cli_units(cmd, files, &a->archs, &a->names, &units, &r->npairs);
+    if (rc != JITOP_CLI_EXIT_OK)
+        return rc;
+    r->pairs = calloc(r->npairs ? r->npairs : 1, sizeof *r->pairs);
+    for (size_t i = 0; r->pairs && i < r->npairs; i++)
+        r->pairs[i] = (pair){.run = r, .file = units[i].file, .arch = units[i].arch,
+                             .name = units[i].name};
+    free(units);
+    if (!r->pairs) {
+        fprintf(stderr, "jitop %s: out of memory\n", cmd);
+        return JITOP_CLI_EXIT_FAIL;
+    }
+    return JITOP_CLI_EXIT_OK;
+}
+
+/* Blocks SIGINT and SIGTERM and opens *sigfd on them. Called before any
+ * thread starts, so that every thread inherits the mask and the signals can
+ * only be read from the signalfd. *masked: the mask changed (old_mask holds
+ * the one to restore). 0, or -1 after printing why. */
+static int block_stop_signals(const char *cmd, sigset_t *old_mask, bool *masked, int *sigfd)
+{
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &stop_signals, old_mask) != 0) {
+        fprintf(stderr, "jitop %s: cannot block SIGINT/SIGTERM\n", cmd);
+        return -1;
+    }
+    *masked = true;
+    *sigfd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
+    if (*sigfd < 0) {
+        fprintf(stderr, "jitop %s: signalfd: %s\n", cmd, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts the watch (*w) and watches every pair of r in it. 0, or -1 after
+ * printing why. */
+static int watch_pairs(const char *cmd, watch_run *r, jitop_ctx *ctx,
+                       const struct jitop_cli_build_args *a, jitop__watch **w)
+{
+    if (jitop__watch_create(w) != JITOP_OK) {
+        fprintf(stderr, "jitop %s: %s\n", cmd, jitop_errmsg(NULL));
+        return -1;
+    }
+    jitop__watch_on_batch(*w, on_batch, r);
+    /* Every pair is filled in before the first is watched: the watch
+     * thread's batch check reads them all. */
+    for (size_t i = 0; i < r->npairs; i++) {
+        pair *p = &r->pairs[i];
+        uint64_t id;
+        if (jitop__watch_unit(*w, ctx, JITOP_RELOAD_AUTO, p->file, p->arch,
+                              (const char *const *)a->options.v, a->options.n,
+                              p->name ? &p->name : NULL, p->name ? 1 : 0, on_report, p,
+                              &id) != JITOP_OK) {
+            fprintf(stderr, "jitop %s: %s (%s%s%s): %s\n", cmd, p->file, p->arch,
+                    p->name ? ", " : "", p->name ? p->name : "", jitop_errmsg(NULL));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Ends COMMAND if it runs, and keeps another from starting. */
+static void stop_command(watch_run *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->stopping = true;
+    pid_t child = r->child;
+    pthread_mutex_unlock(&r->lock);
+    if (child > 0)
+        kill(child, SIGTERM); /* ESRCH: it just ended, the thread reaps it */
+}
+
 int jitop_cli_watch(int argc, char **argv)
 {
     const char *cmd = argv[0];
@@ -215,26 +320,15 @@ int jitop_cli_watch(int argc, char **argv)
     jitop__watch *w = NULL;
     int sigfd = -1, rest = argc;
     bool lock_ok = false, masked = false;
-    sigset_t stop_signals, old_mask;
+    sigset_t old_mask;
 
-    int rc = jitop_cli_parse_build_args(argc, argv, &a, &rest, NULL, NULL);
+    int rc = parse_args(argc, argv, &a, &rest, &files);
     if (rc != JITOP_CLI_EXIT_OK)
         goto out;
     if (a.help) {
         jitop_cli_help(stdout, cmd);
         goto out;
     }
-    if (a.paths.n == 0) {
-        fprintf(stderr, "jitop %s: no PATH given: name .cu files or directories (see jitop %s "
-                        "--help)\n",
-                cmd, cmd);
-        rc = JITOP_CLI_EXIT_USAGE;
-        goto out;
-    }
-    if ((rc = jitop_cli_resolve_archs(cmd, &a)) != JITOP_CLI_EXIT_OK)
-        goto out;
-    if ((rc = jitop_cli_expand_paths(cmd, &a.paths, &files)) != JITOP_CLI_EXIT_OK)
-        goto out;
     rc = JITOP_CLI_EXIT_FAIL;
     if (rest < argc && !(r.command = join_command(argc, argv, rest))) {
         fprintf(stderr, "jitop %s: out of memory\n", cmd);
@@ -244,71 +338,21 @@ int jitop_cli_watch(int argc, char **argv)
         goto out;
     r.json = a.json != 0;
     r.color = !r.json && isatty(STDOUT_FILENO);
-    /* Each file alone and each --name on its own, as the runtime builds
-     * them (jitop_cli_units): a COMMAND run after a rebuild hits the cache. */
-    jitop_cli_unit *units = NULL;
-    if ((rc = jitop_cli_units(cmd, &files, &a.archs, &a.names, &units, &r.npairs)) !=
-        JITOP_CLI_EXIT_OK)
+    if ((rc = make_pairs(cmd, &r, &files, &a)) != JITOP_CLI_EXIT_OK)
         goto out;
     rc = JITOP_CLI_EXIT_FAIL;
-    r.pairs = calloc(r.npairs ? r.npairs : 1, sizeof *r.pairs);
-    for (size_t i = 0; r.pairs && i < r.npairs; i++)
-        r.pairs[i] = (pair){.run = &r, .file = units[i].file, .arch = units[i].arch,
-                            .name = units[i].name};
-    free(units);
-    if (!r.pairs || pthread_mutex_init(&r.lock, NULL) != 0) {
+    if (pthread_mutex_init(&r.lock, NULL) != 0) {
         fprintf(stderr, "jitop %s: out of memory\n", cmd);
         goto out;
     }
     lock_ok = true;
-
-    /* Blocked before any thread starts, so that every thread inherits the
-     * mask and the signals can only be read from the signalfd. */
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    if (pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask) != 0) {
-        fprintf(stderr, "jitop %s: cannot block SIGINT/SIGTERM\n", cmd);
-        goto out;
-    }
-    masked = true;
-    sigfd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
-    if (sigfd < 0) {
-        fprintf(stderr, "jitop %s: signalfd: %s\n", cmd, strerror(errno));
-        goto out;
-    }
-
-    if (jitop__watch_create(&w) != JITOP_OK) {
-        fprintf(stderr, "jitop %s: %s\n", cmd, jitop_errmsg(NULL));
-        goto out;
-    }
-    jitop__watch_on_batch(w, on_batch, &r);
-    /* Every pair is filled in before the first is watched: the watch
-     * thread's batch check reads them all. */
-    for (size_t i = 0; i < r.npairs; i++) {
-        pair *p = &r.pairs[i];
-        uint64_t id;
-        if (jitop__watch_unit(w, ctx, JITOP_RELOAD_AUTO, p->file, p->arch,
-                              (const char *const *)a.options.v, a.options.n,
-                              p->name ? &p->name : NULL, p->name ? 1 : 0, on_report, p,
-                              &id) != JITOP_OK) {
-            fprintf(stderr, "jitop %s: %s (%s%s%s): %s\n", cmd, p->file, p->arch,
-                    p->name ? ", " : "", p->name ? p->name : "", jitop_errmsg(NULL));
-            goto out;
-        }
-    }
-    if (wait_for_signal(sigfd) != 0)
+    if (block_stop_signals(cmd, &old_mask, &masked, &sigfd) != 0 ||
+        watch_pairs(cmd, &r, ctx, &a, &w) != 0 || wait_for_signal(sigfd) != 0)
         goto out;
     rc = JITOP_CLI_EXIT_OK;
 out:
-    if (lock_ok) {
-        pthread_mutex_lock(&r.lock);
-        r.stopping = true;
-        pid_t child = r.child;
-        pthread_mutex_unlock(&r.lock);
-        if (child > 0)
-            kill(child, SIGTERM); /* ESRCH: it just ended, the thread reaps it */
-    }
+    if (lock_ok)
+        stop_command(&r);
     /* Joins the watch thread: after this no report or command runs. */
     jitop__watch_destroy(w);
     jitop_ctx_destroy(ctx);

@@ -6,16 +6,6 @@
 
 #include <string.h>
 
-/* Until tools/cmd_watch.c is linked in, `jitop watch` says so instead of
- * failing the link; the real definition there overrides this one. */
-__attribute__((weak)) int jitop_cli_watch(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "jitop watch: not built\n");
-    return JITOP_CLI_EXIT_USAGE;
-}
-
 static int print_version(void)
 {
     if (printf("jitop %s\nNVRTC %s\n", jitop_version_string(), jitop_nvrtc_version()) < 0 ||

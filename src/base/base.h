@@ -1,17 +1,21 @@
 /*
  * The base room: what every other room stands on. The public header, the
- * context struct and its teardown hooks (context.c), errors, verbose
- * logging, string lists, paths and file helpers (util.c). It calls nothing
- * above it.
+ * context struct, its teardown hooks and its arch (context.c), errors,
+ * verbose logging, string lists, paths and file helpers (util.c).
+ * May include: nothing of src/ (jitop.h and system headers). It calls
+ * nothing above it: what the context needs from above (its cache, a way to
+ * ask the device for its arch) jitop_ctx_create wires in (load/open.c).
  *
- * Rooms, bottom to top (each may include the headers of the rooms below it,
- * never above): base -> compile -> cache -> build -> load -> op -> watch,
- * and ops/ (the shipped ops) over the public API. Internal names are
- * jitop__*; nothing here is exported (-fvisibility=hidden).
+ * Rooms, bottom to top: base -> compile -> cache -> build -> load -> op ->
+ * watch -> ops. A room includes the headers of its own room and the rooms
+ * below it, never above, and calls only their functions (public API
+ * functions included); inside a room, calls between files go one way.
+ * scripts/check-rooms.sh checks all of it (make test runs it first).
+ * Internal names are jitop__*; nothing here is exported
+ * (-fvisibility=hidden).
  */
 #ifndef JITOP_BASE_H
 #define JITOP_BASE_H
-#define JITOP_INTERNAL_H
 
 #include "jitop.h"
 
@@ -119,10 +123,14 @@ struct jitop_ctx {
     jitop__cache *cache;
 
     pthread_mutex_t lock;    /* guards modules, arch, driver start */
-    jitop__driver *driver;   /* NULL until the first load (cuda.c) */
-    struct jitop_module *modules; /* loaded modules, newest first (jit_loader.c) */
-    jitop__watch *watch;     /* NULL until the first jitop_watch (watch.c) */
-    jitop__ops_state *ops;   /* the shipped ops' loaded instances (layernorm.c, lltm.c) */
+    /* Asks the device for its arch ("sm_90"), starting the driver: set by
+     * jitop_ctx_create (load/open.c) to the load room's query, so that
+     * jitop_ctx_arch answers the rooms below load without calling up. */
+    int (*device_arch)(jitop_ctx *ctx, char *arch, size_t cap);
+    jitop__driver *driver;   /* NULL until the first load (load/cuda.c) */
+    struct jitop_module *modules; /* loaded modules, newest first (load/module.c) */
+    jitop__watch *watch;     /* NULL until the first jitop_watch (watch/reload.c) */
+    jitop__ops_state *ops;   /* the shipped ops' loaded instances (ops/) */
 
     /* Teardown hooks, run last-registered-first by jitop_ctx_destroy: each
      * part registers one when it first attaches state to the context, so

@@ -1,7 +1,7 @@
 /* jitop_ctx: its configuration (cache root, kernel directory, arch, cache
- * cap, verbosity) and its teardown hooks. Opening the cache is the cache
- * room's part of jitop_ctx_create (cache/open.c); asking the device for an
- * arch is the load room's (jitop_ctx_arch in load/cuda.c). */
+ * cap, verbosity), its teardown hooks, and its arch (jitop_ctx_arch).
+ * jitop_ctx_create, which opens the cache and gives the context its way to
+ * ask the device (ctx->device_arch), is the load room's (load/open.c). */
 #include "base/base.h"
 
 #include <errno.h>
@@ -218,4 +218,41 @@ void jitop_ctx_destroy(jitop_ctx *ctx)
 const char *jitop_cache_dir(const jitop_ctx *ctx)
 {
     return ctx ? ctx->cache_dir_owned : NULL;
+}
+
+int jitop_ctx_arch(jitop_ctx *ctx, const char **arch)
+{
+    int status = JITOP_OK;
+    if (!ctx || !arch)
+        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: NULL argument");
+    if (pthread_mutex_lock(&ctx->lock) != 0)
+        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
+    if (!ctx->arch) {
+        char buf[32];
+        if (ctx->cfg.compile_only) {
+            status = jitop__fail(JITOP_ENODRIVER,
+                                 "no target architecture: this context is compile-only, so the GPU "
+                                 "is not asked; pass an arch (for example --arch sm_90) or set "
+                                 "JITOP_ARCH=sm_90");
+            goto out;
+        }
+        pthread_mutex_unlock(&ctx->lock);
+        status = ctx->device_arch(ctx, buf, sizeof buf);
+        if (pthread_mutex_lock(&ctx->lock) != 0)
+            return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
+        if (status != JITOP_OK) {
+            jitop__fail_prefix(status, "no target architecture (pass one, for example --arch "
+                                       "sm_90, or set JITOP_ARCH=sm_90), and the GPU could not be "
+                                       "asked");
+            goto out;
+        }
+        if (!ctx->arch && !(ctx->arch = jitop__strdup(buf))) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+    *arch = ctx->arch;
+out:
+    pthread_mutex_unlock(&ctx->lock);
+    return status;
 }

@@ -206,7 +206,34 @@ static int names_mentioned(const jitop__unit *u, const char *text)
     return JITOP_OK;
 }
 
-/* The slow path: scan, key, cache, then lock, check again, compile. */
+/* The end of a slow build: a binary just compiled (found: a hit, read
+ * already into out->entry) becomes the cache entry under out->key, the
+ * manifest records deps, and deps move into out. */
+static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
+                       jitop__deps *deps, jitop__binary *bin, bool found, double t_compile,
+                       jitop__built *out)
+{
+    int status = JITOP_OK;
+    out->cached = found;
+    if (!found) {
+        double t_put = jitop__now_ms();
+        status = make_entry(u, deps, bin, &out->entry);
+        if (status == JITOP_OK)
+            status = jitop__cache_put(ctx->cache, out->key, &out->entry);
+        if (status != JITOP_OK)
+            return status;
+        /* Where a cold build's time goes: NVRTC, or writing the entry
+         * (fsync on a slow disk shows here). */
+        jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name, t_compile,
+                   jitop__now_ms() - t_put);
+    }
+    save_manifest(ctx, id, deps, out->key);
+    out->deps = *deps;
+    memset(deps, 0, sizeof *deps);
+    return JITOP_OK;
+}
+
+/* The slow path: scan, key, cache, then lock, check again, compile, store. */
 static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                       const jitop__deps *mdeps, const char *mkey, jitop__built *out)
 {
@@ -269,24 +296,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         free(changed);
         text = changed = NULL;
     }
-    if (status != JITOP_OK)
-        goto out;
-    out->cached = found;
-    if (!found) {
-        double t_put = jitop__now_ms();
-        status = make_entry(u, &deps, &bin, &out->entry);
-        if (status == JITOP_OK)
-            status = jitop__cache_put(ctx->cache, out->key, &out->entry);
-        if (status != JITOP_OK)
-            goto out;
-        /* Where a cold build's time goes: NVRTC, or writing the entry
-         * (fsync on a slow disk shows here). */
-        jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name, t_compile,
-                   jitop__now_ms() - t_put);
-    }
-    save_manifest(ctx, id, &deps, out->key);
-    out->deps = deps;
-    memset(&deps, 0, sizeof deps);
+    if (status == JITOP_OK)
+        status = build_store(ctx, u, id, &deps, &bin, found, t_compile, out);
 out:
     jitop__cache_unlock(lock_fd);
     jitop__binary_free(&bin);

@@ -1,8 +1,11 @@
 /*
  * The build room: one unit to one binary through the cache, the data flow's
  * top half. Stat fast path -> key -> cache -> per-key lock -> compile ->
- * atomic write, and jitop_build / jitop_explain on top of it.
- * May include: base, compile, cache.
+ * atomic write, and jitop_build / jitop_explain on top of it. Never opens
+ * the driver: with no arch given it asks jitop_ctx_arch (base), which asks
+ * the device through the query jitop_ctx_create put in the context.
+ * May include: base, compile, cache. Included by the load room and above,
+ * and by the CLI's privileged files (tools/cli.h says which).
  */
 #ifndef JITOP_BUILD_H
 #define JITOP_BUILD_H

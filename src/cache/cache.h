@@ -1,15 +1,14 @@
 /*
  * The cache room: keys, the on-disk entry and manifest formats, atomic
- * writes, locks, listing, eviction and clean. Callers above hand it units,
- * their files and binaries; below it is only the filesystem.
- * May include: base, compile.
+ * writes, locks, listing, eviction and clean (its files, and the one way
+ * their calls go, are listed in cache_private.h). Callers above hand it
+ * units, their files and binaries; below it is only the filesystem.
+ * May include: base, compile. Included by the build room and above.
  */
 #ifndef JITOP_CACHE_H
 #define JITOP_CACHE_H
 
 #include "compile/compile.h"
-
-/* ------------------------------------------------------------- cache.c */
 
 int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__cache **out);
 void jitop__cache_close(jitop__cache *c);

@@ -1,9 +1,15 @@
-/* What the cache's files share and nothing else sees. The cache is split by
- * idea: cache.c (the cache object: open, read-only mode and its in-memory
- * fallback, entries, locks), cache_file.c (the file format, directories and
- * their safety, atomic writes, checked reads), cache_key.c (keys and manifest
- * ids), cache_manifest.c (stat manifests), cache_walk.c (list, gc, LRU
- * eviction, clean, explain's search).
+/* What the cache room's files share and nothing else sees: included by the
+ * .c files of src/cache/ only (the rooms above use cache/cache.h). The room
+ * is split by idea, and calls between its files go one way, each file using
+ * only those listed before it:
+ *   file.c      the byte encoding and the common header, directories and
+ *               their safety, atomic writes, checked reads, the verbose log,
+ *               and the read-only mode with its in-memory stand-in for files
+ *   key.c       keys and manifest ids
+ *   manifest.c  stat manifests
+ *   entry.c     the entry format; reading an entry (get, peek, touch)
+ *   walk.c      list, gc, LRU eviction, clean, explain's search
+ *   cache.c     open and close, put (a write, then eviction), per-key locks
  *
  * Layout under the root (every directory 0700, every file 0600):
  *   v<F>/<ab>/<key>            entries (ab: the key's first two hex digits)
@@ -58,10 +64,10 @@ static inline int64_t jitop__wall_seconds(void)
     return (int64_t)time(NULL);
 }
 
-/* Logs on stderr when the cache is verbose (cache.c). */
+/* Logs on stderr when the cache is verbose (file.c). */
 void jitop__cache_vlog(const jitop__cache *c, const char *fmt, ...) JITOP__PRINTF(2, 3);
 
-/* Byte encoding (cache_file.c). A growing buffer that remembers an
+/* Byte encoding (file.c). A growing buffer that remembers an
  * allocation failure (oom) instead of failing each call. */
 struct jitop__wbuf {
     unsigned char *p;
@@ -92,13 +98,13 @@ void jitop__file_seal(struct jitop__wbuf *b);
 const char *jitop__file_check(const unsigned char *p, size_t n, const char *magic,
                               uint32_t *flags);
 
-/* Directories and their safety (cache_file.c). */
+/* Directories and their safety (file.c). */
 int jitop__cache_check_safe(const char *path, const struct stat *st);
 int jitop__cache_ensure_dir(const char *dir, int *err);
 int jitop__cache_make_root(const char *root, int *err);
 bool jitop__cache_unwritable_errno(int e);
 
-/* Atomic write and checked read of one cache file (cache_file.c). */
+/* Atomic write and checked read of one cache file (file.c). */
 int jitop__cache_write_atomic(const char *dir, const char *name, const unsigned char *data,
                               size_t len, bool durable, int *err);
 /* A use stamps an entry's mtime (the LRU order eviction follows) unless
@@ -116,7 +122,7 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
                               unsigned char **data, size_t *len, uint32_t *file_flags,
                               bool *found);
 
-/* Read-only mode and the in-memory fallback (cache.c). */
+/* Read-only mode and the in-memory fallback (file.c). */
 void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err);
 bool jitop__cache_is_readonly(jitop__cache *c);
 void jitop__cache_mem_put(jitop__cache *c, const char name[33], bool manifest,
@@ -125,16 +131,21 @@ int jitop__cache_mem_get(jitop__cache *c, const char name[33], bool manifest,
                          unsigned char **data, size_t *len, bool *found);
 void jitop__cache_mem_clear(jitop__cache *c);
 
-/* Entries (cache.c): read one (flags from jitop__read_flags; out may be
- * NULL), and parse a checked entry file. */
+/* Entries (entry.c): read one (flags from jitop__read_flags; out may be
+ * NULL), parse a checked entry file, serialize one (header included) for a
+ * write, and the directory an entry's file goes in (malloc'd; NULL on
+ * ENOMEM). */
 int jitop__cache_entry_read(jitop__cache *c, const char key[33], int flags, jitop__entry *out,
                             bool *found);
 const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, size_t n,
                                      uint32_t flags, jitop__entry *e);
+int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
+                                 struct jitop__wbuf *b);
+char *jitop__cache_entry_dir(const jitop__cache *c, const char key[33]);
 
 /* Removes least-recently-used entries until the rest fit in cap (negative:
  * no cap); in gc mode invalid entries and stale temporary files too
- * (cache_walk.c). */
+ * (walk.c). */
 int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed);
 
 #endif

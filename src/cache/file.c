@@ -1,11 +1,14 @@
-/* The cache's files on disk, shared by entries and manifests: the byte
- * encoding and the common header, directories and their safety checks,
- * atomic writes and checked reads. The formats are described in
- * cache_private.h. */
+/* The cache's files, shared by entries and manifests: the byte encoding
+ * and the common header, directories and their safety checks, atomic
+ * writes and checked reads, the verbose log, and the read-only mode that
+ * keeps new files in memory when the root cannot be written. The bottom of
+ * the cache room: it calls no other file of it. The formats are described
+ * in cache_private.h. */
 #include "cache/cache_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -459,4 +462,103 @@ out:
     if (close(fd) != 0 && status == JITOP_OK)
         status = jitop__fail(JITOP_EIO, "cache: close %s: %s", path, strerror(errno));
     return status;
+}
+
+void jitop__cache_vlog(const jitop__cache *c, const char *fmt, ...)
+{
+    if (!c || !c->verbose)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jitop__log(NULL, "%s", msg);
+}
+
+/* Switches to keeping new files in memory, with one warning per cache. */
+void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err)
+{
+    pthread_mutex_lock(&c->lock);
+    c->readonly = true;
+    bool warn = !c->warned;
+    c->warned = true;
+    pthread_mutex_unlock(&c->lock);
+    if (warn)
+        fprintf(stderr,
+                "jitop: warning: cannot write to the cache at %s (%s): compiled binaries are kept "
+                "in memory for this process only\n",
+                path, strerror(err));
+}
+
+bool jitop__cache_is_readonly(jitop__cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool ro = c->readonly;
+    pthread_mutex_unlock(&c->lock);
+    return ro;
+}
+
+void jitop__cache_mem_put(jitop__cache *c, const char name[33], bool manifest,
+                          struct jitop__wbuf *b)
+{
+    struct jitop__mem_item *it = calloc(1, sizeof *it);
+    if (!it)
+        return; /* the file is only lost: the next build compiles again */
+    memcpy(it->name, name, 33);
+    it->manifest = manifest;
+    it->data = b->p;
+    it->len = b->n;
+    it->created = jitop__wall_seconds();
+    b->p = NULL;
+    b->n = b->cap = 0;
+    pthread_mutex_lock(&c->lock);
+    for (struct jitop__mem_item **pp = &c->items; *pp; pp = &(*pp)->next) {
+        if ((*pp)->manifest == manifest && strcmp((*pp)->name, name) == 0) {
+            struct jitop__mem_item *old = *pp;
+            *pp = old->next;
+            free(old->data);
+            free(old);
+            break;
+        }
+    }
+    it->next = c->items;
+    c->items = it;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* A copy of a memory item's bytes (NULL, *found false when absent). */
+int jitop__cache_mem_get(jitop__cache *c, const char name[33], bool manifest, unsigned char **data,
+                         size_t *len, bool *found)
+{
+    int status = JITOP_OK;
+    *found = false;
+    pthread_mutex_lock(&c->lock);
+    for (struct jitop__mem_item *it = c->items; it; it = it->next) {
+        if (it->manifest != manifest || strcmp(it->name, name) != 0)
+            continue;
+        *data = malloc(it->len);
+        if (!*data) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(*data, it->data, it->len);
+        *len = it->len;
+        *found = true;
+        break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return status;
+}
+
+void jitop__cache_mem_clear(jitop__cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    while (c->items) {
+        struct jitop__mem_item *it = c->items;
+        c->items = it->next;
+        free(it->data);
+        free(it);
+    }
+    pthread_mutex_unlock(&c->lock);
 }

@@ -50,7 +50,7 @@ void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33])
     key_unit(&st, "jitop entry key", u);
     /* The NVRTC library's file name and size, not nvrtcVersion: that would
      * load NVRTC (8-10 ms) on every hit, and the file already tells one
-     * release from another (see core_private.h). */
+     * release from another (see jitop__nvrtc_identity in compile.h). */
     key_str(&st, jitop__nvrtc_identity());
     key_u64(&st, d->n);
     for (size_t i = 0; i < d->n; i++) {

@@ -3,14 +3,14 @@
  * and their option normalization, NVRTC (nvrtc.c), the files a unit reads and
  * their stat/hash freshness (deps.c), and a look inside cubins (cubin.c).
  * Knows nothing of the cache: callers above hash, key and store.
- * May include: base.
+ * May include: base. Included by every room above it.
  */
 #ifndef JITOP_COMPILE_H
 #define JITOP_COMPILE_H
 
 #include "base/base.h"
 
-/* ----------------------------------------------------------- compile.c */
+/* ------------------------------------------------------------ nvrtc.c */
 
 /* Everything that determines one binary except the contents of the files:
  * one translation unit for one arch. */
@@ -112,7 +112,7 @@ int jitop__deps_copy(const jitop__deps *from, jitop__deps *to);
 #define JITOP__RECENT_WINDOW_NS ((int64_t)2000000000)
 
 /* The mtime of a recent record read back from a manifest, which stores the
- * flag in place of the time (cache_manifest.c): no file has this mtime (it
+ * flag in place of the time (cache/manifest.c): no file has this mtime (it
  * is 292 years before 1970, and the ns count of such a time overflows). */
 #define JITOP__MTIME_UNKNOWN INT64_MIN
 

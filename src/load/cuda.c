@@ -1,4 +1,6 @@
-/* The CUDA driver through dlopen: the only file that calls it directly. */
+/* The CUDA driver through dlopen: opens libcuda.so.1 and resolves the table
+ * (driver.h) that every other file calls it through; starts the driver for
+ * a context and answers its device's arch. */
 #include "load/driver.h"
 
 #include <cudaTypedefs.h>
@@ -330,39 +332,3 @@ int jitop_ctx_cuda(jitop_ctx *ctx, void **cu_context, int *cu_device)
     return status;
 }
 
-int jitop_ctx_arch(jitop_ctx *ctx, const char **arch)
-{
-    int status = JITOP_OK;
-    if (!ctx || !arch)
-        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: NULL argument");
-    if (pthread_mutex_lock(&ctx->lock) != 0)
-        return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
-    if (!ctx->arch) {
-        char buf[32];
-        if (ctx->cfg.compile_only) {
-            status = jitop__fail(JITOP_ENODRIVER,
-                                 "no target architecture: this context is compile-only, so the GPU "
-                                 "is not asked; pass an arch (for example --arch sm_90) or set "
-                                 "JITOP_ARCH=sm_90");
-            goto out;
-        }
-        pthread_mutex_unlock(&ctx->lock);
-        status = jitop__driver_arch(ctx, buf, sizeof buf);
-        if (pthread_mutex_lock(&ctx->lock) != 0)
-            return jitop__fail(JITOP_EINVAL, "jitop_ctx_arch: cannot lock the context");
-        if (status != JITOP_OK) {
-            jitop__fail_prefix(status, "no target architecture (pass one, for example --arch "
-                                       "sm_90, or set JITOP_ARCH=sm_90), and the GPU could not be "
-                                       "asked");
-            goto out;
-        }
-        if (!ctx->arch && !(ctx->arch = jitop__strdup(buf))) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-    }
-    *arch = ctx->arch;
-out:
-    pthread_mutex_unlock(&ctx->lock);
-    return status;
-}

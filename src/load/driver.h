@@ -1,13 +1,20 @@
 /*
- * The CUDA driver, opened at run time (cuda.c is the only file that calls
- * it). libcuda.so.1 is dlopen'ed once per process; every entry point is
- * resolved with cuGetProcAddress for the ABI version of the toolkit headers
- * we were compiled with (so "cuMemAlloc" is the _v2 the header's prototype
- * describes), into a table typed from <cuda.h>. Nothing links -lcuda, so the
- * library and its tests start, and compile/prewarm work, without a driver.
+ * The CUDA driver, opened at run time: cuda.c opens and resolves the
+ * driver; the rest call it through the table. libcuda.so.1 is dlopen'ed
+ * once per process; every entry point is resolved with cuGetProcAddress for
+ * the ABI version of the toolkit headers we were compiled with (so
+ * "cuMemAlloc" is the _v2 the header's prototype describes), into a table
+ * typed from <cuda.h>. Nothing links -lcuda, so the library and its tests
+ * start, and compile/prewarm work, without a driver.
  *
- * Named cuda_driver.h, not cuda.h: that name would shadow the toolkit's
- * <cuda.h> for every file compiled with -Isrc.
+ * Part of the load room (see load.h). Included by the load room and by the
+ * rooms above that call the driver: op (launches, describing kernels) and
+ * ops (the shipped ops' memory and streams); outside src/, by the GPU tests,
+ * the benchmarks and the fake driver (tests/fakecuda), which use its table
+ * so that none of them links libcuda.
+ *
+ * Named driver.h, not cuda.h: that name would shadow the toolkit's <cuda.h>
+ * for every file compiled with -Isrc.
  */
 #ifndef JITOP_CUDA_DRIVER_H
 #define JITOP_CUDA_DRIVER_H

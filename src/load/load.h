@@ -1,6 +1,23 @@
 /*
- * Modules, ops and launches (jit_loader.c), and the seams hot reload
- * (watch.c) builds on.
+ * The load room: built binaries become code in a CUDA context. The driver
+ * table (cuda.c, see driver.h), images (one CUmodule per built unit, with
+ * its kernel list), bindings (what a launch needs of one kernel:
+ * binding.c), modules (jitop_load, the context's module table, teardown)
+ * and their reload (prepare / commit / reap: module.c), and
+ * jitop_ctx_create, which wires the cache and the device into a context
+ * (open.c).
+ * May include: base, compile, cache, build. Calls nothing above it.
+ * Included by the load room and the rooms above it that use modules (op,
+ * watch).
+ *
+ * Why reload is here although it moves ops: a commit switches every op of
+ * a module to the new code under m->lock, each new binding made before any
+ * is published, so that a failure leaves the module exactly as it was.
+ * That needs the op handle and its binding, not the op room's lookup: so
+ * the handle (struct jitop_op: a name and one atomic binding pointer) and
+ * bindings are declared here, and the op room (op/op.h) makes handles
+ * (jitop_op_get), finds them (its lock-free table) and launches them. What
+ * the op room keeps in a module it frees itself, through m->ops_free.
  *
  * Op indirection. A jitop_op handle never changes for the life of its
  * module. It points to a *binding* (the CUfunction, its parameter layout and
@@ -61,7 +78,7 @@ typedef struct jitop__kernel {
  * took 98 us as cuModuleLoadData + cuModuleGetFunction (an instance), 105 us
  * with the function list and cuFuncLoad instead (a source), and 134 us as
  * cuLibraryLoadData + the kernel list + cuKernelGetFunction (medians of 25
- * new processes; bench/lltm_NOTES.md, run 10). Each device of a process
+ * new processes; bench/lltm_NOTES.md). Each device of a process
  * loads its own module anyway (its own arch). */
 typedef struct jitop__image {
     CUmodule mod;             /* NULL once unloaded */
@@ -84,8 +101,8 @@ typedef struct jitop__image {
  * description aside). The description (parameter layout, attributes) is
  * read from the driver the first time something needs it: a launch that
  * checks its arguments or asks for dynamic shared memory, jitop_op_info_get.
- * A warm jitop_op_get in a new process spent ~0.04 ms of its time on an H100
- * on those driver calls, for launches that mostly never look at them. */
+ * Asked at jitop_op_get, those driver calls would cost a warm get in a new
+ * process ~0.04 ms on an H100, for launches that mostly never look at them. */
 typedef struct jitop__binding {
     CUfunction fn;            /* NULL: stale, the kernel is gone */
     jitop__image *image;      /* NULL when stale */
@@ -105,6 +122,7 @@ typedef struct jitop__binding {
     struct jitop__binding *older; /* the op's previous bindings, freed with it */
 } jitop__binding;
 
+/* An op handle: made by the op room (jitop_op_get), re-pointed by a commit. */
 struct jitop_op {
     _Atomic(jitop__binding *) cur;
     struct jitop_module *module;
@@ -137,15 +155,8 @@ typedef struct jitop__modunit {
     char *lowered;            /* instances: the instance's symbol in the current image */
 } jitop__modunit;
 
-/* The lock-free op table: open addressing, power-of-two capacity, grown by
- * publishing a new table (old ones are kept until the module is freed, since
- * a reader may still be probing one). */
-typedef struct jitop__optab {
-    size_t cap;               /* power of two */
-    size_t count;
-    _Atomic(jitop_op *) *slots;
-    struct jitop__optab *older;
-} jitop__optab;
+/* The op room's lock-free op table (op/op.h). */
+typedef struct jitop__optab jitop__optab;
 
 struct jitop_module {
     jitop_ctx *ctx;
@@ -168,17 +179,21 @@ struct jitop_module {
     /* Names jitop_op_get could not make an op of (not a kernel, does not
      * compile), with their error, so that asking again fails without
      * another NVRTC compile. Only for generation failed_gen: a reload that
-     * swaps new code in forgets them (m->lock; jit_ops.c). */
+     * swaps new code in forgets them (m->lock; op/op.c). */
     struct jitop__failed_name *failed;
     size_t nfailed;
     uint64_t failed_gen;
     /* Rebuilds prepared (jitop__module_prepare) and not yet committed or
      * dropped, and how many were ever begun (m->lock): an instance whose
      * key comes from the current generation's file hashes is only
-     * published if no rebuild began meanwhile (jit_ops.c, instantiate). */
+     * published if no rebuild began meanwhile (op/op.c, instantiate). */
     unsigned pending;
     uint64_t prepares;
-    void *watch;              /* watch.c's per-module state; NULL when not watched */
+    /* Frees what the op room keeps in the module (ops, op tables, failed
+     * names): set by the op room (under m->lock) before it adds any, called
+     * when the module is freed. NULL: the module never had any. */
+    void (*ops_free)(jitop_module *m);
+    void *watch;              /* watch/reload.c's per-module state; NULL when not watched */
     struct jitop_module *next; /* ctx->modules */
 };
 
@@ -227,7 +242,7 @@ int jitop__module_reap(jitop_module *m, bool wait, size_t *left);
  * frees every module, releases the primary context. */
 void jitop__loader_ctx_destroy(jitop_ctx *ctx);
 
-/* Shared by jit_loader.c (modules, reload) and jit_ops.c (ops, launch). */
+/* Used by the load room itself and by the op room (ops, launch). */
 
 /* Compiles one unit through the cache (jitop__unit_init + jitop__build_unit)
  * for m's arch and, unless lazy, loads its image (lazy: keeps the binary in
@@ -259,14 +274,19 @@ void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
 /* The kernel of img with this exact driver name, or NULL. */
 const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name);
 
-/* A binding for function fn of img, with fn's code put on the GPU now
- * (cuFuncLoad, unless img->code_loaded), not at its first launch. Makes m's
- * context current on the calling thread. */
+/* Bindings (binding.c). A binding for function fn of img, with fn's code
+ * put on the GPU now (cuFuncLoad, unless img->code_loaded), not at its first
+ * launch. Makes m's context current on the calling thread. */
 int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const char *lowered,
                         jitop__binding **out);
 /* A stale binding: launches fail with JITOP_ESTALE. */
 int jitop__binding_stale(const char *lowered, jitop__binding **out);
 void jitop__binding_free_chain(jitop__binding *b);
+/* Puts fn's code (a kernel of img) on the GPU unless img->code_loaded (the
+ * step jitop__binding_make takes; the op list takes it too). Makes m's
+ * context current. */
+int jitop__function_load(const jitop_module *m, const jitop__image *img, CUfunction fn,
+                         const char *what);
 
 /* Where an extern "C" op's kernel lives now: the first unit image (in
  * source order) holding a kernel of that name. images[i] overrides
@@ -275,8 +295,5 @@ void jitop__binding_free_chain(jitop__binding *b);
  * (jitop__units_load). */
 int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
                        jitop__image **img, CUfunction *fn);
-
-/* Frees a module's ops and op tables (jit_ops.c). */
-void jitop__ops_free(jitop_module *m);
 
 #endif

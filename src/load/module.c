@@ -1,5 +1,6 @@
 /* Modules: load through the cache, the per-context table, images, reload
- * (prepare / commit / reap) and teardown. Ops and launches are jit_ops.c. */
+ * (prepare / commit / reap) and teardown. Ops and launches are the op
+ * room's (op/op.c); bindings are binding.c. */
 #include "load/driver.h"
 #include "load/load.h"
 
@@ -245,7 +246,8 @@ static void module_free(jitop_module *m)
 {
     if (!m)
         return;
-    jitop__ops_free(m);
+    if (m->ops_free)
+        m->ops_free(m);
     for (size_t i = 0; i < m->nunits; i++)
         jitop__modunit_free(&m->units[i]);
     free(m->units);
@@ -717,65 +719,62 @@ static int commit_target(jitop_module *m, jitop__pending *p, jitop__image *const
     return found;
 }
 
-int jitop__module_commit(jitop_module *m, jitop__pending *p)
+/* Under m->lock: JITOP_ESTALE when a commit since p's prepare changed m
+ * (another reload won). */
+static int commit_check(jitop_module *m, const jitop__pending *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->items[i].mu->key, p->items[i].old_key) != 0)
+            return jitop__fail(JITOP_ESTALE,
+                               "module %s changed since this rebuild was prepared (another "
+                               "reload won): prepare again",
+                               m->name);
+    return JITOP_OK;
+}
+
+/* Under m->lock, for a p that changes code, before anything is published:
+ * loads what prepare left unloaded and is needed now, sets images[i] to
+ * unit i's image once p is in, and makes each op's new binding in fresh[j]
+ * (the j-th op of m->ops; NULL: the op keeps its binding). On failure the
+ * module is exactly as it was (fresh's bindings are the caller's to free). */
+static int commit_stage(jitop_module *m, jitop__pending *p, jitop__image **images,
+                        jitop__binding **fresh)
 {
     int status = JITOP_OK;
-    jitop__image **images = NULL;
-    jitop__binding **fresh = NULL;
-    size_t nops = 0;
-    if (!m || !p || p->m != m) {
-        jitop__pending_free(p);
-        return jitop__fail(JITOP_EINVAL,
-                           "jitop__module_commit: no module, or a rebuild of another module");
+    /* A source that was loaded after prepare rebuilt it lazily: load
+     * its new binary now, so that its ops move to the new code. */
+    for (size_t i = 0; i < p->n && status == JITOP_OK; i++) {
+        pending_item *it = &p->items[i];
+        if (it->changed && !it->image && it->mu->image)
+            status = jitop__image_load(m, it->key, &it->bin, unit_label(&it->mu->unit),
+                                       NULL, &it->image);
     }
-    pthread_mutex_lock(&m->lock);
+    if (status != JITOP_OK)
+        return status;
     for (size_t i = 0; i < p->n; i++)
-        if (strcmp(p->items[i].mu->key, p->items[i].old_key) != 0) {
-            status = jitop__fail(JITOP_ESTALE,
-                                 "module %s changed since this rebuild was prepared (another "
-                                 "reload won): prepare again",
-                                 m->name);
-            goto out;
-        }
-    if (p->changed) {
-        for (jitop_op *op = m->ops; op; op = op->next)
-            nops++;
-        images = calloc(p->n ? p->n : 1, sizeof *images);
-        fresh = calloc(nops ? nops : 1, sizeof *fresh);
-        if (!images || !fresh) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-        /* A source that was loaded after prepare rebuilt it lazily: load
-         * its new binary now, so that its ops move to the new code. */
-        for (size_t i = 0; i < p->n && status == JITOP_OK; i++) {
-            pending_item *it = &p->items[i];
-            if (it->changed && !it->image && it->mu->image)
-                status = jitop__image_load(m, it->key, &it->bin, unit_label(&it->mu->unit),
-                                           NULL, &it->image);
-        }
-        if (status != JITOP_OK)
-            goto out;
-        for (size_t i = 0; i < p->n; i++)
-            images[i] = p->items[i].image ? p->items[i].image : p->items[i].mu->image;
-        /* Every new binding is made before anything is published, so that a
-         * failure leaves the module exactly as it was. */
-        size_t j = 0;
-        for (jitop_op *op = m->ops; op && status == JITOP_OK; op = op->next, j++) {
-            jitop__image *img = NULL;
-            CUfunction fn = NULL;
-            const char *lowered = NULL;
-            bool unchanged = false;
-            int found = commit_target(m, p, images, op, &img, &fn, &lowered, &unchanged);
-            if (unchanged)
-                continue;
-            status = found ? jitop__binding_make(m, img, fn, lowered, &fresh[j])
-                           : jitop__binding_stale(op->name, &fresh[j]);
-        }
-        if (status != JITOP_OK)
-            goto out;
+        images[i] = p->items[i].image ? p->items[i].image : p->items[i].mu->image;
+    /* Every new binding is made before anything is published, so that a
+     * failure leaves the module exactly as it was. */
+    size_t j = 0;
+    for (jitop_op *op = m->ops; op && status == JITOP_OK; op = op->next, j++) {
+        jitop__image *img = NULL;
+        CUfunction fn = NULL;
+        const char *lowered = NULL;
+        bool unchanged = false;
+        int found = commit_target(m, p, images, op, &img, &fn, &lowered, &unchanged);
+        if (unchanged)
+            continue;
+        status = found ? jitop__binding_make(m, img, fn, lowered, &fresh[j])
+                       : jitop__binding_stale(op->name, &fresh[j]);
     }
+    return status;
+}
 
+/* Under m->lock: every unit takes p's key, deps and new code (a new image
+ * replaces the old one, which is retired; a source still not loaded keeps
+ * the new binary for later). */
+static void commit_units(jitop_module *m, jitop__pending *p)
+{
     for (size_t i = 0; i < p->n; i++) {
         pending_item *it = &p->items[i];
         jitop__deps_free(&it->mu->deps);
@@ -801,24 +800,61 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
             it->lowered = NULL;
         }
     }
-    if (p->changed) {
-        uint64_t gen = atomic_load_explicit(&m->generation, memory_order_relaxed) + 1;
-        size_t j = 0;
-        for (jitop_op *op = m->ops; op; op = op->next, j++) {
-            if (!fresh[j])
-                continue;
-            fresh[j]->older = atomic_load_explicit(&op->cur, memory_order_relaxed);
-            /* seq_cst: pairs with the launch's in-flight increment and
-             * re-check (see loader.h), so the reaper never unloads an image
-             * a launch is about to use. */
-            atomic_store_explicit(&op->cur, fresh[j], memory_order_seq_cst);
-            atomic_store_explicit(&op->changed_gen, gen, memory_order_relaxed);
-            fresh[j] = NULL;
-        }
-        atomic_store_explicit(&m->generation, gen, memory_order_release);
-        jitop__log(m->ctx, "module %s: generation %llu swapped in", m->name,
-                   (unsigned long long)gen);
+}
+
+/* Under m->lock: publishes the bindings commit_stage made, op by op, and
+ * bumps the generation. fresh's entries are taken (set to NULL). */
+static void commit_publish(jitop_module *m, jitop__binding **fresh)
+{
+    uint64_t gen = atomic_load_explicit(&m->generation, memory_order_relaxed) + 1;
+    size_t j = 0;
+    for (jitop_op *op = m->ops; op; op = op->next, j++) {
+        if (!fresh[j])
+            continue;
+        fresh[j]->older = atomic_load_explicit(&op->cur, memory_order_relaxed);
+        /* seq_cst: pairs with the launch's in-flight increment and
+         * re-check (see load.h), so the reaper never unloads an image
+         * a launch is about to use. */
+        atomic_store_explicit(&op->cur, fresh[j], memory_order_seq_cst);
+        atomic_store_explicit(&op->changed_gen, gen, memory_order_relaxed);
+        fresh[j] = NULL;
     }
+    atomic_store_explicit(&m->generation, gen, memory_order_release);
+    jitop__log(m->ctx, "module %s: generation %llu swapped in", m->name,
+               (unsigned long long)gen);
+}
+
+int jitop__module_commit(jitop_module *m, jitop__pending *p)
+{
+    int status = JITOP_OK;
+    jitop__image **images = NULL;
+    jitop__binding **fresh = NULL;
+    size_t nops = 0;
+    if (!m || !p || p->m != m) {
+        jitop__pending_free(p);
+        return jitop__fail(JITOP_EINVAL,
+                           "jitop__module_commit: no module, or a rebuild of another module");
+    }
+    pthread_mutex_lock(&m->lock);
+    status = commit_check(m, p);
+    if (status != JITOP_OK)
+        goto out;
+    if (p->changed) {
+        for (jitop_op *op = m->ops; op; op = op->next)
+            nops++;
+        images = calloc(p->n ? p->n : 1, sizeof *images);
+        fresh = calloc(nops ? nops : 1, sizeof *fresh);
+        if (!images || !fresh) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        status = commit_stage(m, p, images, fresh);
+        if (status != JITOP_OK)
+            goto out;
+    }
+    commit_units(m, p);
+    if (p->changed)
+        commit_publish(m, fresh);
 out:
     pthread_mutex_unlock(&m->lock);
     for (size_t j = 0; fresh && j < nops; j++)

@@ -1,7 +1,7 @@
 /* Ops: the lock-free op table, op lookup (template instances compiled on
- * demand), bindings, describing and listing kernels, and launches. */
+ * demand), describing bindings, listing kernels, and launches. */
 #include "load/driver.h"
-#include "load/load.h"
+#include "op/op.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -11,31 +11,7 @@
 /* Above this much dynamic shared memory a kernel needs its limit raised. */
 #define JITOP__SMEM_DEFAULT_LIMIT (48u * 1024u)
 
-/* ------------------------------------------------------------ bindings */
-
-void jitop__binding_free_chain(jitop__binding *b)
-{
-    while (b) {
-        jitop__binding *older = b->older;
-        free(b->lowered);
-        free(b);
-        b = older;
-    }
-}
-
-int jitop__binding_stale(const char *lowered, jitop__binding **out)
-{
-    jitop__binding *b = calloc(1, sizeof *b);
-    *out = NULL;
-    if (!b || !(b->lowered = jitop__strdup(lowered))) {
-        free(b);
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    }
-    atomic_init(&b->smem_raised, 0);
-    atomic_init(&b->described, true); /* nothing to describe: launches fail first */
-    *out = b;
-    return JITOP_OK;
-}
+/* ------------------------------------------------------------ describing bindings */
 
 /* The parameter layout of fn. The driver has no parameter count call: ask
  * for each index until it says the index is past the end. */
@@ -63,19 +39,6 @@ static int param_layout(const jitop__cuda_api *api, CUfunction fn, const char *w
     return status;
 }
 
-/* Puts the code of fn (a kernel of img) on the GPU if the driver has not
- * yet (it loads lazily: a listed function's code waits for its first use),
- * so that a launch never pays for it. An instance's lookup loaded its code
- * already: no driver call then. Makes m's context current. */
-static int function_load(const jitop_module *m, const jitop__image *img, CUfunction fn,
-                         const char *what)
-{
-    int status = jitop__driver_make_current(m->drv);
-    if (status == JITOP_OK && !img->code_loaded)
-        status = jitop__cu_check(m->drv->api->cuFuncLoad(fn), "cuFuncLoad", what);
-    return status;
-}
-
 /* fn's parameter layout and attributes (m's context current). */
 static int describe_function(const jitop_module *m, CUfunction fn, const char *what,
                              jitop_op_info *info)
@@ -100,28 +63,6 @@ static int describe_function(const jitop_module *m, CUfunction fn, const char *w
     info->num_regs = regs;
     info->static_shared_bytes = (size_t)sshared;
     return status;
-}
-
-int jitop__binding_make(jitop_module *m, jitop__image *img, CUfunction fn, const char *lowered,
-                        jitop__binding **out)
-{
-    jitop__binding *b = calloc(1, sizeof *b);
-    *out = NULL;
-    if (!b)
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    atomic_init(&b->smem_raised, 0);
-    atomic_init(&b->described, false);
-    int status = function_load(m, img, fn, lowered);
-    if (status == JITOP_OK && !(b->lowered = jitop__strdup(lowered)))
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
-    if (status != JITOP_OK) {
-        jitop__binding_free_chain(b);
-        return status;
-    }
-    b->fn = fn;
-    b->image = img;
-    *out = b;
-    return JITOP_OK;
 }
 
 static int binding_describe_slow(jitop_op *op, jitop__binding *b)
@@ -289,7 +230,8 @@ static void failed_name_remember(jitop_module *m, const char *name, int status, 
     }
 }
 
-void jitop__ops_free(jitop_module *m)
+/* m->ops_free (see jitop_module). */
+static void ops_free(jitop_module *m)
 {
     failed_names_free(m);
     jitop_op *op = m->ops;
@@ -577,6 +519,7 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
     bool compile = false;
     uint64_t gen = 0;
     pthread_mutex_lock(&m->lock);
+    m->ops_free = ops_free; /* before anything of the op room goes into m */
     *op = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, h);
     /* A name expression ("fwd<float, 4>", "ns::k") is no kernel's symbol
      * and needs no source image; anything else may be an extern "C" kernel
@@ -635,7 +578,7 @@ static int stale(const jitop_op *op)
 }
 
 /* Takes the op's current binding and holds its image against unloading
- * (see loader.h for why the re-check makes this safe). */
+ * (see load/load.h for why the re-check makes this safe). */
 static inline int binding_hold(jitop_op *op, jitop__binding **out)
 {
     for (;;) {
@@ -718,7 +661,7 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
                 memset(info, 0, sizeof *info);
                 info->name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
                 info->lowered = k->name;
-                status = function_load(m, mu->image, k->fn, k->name);
+                status = jitop__function_load(m, mu->image, k->fn, k->name);
                 if (status == JITOP_OK)
                     status = describe_function(m, k->fn, k->name, info);
             }

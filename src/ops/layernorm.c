@@ -52,7 +52,7 @@
 /* The backward for rows that need a cluster, on sm_90 with 16-byte aligned
  * rows: layernorm_bwd_bulk (rows brought in by the copy engine), each block
  * taking at most 32 KiB of each row and 16 elements per thread. Measured
- * on an H100 at N = 32768 (bench/layernorm_NOTES.md, run 6): 16-bit 82% of
+ * on an H100 at N = 32768 (bench/layernorm_NOTES.md): 16-bit 82% of
  * copy against 78% for layernorm_bwd_cluster, float32 89% against 87%. */
 #define LN_BULK_CHUNK_BYTES 32768
 #define LN_BULK_ELEMS_PER_THREAD 16
@@ -510,14 +510,9 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
 
 /* ------------------------------------------------------------ backward */
 
-int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
-                             const void *dy, const void *x, const void *gamma, const float *mean,
-                             const float *rstd, void *dx, void *dgamma, void *dbeta, void *stream)
+static int ln_bwd_check(const char *fn, const void *dy, const void *x, const float *mean,
+                        const float *rstd, const void *dx)
 {
-    static const char *fn = "jitop_layernorm_backward";
-    int rc = ln_check_common(ctx, fn, dtype, rows, cols);
-    if (rc != JITOP_OK)
-        return rc;
     if (dy == NULL)
         return jitop__fail(JITOP_EINVAL, "%s: dy is NULL", fn);
     if (x == NULL)
@@ -527,6 +522,50 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
                            mean == NULL ? "mean" : "rstd");
     if (dx == NULL)
         return jitop__fail(JITOP_EINVAL, "%s: dx is NULL", fn);
+    return JITOP_OK;
+}
+
+/* The backward's grid, in groups of rpb rows (a group is a cluster of
+ * `clusters` blocks when clusters > 1): a persistent grid of one wave, and
+ * no more groups than rows need. Clusters: as many as the device holds at
+ * once, which is fewer than SMs / cluster size (30 clusters of 4 on an
+ * H100's 132 SMs): a 33rd ran as a second wave, at half the speed. */
+static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, int clusters,
+                         int rpb, int64_t rows, long long *out)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    long long groups;
+    if (clusters > 1) {
+        /* asked once per instance: its block and shared memory are fixed */
+        int fit = atomic_load_explicit(&inst->clusters, memory_order_relaxed);
+        if (fit == 0) {
+            int rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit);
+            if (rc != JITOP_OK)
+                return rc;
+            atomic_store_explicit(&inst->clusters, fit, memory_order_relaxed);
+        }
+        groups = fit;
+    } else {
+        groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn);
+    }
+    if (groups < 1)
+        groups = 1;
+    if (groups > (rows + rpb - 1) / rpb)
+        groups = (rows + rpb - 1) / rpb;
+    *out = groups;
+    return JITOP_OK;
+}
+
+int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
+                             const void *dy, const void *x, const void *gamma, const float *mean,
+                             const float *rstd, void *dx, void *dgamma, void *dbeta, void *stream)
+{
+    static const char *fn = "jitop_layernorm_backward";
+    int rc = ln_check_common(ctx, fn, dtype, rows, cols);
+    if (rc == JITOP_OK)
+        rc = ln_bwd_check(fn, dy, x, mean, rstd, dx);
+    if (rc != JITOP_OK)
+        return rc;
 
     struct jitop__layernorm_state *s;
     if ((rc = ln_state(ctx, &s)) != JITOP_OK)
@@ -555,31 +594,13 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
             return jitop__fail_prefix(rc, "%s", fn);
     }
 
-    const jitop__driver *d = jitop__driver_of(ctx);
     const int rpb = special ? ln_rows_per_block(tpr, cl) : 1;
     const int block = special ? tpr * rpb : LN_GENERIC_THREADS;
     const int clusters = special ? cl : 1;
     const size_t dyn = plan.dyn;
-    /* A persistent grid of one wave. Clusters: as many as the device holds
-     * at once, which is fewer than SMs / cluster size (30 clusters of 4 on
-     * an H100's 132 SMs): a 33rd ran as a second wave, at half the speed. */
-    long long groups;
-    if (clusters > 1) {
-        /* asked once per instance: its block and shared memory are fixed */
-        int fit = atomic_load_explicit(&inst->clusters, memory_order_relaxed);
-        if (fit == 0) {
-            if ((rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit)) != JITOP_OK)
-                return jitop__fail_prefix(rc, "%s", fn);
-            atomic_store_explicit(&inst->clusters, fit, memory_order_relaxed);
-        }
-        groups = fit;
-    } else {
-        groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn);
-    }
-    if (groups < 1)
-        groups = 1;
-    if (groups > (rows + rpb - 1) / rpb)
-        groups = (rows + rpb - 1) / rpb;
+    long long groups = 0;
+    if ((rc = ln_bwd_groups(ctx, inst, block, dyn, clusters, rpb, rows, &groups)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
     CUdeviceptr ws = 0;
     if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)groups * 2 * (size_t)n * sizeof(float),
                                      &ws)) != JITOP_OK)

@@ -62,7 +62,7 @@ typedef struct lltm_kernel {
  * d_X 24 tiles of 16 over 24 groups (its d_W blocks, 3 groups of 256
  * threads, reduce over B). Against 8 and 16 groups of 32 this measured 8.8
  * instead of 10.3 us per forward + backward from C, and the forward is 14 KB
- * of code instead of 35 (bench/lltm_NOTES.md, run 9). */
+ * of code instead of 35 (bench/lltm_NOTES.md). */
 /* The fused forward's BM, BN per dtype (must match the names below). */
 static const unsigned lltm_fwd_tile[2][2] = {{8, 4}, {16, 8}};
 static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {

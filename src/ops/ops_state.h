@@ -1,7 +1,19 @@
 /*
- * ctx->ops: the shipped ops' per-context state (layernorm.c, lltm.c). Each
- * part defines and owns its own struct, creates it on first use and frees it
- * from its own teardown hook; this shell only holds the two pointers.
+ * The ops room: the shipped ops' C entry points (layernorm.c, lltm.c), the
+ * top of src/. They load their kernels and launch them through the public
+ * API; this private header (included by ops/ only) holds what that API
+ * lacks: ctx->ops, the per-context state where each op keeps its loaded
+ * module and op handles, and, through base.h, the context's teardown hooks
+ * (to free that state with the context) and the error helpers. The ops also
+ * include load/driver.h: the driver table and the context's device, for the
+ * device memory some paths need (layernorm's workspace, lltm's split-K
+ * scratch), the SM count, and the current context cuBLAS runs in, without
+ * linking libcuda.
+ * May include: every room below.
+ *
+ * ctx->ops: each part defines and owns its own struct, creates it on first
+ * use and frees it from its own teardown hook; this shell only holds the
+ * two pointers.
  *
  * Publication: a part fills its struct completely, then stores the pointer
  * with __atomic_store_n(..., __ATOMIC_RELEASE) while holding ctx->lock; the

@@ -198,14 +198,14 @@ static void files_drop_tag(jitop__watcher *w, uint64_t tag)
     w->nfiles = k;
 }
 
-int jitop__watcher_set(jitop__watcher *w, uint64_t tag, const char *const *paths, size_t n)
+/* Under w->lock: fresh[0..*nfresh) gets a file record of tag for each of
+ * paths (once each), holding a reference to its directory's watch. On
+ * failure the records made so far stay in fresh for the caller to drop. */
+static int set_resolve(jitop__watcher *w, uint64_t tag, const char *const *paths, size_t n,
+                       wfile *fresh, size_t *nfresh_out)
 {
     int rc = JITOP_OK;
-    wfile *fresh = calloc(n ? n : 1, sizeof *fresh);
     size_t nfresh = 0;
-    if (!fresh)
-        return jitop__fail(JITOP_ENOMEM, "watch: out of memory");
-    pthread_mutex_lock(&w->lock);
     for (size_t i = 0; i < n; i++) {
         char *abs = jitop__abspath(paths[i]);
         if (!abs) {
@@ -243,6 +243,22 @@ int jitop__watcher_set(jitop__watcher *w, uint64_t tag, const char *const *paths
         fresh[nfresh].name = name;
         nfresh++;
     }
+out:
+    *nfresh_out = nfresh;
+    return rc;
+}
+
+int jitop__watcher_set(jitop__watcher *w, uint64_t tag, const char *const *paths, size_t n)
+{
+    int rc = JITOP_OK;
+    wfile *fresh = calloc(n ? n : 1, sizeof *fresh);
+    size_t nfresh = 0;
+    if (!fresh)
+        return jitop__fail(JITOP_ENOMEM, "watch: out of memory");
+    pthread_mutex_lock(&w->lock);
+    rc = set_resolve(w, tag, paths, n, fresh, &nfresh);
+    if (rc != JITOP_OK)
+        goto out;
     if (w->nfiles + nfresh > w->capfiles) {
         size_t cap = w->capfiles ? w->capfiles : 16;
         while (cap < w->nfiles + nfresh)
@@ -442,6 +458,36 @@ double jitop__watcher_batch_first_ms(jitop__watcher *w)
     return t;
 }
 
+/* Waits up to wait_ms (-1: no limit) for inotify events or a wake-up, with
+ * w->lock released meanwhile (held on entry and on return), then reads the
+ * events that came. Not JITOP_OK: the watcher cannot go on. */
+static int poll_once(jitop__watcher *w, double wait_ms)
+{
+    struct pollfd fds[2] = {{.fd = w->ifd, .events = POLLIN}, {.fd = w->wake_fd, .events = POLLIN}};
+    struct timespec ts = {0, 0}, *tsp = NULL;
+    if (wait_ms >= 0) {
+        ts.tv_sec = (time_t)(wait_ms / 1000);
+        ts.tv_nsec = (long)((wait_ms - ts.tv_sec * 1000.0) * 1e6);
+        tsp = &ts;
+    }
+    w->waiting = true;
+    pthread_mutex_unlock(&w->lock);
+    int pr = ppoll(fds, 2, tsp, NULL);
+    int perr = errno;
+    pthread_mutex_lock(&w->lock);
+    w->waiting = false;
+    if (pr < 0 && perr != EINTR)
+        return jitop__fail(JITOP_EIO, "watch: poll: %s", strerror(perr));
+    if (pr > 0 && (fds[1].revents & POLLIN)) {
+        uint64_t count;
+        ssize_t n = read(w->wake_fd, &count, sizeof count);
+        (void)n; /* EAGAIN: another reader drained it; the flags say why */
+    }
+    if (pr > 0 && (fds[0].revents & POLLIN))
+        return drain_events(w);
+    return JITOP_OK;
+}
+
 int jitop__watcher_wait(jitop__watcher *w, int timeout_ms, jitop__wait_result *result,
                         uint64_t **tags, size_t *ntags)
 {
@@ -492,35 +538,10 @@ int jitop__watcher_wait(jitop__watcher *w, int timeout_ms, jitop__wait_result *r
             if (wait_ms < 0 || deadline - now < wait_ms)
                 wait_ms = deadline - now;
         }
-        struct pollfd fds[2] = {{.fd = w->ifd, .events = POLLIN}, {.fd = w->wake_fd, .events = POLLIN}};
-        struct timespec ts = {0, 0}, *tsp = NULL;
-        if (wait_ms >= 0) {
-            ts.tv_sec = (time_t)(wait_ms / 1000);
-            ts.tv_nsec = (long)((wait_ms - ts.tv_sec * 1000.0) * 1e6);
-            tsp = &ts;
-        }
-        w->waiting = true;
-        pthread_mutex_unlock(&w->lock);
-        int pr = ppoll(fds, 2, tsp, NULL);
-        int perr = errno;
-        pthread_mutex_lock(&w->lock);
-        w->waiting = false;
-        if (pr < 0 && perr != EINTR) {
-            rc = jitop__fail(JITOP_EIO, "watch: poll: %s", strerror(perr));
+        rc = poll_once(w, wait_ms);
+        if (rc != JITOP_OK) {
             *result = JITOP__WAIT_STOPPED;
             break;
-        }
-        if (pr > 0 && (fds[1].revents & POLLIN)) {
-            uint64_t count;
-            ssize_t n = read(w->wake_fd, &count, sizeof count);
-            (void)n; /* EAGAIN: another reader drained it; the flags say why */
-        }
-        if (pr > 0 && (fds[0].revents & POLLIN)) {
-            rc = drain_events(w);
-            if (rc != JITOP_OK) {
-                *result = JITOP__WAIT_STOPPED;
-                break;
-            }
         }
     }
     pthread_mutex_unlock(&w->lock);

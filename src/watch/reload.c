@@ -167,19 +167,71 @@ static bool deliver(jitop__watch *w, entry *e, int *status, const char *msg, voi
     return r.swapped;
 }
 
-/* Rebuilds one target on the watch thread. */
-static void rebuild(jitop__watch *w, uint64_t id)
+/* Takes hold of target id for a rebuild (NULL: it is gone), with its
+ * commit count and mode as the rebuild starts. */
+static entry *rebuild_hold(jitop__watch *w, uint64_t id, uint64_t *commits,
+                           jitop_reload_mode *mode)
 {
     pthread_mutex_lock(&w->lock);
     entry *e = find(w, id);
     if (!e || e->removed) {
         pthread_mutex_unlock(&w->lock);
-        return;
+        return NULL;
     }
     e->busy++;
-    uint64_t commits_before = e->commits;
-    jitop_reload_mode mode = e->mode;
+    *commits = e->commits;
+    *mode = e->mode;
     pthread_mutex_unlock(&w->lock);
+    return e;
+}
+
+/* POLL mode, under w->lock: keeps a rebuild's outcome (rc, the new code
+ * *next or the error *msg, both taken: set to NULL) for the next jitop_poll.
+ * *stale gets what it replaces, for the caller to discard. */
+static void rebuild_keep(jitop__watch *w, entry *e, int rc, void **next, char **msg, double ms,
+                         uint64_t commits_before, void **stale)
+{
+    if (rc != JITOP_OK) {
+        free(e->err_msg);
+        e->err_status = rc;
+        e->err_msg = *msg;
+        e->err_ms = ms;
+        *msg = NULL;
+    } else if (*next) {
+        *stale = e->ready;
+        e->ready = *next;
+        e->ready_ms = ms;
+        *next = NULL;
+        free(e->err_msg);
+        e->err_msg = NULL;
+        e->err_status = JITOP_OK;
+    } else if (e->commits != commits_before) {
+        /* jitop_poll swapped in an older rebuild while this one ran: the
+         * verdict "same as in place" may be about code no longer in
+         * place. Check again. */
+        jitop__watcher_touch(w->watcher, e->id);
+    } else {
+        /* The files went back to the code in place: drop what was
+         * waiting, and say so if the application saw the failure. */
+        *stale = e->ready;
+        e->ready = NULL;
+        free(e->err_msg);
+        e->err_msg = NULL;
+        e->err_status = JITOP_OK;
+        e->recover_due = e->failed;
+    }
+    if (e->ready || e->err_status != JITOP_OK || e->recover_due)
+        atomic_store_explicit(&w->poll_due, 1, memory_order_release);
+}
+
+/* Rebuilds one target on the watch thread. */
+static void rebuild(jitop__watch *w, uint64_t id)
+{
+    uint64_t commits_before = 0;
+    jitop_reload_mode mode = JITOP_RELOAD_AUTO;
+    entry *e = rebuild_hold(w, id, &commits_before, &mode);
+    if (!e)
+        return;
 
     double t0 = jitop__now_ms();
     void *next = NULL;
@@ -213,37 +265,7 @@ static void rebuild(jitop__watch *w, uint64_t id)
         stale = next;
         next = NULL;
     } else if (!auto_mode) {
-        if (rc != JITOP_OK) {
-            free(e->err_msg);
-            e->err_status = rc;
-            e->err_msg = msg;
-            e->err_ms = ms;
-            msg = NULL;
-        } else if (next) {
-            stale = e->ready;
-            e->ready = next;
-            e->ready_ms = ms;
-            next = NULL;
-            free(e->err_msg);
-            e->err_msg = NULL;
-            e->err_status = JITOP_OK;
-        } else if (e->commits != commits_before) {
-            /* jitop_poll swapped in an older rebuild while this one ran: the
-             * verdict "same as in place" may be about code no longer in
-             * place. Check again. */
-            jitop__watcher_touch(w->watcher, e->id);
-        } else {
-            /* The files went back to the code in place: drop what was
-             * waiting, and say so if the application saw the failure. */
-            stale = e->ready;
-            e->ready = NULL;
-            free(e->err_msg);
-            e->err_msg = NULL;
-            e->err_status = JITOP_OK;
-            e->recover_due = e->failed;
-        }
-        if (e->ready || e->err_status != JITOP_OK || e->recover_due)
-            atomic_store_explicit(&w->poll_due, 1, memory_order_release);
+        rebuild_keep(w, e, rc, &next, &msg, ms, commits_before, &stale);
     }
     pthread_mutex_unlock(&w->lock);
     if (stale)

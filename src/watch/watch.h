@@ -1,12 +1,15 @@
 /*
- * Hot reload, in two layers.
+ * The watch room: hot reload, in two layers.
+ * May include: base, compile, cache, build, load (reload.c rebuilds and
+ * swaps modules through load.h). Included by watch/ and by the CLI's
+ * `jitop watch` (tools/cmd_watch.c, a privileged client: see tools/cli.h).
  *
- * watcher.c: which files changed. inotify on the DIRECTORIES of the files
+ * inotify.c: which files changed. inotify on the DIRECTORIES of the files
  * (a rename-save replaces the inode, so a watch on the file itself would go
  * deaf after the first vim or VS Code save), events filtered by file name,
  * coalesced until the files are quiet. Knows nothing of builds.
  *
- * watch.c: what to do about it. One background thread per jitop__watch (one
+ * reload.c: what to do about it. One background thread per jitop__watch (one
  * per context for jitop_watch; `jitop watch` and the tests make their own)
  * rebuilds the *targets* whose files changed and swaps the results in, or
  * leaves them for jitop_poll. A target is a loaded module (prepare/commit of
@@ -21,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* -------------------------------------------------------------- watcher.c */
+/* ------------------------------------------------------------- inotify.c */
 
 typedef struct jitop__watcher jitop__watcher;
 
@@ -95,7 +98,7 @@ bool jitop__watcher_idle(jitop__watcher *w);
  * the files to be quiet): every event so far was read. */
 bool jitop__watcher_drained(jitop__watcher *w);
 
-/* ---------------------------------------------------------------- watch.c */
+/* -------------------------------------------------------------- reload.c */
 
 /* What a rebuild of a target led to, as given to its report function. */
 typedef struct jitop__reload_report {

@@ -681,6 +681,24 @@ static void test_version(void **state)
     free(out);
 }
 
+/* The Makefile names the shared library after the version in jitop.h, its
+ * one source of truth. */
+static void test_library_named_after_header_version(void **state)
+{
+    (void)state;
+    const char *build = getenv("JITOP_BUILD");
+    assert_non_null(build);
+    char *path = NULL;
+    if (asprintf(&path, "%s/libjitop.so.%d.%d.%d", build, JITOP_VERSION_MAJOR,
+                 JITOP_VERSION_MINOR, JITOP_VERSION_PATCH) < 0)
+        fail_msg("asprintf: out of memory");
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        fail_msg("%s is missing: the Makefile's VERSION is not jitop.h's", path);
+    fclose(fp);
+    free(path);
+}
+
 static void test_usage_errors(void **state)
 {
     fixture *f = *state;
@@ -725,6 +743,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ls_gc_clean, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version, setup, teardown),
+        cmocka_unit_test(test_library_named_after_header_version),
         cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name("cli", tests, NULL, NULL);

@@ -1,6 +1,10 @@
-/* jitop_ctx_create: a base context (base/context.c) with its cache opened. The
- * cache closes from a teardown hook registered first, so it runs after every
- * other part's teardown (modules, watch, shipped ops), as the last step. */
+/* jitop_ctx_create: a base context (base/context.c) with its cache opened
+ * (the cache room) and its way to ask the device for an arch (this room's
+ * jitop__driver_arch, called only if no arch was configured), wired here,
+ * in the lowest room that sees all three. The cache closes from a teardown
+ * hook registered first, so it runs after every other part's teardown
+ * (modules, watch, shipped ops), as the last step. */
+#include "load/driver.h"
 #include "cache/cache.h"
 
 static void close_cache(jitop_ctx *ctx)
@@ -16,8 +20,10 @@ int jitop_ctx_create(const jitop_config *cfg, jitop_ctx **out)
         return jitop__fail(JITOP_EINVAL, "jitop_ctx_create: out is NULL");
     *out = NULL;
     int status = jitop__ctx_new(cfg, &ctx);
-    if (status == JITOP_OK)
+    if (status == JITOP_OK) {
+        ctx->device_arch = jitop__driver_arch;
         status = jitop__ctx_on_destroy(ctx, close_cache);
+    }
     if (status == JITOP_OK)
         status = jitop__cache_open(ctx->cfg.cache_dir, ctx->cfg.cache_max_size, ctx->verbose,
                                    &ctx->cache);
