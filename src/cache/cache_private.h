@@ -3,7 +3,8 @@
  * fallback, entries, locks), cache_file.c (the file format, directories and
  * their safety, atomic writes, checked reads), cache_key.c (keys and manifest
  * ids), cache_manifest.c (stat manifests), cache_walk.c (list, gc, LRU
- * eviction, clean, explain's search).
+ * eviction, clean, explain's search), tree.c (what jitop owns under the
+ * root: markers, the names it makes, clean's deleting).
  *
  * Layout under the root (every directory 0700, every file 0600):
  *   CACHEDIR.TAG               the Cache Directory Tagging marker (backup tools

@@ -198,6 +198,8 @@ static int by_target(const void *a, const void *b)
 /* Whether key names an entry that is there and counts (ents sorted by key). */
 static bool entry_present(const struct walk *ents, const char *key)
 {
+    if (ents->n == 0)
+        return false;
     struct walk_item probe;
     memcpy(probe.key, key, 33);
     const struct walk_item *it = bsearch(&probe, ents->v, ents->n, sizeof *ents->v, by_key);
@@ -284,7 +286,8 @@ int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed)
         }
         total += it->size;
     }
-    qsort(ents.v, ents.n, sizeof *ents.v, by_key);
+    if (ents.n)
+        qsort(ents.v, ents.n, sizeof *ents.v, by_key);
     if (gc) {
         for (size_t i = 0; status == JITOP_OK && i < mans.n; i++)
             if (!mans.v[i].gone && !entry_present(&ents, mans.v[i].target))
@@ -310,8 +313,10 @@ int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed)
     }
     if (status != JITOP_OK)
         goto out;
-    qsort(mans.v, mans.n, sizeof *mans.v, by_target);
-    qsort(ents.v, ents.n, sizeof *ents.v, by_mtime);
+    if (mans.n)
+        qsort(mans.v, mans.n, sizeof *mans.v, by_target);
+    if (ents.n)
+        qsort(ents.v, ents.n, sizeof *ents.v, by_mtime);
     for (size_t i = 0; i < ents.n && total > cap; i++) {
         struct walk_item *it = &ents.v[i];
         if (it->gone || !it->regular)
@@ -325,7 +330,8 @@ int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed)
                           it->key, (long long)it->size, (long long)cap);
         struct walk_item probe;
         memcpy(probe.target, it->key, 33);
-        struct walk_item *m = bsearch(&probe, mans.v, mans.n, sizeof *mans.v, by_target);
+        struct walk_item *m =
+            mans.n ? bsearch(&probe, mans.v, mans.n, sizeof *mans.v, by_target) : NULL;
         while (m && m > mans.v && strcmp(m[-1].target, it->key) == 0)
             m--;
         for (; m && m < mans.v + mans.n && strcmp(m->target, it->key) == 0; m++)

@@ -375,6 +375,9 @@ static void test_clean_and_gc_race_writers(void **state)
     if (pid == 0) {
         close(stop[1]);
         int code = writer_child(cache, stop[0]);
+        /* What the parent allocated: valgrind checks the child for leaks. */
+        jitop_ctx_destroy(ctx);
+        free(cache);
         _exit(code);
     }
     close(stop[0]);
@@ -502,8 +505,11 @@ static void test_fifos_never_block(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        alarm(120);
-        _exit(fifo_child(cache, fifo_src, with_header, good, entry, manifest));
+        alarm(600); /* far beyond the steps' time, even under valgrind */
+        int code = fifo_child(cache, fifo_src, with_header, good, entry, manifest);
+        free(entry); free(manifest); free(good); free(with_header); free(header);
+        free(fifo_src); free(cache); free(dir);
+        _exit(code);
     }
     int ws = 0;
     assert_int_equal(waitpid(pid, &ws, 0), pid);
