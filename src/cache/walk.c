@@ -271,10 +271,10 @@ int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed)
                 goto out;
             jitop__deps_free(&deps);
             if (!found) {
-                /* A corrupt one was removed by the read; a malformed one (a
-                 * valid checksum over a payload that does not parse) goes
-                 * here. */
-                if (unlink(it->path) != 0 && errno != ENOENT) {
+                /* A corrupt one was removed by the read, and a directory
+                 * moved aside (or left, EISDIR); a malformed one (a valid
+                 * checksum over a payload that does not parse) goes here. */
+                if (unlink(it->path) != 0 && errno != ENOENT && errno != EISDIR) {
                     status = jitop__fail(JITOP_EIO, "cache: remove %s: %s", it->path,
                                          strerror(errno));
                     goto out;
