@@ -58,7 +58,7 @@ STATIC := $(BUILD)/libjitop.a
 SHARED := $(BUILD)/libjitop.so.$(VERSION)
 CLI := $(BUILD)/jitop
 
-.PHONY: all deps test test-gpu valgrind demo bench install uninstall clean
+.PHONY: all deps test test-gpu valgrind stress demo bench install uninstall clean
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 
 # Checks (and on Debian as root installs) the build dependencies; valgrind
@@ -113,6 +113,15 @@ $(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/lo
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
 $(BUILD)/tests/cpu/test_loader_fake: $(FAKE_CUDA)
 
+# An LD_PRELOAD shim whose flock() fails as on NFS without a lock daemon;
+# test_cache_safety runs the CLI under it. No sanitizers: it is preloaded
+# into programs that may have none.
+FLOCK_SHIM := $(BUILD)/tests/shim/libflock_fail.so
+$(FLOCK_SHIM): tests/shim/flock_fail.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+$(BUILD)/tests/cpu/test_cache_safety: $(FLOCK_SHIM)
+
 # The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed". First
 # the rooms check (scripts/check-rooms.sh: src/'s includes and calls go one
 # way, bottom to top; under a second).
@@ -129,6 +138,14 @@ valgrind: deps all $(CPU_TESTS)
 	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) \
 	  JITOP_TEST_WRAPPER="valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99 --suppressions=tests/valgrind.supp" \
 	  tests/run.sh $(CPU_TESTS)
+
+# STRESS_PROCS processes build, gc and clean one cache for STRESS_SECONDS:
+# every build must succeed and give the reference binary, and every file in
+# the cache must be valid afterwards (tests/stress/stress.c).
+STRESS_PROCS ?= 8
+STRESS_SECONDS ?= 60
+stress: all $(BUILD)/tests/stress/stress
+	@$(BUILD)/tests/stress/stress $(STRESS_PROCS) $(STRESS_SECONDS)
 
 # The main job: runs the quickstart on a GPU; prewarms the cache without one.
 demo: deps all

@@ -82,8 +82,11 @@ JITOP_API void jitop_free(void *p);
 typedef struct jitop_config {
     /* Cache root. NULL: $JITOP_CACHE_DIR, else $XDG_CACHE_HOME/jitop, else
      * ~/.cache/jitop. Created with mode 0700. A root owned by another user or
-     * writable by group/others is refused with JITOP_EUNSAFE. An unwritable
-     * root is not an error: binaries are then kept in memory (one warning). */
+     * writable by group/others, a root that is a symbolic link another user
+     * owns, and a v<N> tree under it that jitop did not make (no jitop.tag
+     * marker, and files jitop would not have made) are refused with
+     * JITOP_EUNSAFE. An unwritable root is not an error: binaries are then
+     * kept in memory (one warning). */
     const char *cache_dir;
     /* Target: "sm_90" (cubin), "compute_90" (PTX). NULL: $JITOP_ARCH, else the
      * arch of the context's device when a driver is present. */
@@ -179,12 +182,19 @@ JITOP_API int jitop_cache_list(jitop_ctx *ctx,
                                int (*fn)(const jitop_cache_entry_info *info, void *user),
                                void *user);
 
-/* Evicts least-recently-used entries until the cache holds at most max_size
- * bytes (negative: the context's cap). Also removes invalid entries and stale
- * temporary files. *freed (may be NULL) receives the bytes removed. */
+/* Evicts least-recently-used entries, each with its manifests and lock,
+ * until entries and manifests hold at most max_size bytes (negative: the
+ * context's cap). Also removes invalid entries and manifests, manifests and
+ * unheld locks of entries that are gone, and stale temporary files. *freed
+ * (may be NULL) receives the bytes removed. Safe while other processes
+ * build in the same cache. */
 JITOP_API int jitop_cache_gc(jitop_ctx *ctx, int64_t max_size, int64_t *freed);
 
-/* Removes every entry and manifest of the cache (the root stays). */
+/* Removes every entry, manifest and lock of the cache (the root and its
+ * markers stay). Only trees jitop made (marked, or holding nothing but
+ * jitop's names) are touched, and in them only jitop's names: anything else
+ * stays, with a warning on stderr. Safe while other processes build in the
+ * same cache: each tree is moved aside first, then deleted. */
 JITOP_API int jitop_cache_clean(jitop_ctx *ctx);
 
 /* ----------------------------------------------------- modules and ops */

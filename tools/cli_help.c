@@ -112,7 +112,9 @@ static const char gc_help[] =
 static const char clean_help[] =
     "usage: jitop clean [--cache-dir DIR]\n"
     "\n"
-    "Removes every entry and manifest of the cache; the root directory stays.\n"
+    "Removes every entry, manifest and lock of the cache; the root directory\n"
+    "and its markers stay. Only trees jitop made are touched, and in them only\n"
+    "the names jitop makes: anything else stays, and clean says what it left.\n"
     "\n"
     "exit status: 0 done, 1 something could not be removed, 2 usage error\n";
 

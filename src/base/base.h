@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define XXH_INLINE_ALL /* header-only xxHash: no run-time library to ship */
@@ -71,6 +72,11 @@ char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 
 /* Reads a whole file, NUL-terminated (the NUL is not counted in *len). */
 int jitop__read_file(const char *path, char **data, size_t *len);
+/* Opens path for reading if it is a regular file, with *st its fstat. A
+ * FIFO, device, socket or directory is refused (JITOP_EIO naming it and its
+ * type) without blocking: opening a FIFO for reading would wait for a
+ * writer forever. JITOP_ENOTFOUND when missing. */
+int jitop__open_regular(const char *path, int *fd, struct stat *st);
 /* path with the links of its last component followed (libnvrtc.so.13 ->
  * libnvrtc.so.13.0.88), into out: the name of the file it is. Links of the
  * directories above stay, since they do not change that name, and

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,20 +194,46 @@ char *jitop__strv_join(const jitop__strv *sv, const char *sep)
     return out;
 }
 
-int jitop__read_file(const char *path, char **data, size_t *len)
+static const char *file_type_name(mode_t m)
 {
-    int status = JITOP_OK;
-    char *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    return S_ISFIFO(m) ? "a FIFO"
+           : S_ISDIR(m) ? "a directory"
+           : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+int jitop__open_regular(const char *path, int *fd, struct stat *st)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0)
         return jitop__fail(errno == ENOENT ? JITOP_ENOTFOUND : JITOP_EIO, "%s: %s", path,
                            strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        status = jitop__fail(JITOP_EIO, "%s: %s", path, strerror(errno));
-        goto out;
+    int status = JITOP_OK;
+    if (fstat(*fd, st) != 0)
+        status = jitop__fail(JITOP_EIO, "%s: fstat: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        status = jitop__fail(JITOP_EIO, "%s: not a regular file (%s): refused, since reading it "
+                                        "may block or never end",
+                             path, file_type_name(st->st_mode));
+    if (status != JITOP_OK) {
+        /* Nothing was read: a close error changes nothing. */
+        (void)close(*fd);
+        *fd = -1;
     }
-    size_t size = (size_t)st.st_size;
+    return status;
+}
+
+int jitop__read_file(const char *path, char **data, size_t *len)
+{
+    int status = JITOP_OK, fd = -1;
+    char *buf = NULL;
+    struct stat st;
+    status = jitop__open_regular(path, &fd, &st);
+    if (status != JITOP_OK)
+        return status;
+    size_t size = (size_t)st.st_size, got = 0;
     buf = malloc(size + 1);
     if (!buf) {
         status = jitop__fail(JITOP_ENOMEM, "%s: out of memory reading %zu bytes", path, size);
@@ -214,10 +241,17 @@ int jitop__read_file(const char *path, char **data, size_t *len)
     }
     /* The file may shrink or grow while it is read (an editor saving): read
      * what is there now and stop at the end. */
-    size_t got = fread(buf, 1, size, f);
-    if (ferror(f)) {
-        status = jitop__fail(JITOP_EIO, "%s: read failed", path);
-        goto out;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            status = jitop__fail(JITOP_EIO, "%s: read: %s", path, strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
     }
     buf[got] = '\0';
     *data = buf;
@@ -226,8 +260,8 @@ int jitop__read_file(const char *path, char **data, size_t *len)
     buf = NULL;
 out:
     free(buf);
-    if (fclose(f) != 0 && status == JITOP_OK)
-        status = jitop__fail(JITOP_EIO, "%s: %s", path, strerror(errno));
+    if (close(fd) != 0 && status == JITOP_OK)
+        status = jitop__fail(JITOP_EIO, "%s: close: %s", path, strerror(errno));
     return status;
 }
 

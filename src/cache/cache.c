@@ -27,7 +27,7 @@ int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__ca
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    status = jitop__cache_make_root(root, &err);
+    status = jitop__cache_make_root(c, &err);
     if (status != JITOP_OK) {
         if (status == JITOP_EIO && jitop__cache_unwritable_errno(err)) {
             /* Nothing of it can be read either: memory only. */
@@ -36,6 +36,7 @@ int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__ca
         }
         goto out;
     }
+    jitop__cache_tag_root(c);
     const char *subdirs[] = {"", "/locks", "/manifests"};
     for (size_t i = 0; i < 3; i++) {
         char *dir = jitop__sprintf("%s%s", c->vdir, subdirs[i]);
@@ -43,7 +44,7 @@ int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__ca
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             goto out;
         }
-        status = jitop__cache_ensure_dir(dir, &err);
+        status = jitop__cache_ensure_dir(c, dir, &err);
         free(dir);
         if (status == JITOP_EIO && jitop__cache_unwritable_errno(err)) {
             jitop__cache_go_readonly(c, c->vdir, err);
@@ -105,7 +106,7 @@ int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e)
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    status = jitop__cache_write_atomic(dir, key, b.p, b.n, true, &err);
+    status = jitop__cache_write_atomic(c, dir, key, b.p, b.n, true, &err);
     if (status == JITOP_EIO && jitop__cache_unwritable_errno(err)) {
         jitop__cache_go_readonly(c, dir, err);
         jitop__cache_mem_put(c, key, false, &b);
@@ -129,51 +130,104 @@ out:
     return status;
 }
 
+/* Once per cache: the locks that keep two processes from compiling the same
+ * key cannot be taken here. */
+static void warn_no_locks(jitop__cache *c, const char *path, int err)
+{
+    pthread_mutex_lock(&c->lock);
+    bool warn = !c->lock_warned;
+    c->lock_warned = true;
+    pthread_mutex_unlock(&c->lock);
+    if (warn)
+        fprintf(stderr,
+                "jitop: warning: cannot lock %s (%s): compiling without cache locks, so two "
+                "processes may compile the same binary (the result stays correct)\n",
+                path, strerror(err));
+}
+
+/* Opens and locks path: 1 with *lfd locked; 0 to compile without a lock
+ * (said why); -1 to open again (the name no longer is the file locked: gc
+ * removed it, or clean moved the tree away). */
+static int lock_once(jitop__cache *c, const char *path, int *lfd, int *status)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    *lfd = -1;
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return -1;
+        if (jitop__cache_unwritable_errno(errno) || errno == ELOOP || errno == EISDIR) {
+            /* Without a lock two processes may compile the same key; the
+             * atomic rename keeps the result correct. */
+            jitop__cache_vlog(c, "cache: cannot create lock %s: %s; compiling without it", path,
+                              strerror(errno));
+        } else {
+            *status = jitop__fail(JITOP_EIO, "cache: open lock %s: %s", path, strerror(errno));
+        }
+        return 0;
+    }
+    struct stat a, b;
+    int rc = 0;
+    if (fstat(fd, &a) != 0 || !S_ISREG(a.st_mode)) {
+        jitop__cache_vlog(c, "cache: lock %s is not a regular file; compiling without it", path);
+        goto out;
+    }
+    /* flock belongs to the open file description: it is released when the
+     * process dies (kill -9 included), and two threads with their own open()
+     * exclude each other too. */
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (jitop__cache_no_locks_errno(errno))
+            warn_no_locks(c, path, errno);
+        else
+            *status = jitop__fail(JITOP_EIO, "cache: flock %s: %s", path, strerror(errno));
+        goto out;
+    }
+    /* gc unlinks an unheld lock file; one opened just before that is locked
+     * by nobody else's name: look again. */
+    if (stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+        rc = -1;
+        goto out;
+    }
+    *lfd = fd;
+    return 1;
+out:
+    if (close(fd) != 0)
+        jitop__cache_vlog(c, "cache: close %s: %s", path, strerror(errno));
+    return rc;
+}
+
 int jitop__cache_lock(jitop__cache *c, const char key[33], int *fd)
 {
     *fd = -1;
     if (jitop__cache_is_readonly(c))
         return JITOP_OK; /* nothing shared on disk to protect */
     char *path = jitop__sprintf("%s/locks/%s.lock", c->vdir, key);
-    if (!path)
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    char *dir = jitop__sprintf("%s/locks", c->vdir);
     int status = JITOP_OK, err = 0;
-    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (lfd < 0 && errno == ENOENT) {
-        /* The locks directory went (jitop clean elsewhere): make it again. */
-        char *dir = jitop__sprintf("%s/locks", c->vdir);
-        status = dir ? jitop__cache_ensure_dir(dir, &err)
-                     : jitop__fail(JITOP_ENOMEM, "out of memory");
-        free(dir);
-        if (status != JITOP_OK)
-            goto out;
-        lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (!path || !dir) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
     }
-    if (lfd < 0) {
-        if (jitop__cache_unwritable_errno(errno)) {
-            /* Without a lock two processes may compile the same key; the
-             * atomic rename keeps the result correct. */
-            jitop__cache_vlog(c, "cache: cannot create lock %s: %s; compiling without it", path,
-                              strerror(errno));
-        } else {
-            status = jitop__fail(JITOP_EIO, "cache: open lock %s: %s", path, strerror(errno));
+    for (int attempt = 0; status == JITOP_OK; attempt++) {
+        if (lock_once(c, path, fd, &status) >= 0)
+            break;
+        if (attempt == JITOP__CACHE_RETRIES) {
+            jitop__cache_vlog(c, "cache: lock %s kept vanishing; compiling without it", path);
+            break;
         }
-        goto out;
+        /* The locks directory may be gone (jitop clean elsewhere). */
+        status = jitop__cache_ensure_dir(c, dir, &err);
+        if (status == JITOP_EIO && jitop__cache_unwritable_errno(err)) {
+            jitop__cache_vlog(c, "cache: %s; compiling without a lock", jitop_errmsg(NULL));
+            jitop__clear_error();
+            status = JITOP_OK;
+            break;
+        }
     }
-    /* flock belongs to the open file description: it is released when the
-     * process dies (kill -9 included), and two threads with their own open()
-     * exclude each other too. */
-    while (flock(lfd, LOCK_EX) != 0) {
-        if (errno == EINTR)
-            continue;
-        status = jitop__fail(JITOP_EIO, "cache: flock %s: %s", path, strerror(errno));
-        if (close(lfd) != 0)
-            jitop__cache_vlog(c, "cache: close %s: %s", path, strerror(errno));
-        goto out;
-    }
-    *fd = lfd;
 out:
     free(path);
+    free(dir);
     return status;
 }
 

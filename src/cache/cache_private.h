@@ -5,6 +5,10 @@
  *   file.c      the byte encoding and the common header, directories and
  *               their safety, atomic writes, checked reads, the verbose log,
  *               and the read-only mode with its in-memory stand-in for files
+ *   tree.c      what jitop owns under the root: markers, the shape of its
+ *               names, adopting an old tree, making its directories and
+ *               writing files into them (ensure_dir, write_atomic), lock
+ *               file removal, clean
  *   key.c       keys and manifest ids
  *   manifest.c  stat manifests
  *   entry.c     the entry format; reading an entry (get, peek, touch)
@@ -12,10 +16,17 @@
  *   cache.c     open and close, put (a write, then eviction), per-key locks
  *
  * Layout under the root (every directory 0700, every file 0600):
+ *   CACHEDIR.TAG               the Cache Directory Tagging marker (backup tools
+ *                              skip the root); written only into a root that
+ *                              holds nothing but jitop's names
+ *   v<F>/jitop.tag             the marker of a tree jitop made: clean deletes
+ *                              only marked trees, and only jitop's names there
  *   v<F>/<ab>/<key>            entries (ab: the key's first two hex digits)
  *   v<F>/manifests/<ab>/<id>   stat manifests
  *   v<F>/locks/<key>.lock      flock files (empty)
- *   .tmp-* beside their target while being written
+ *   .tmp-<name>-XXXXXX beside their target while being written
+ *   .jitop-trash-XXXXXX/v<N>   a tree clean moved aside and is deleting
+ * The names jitop makes, level by level, are in tree.c.
  *
  * Both file formats start with the same 40-byte header: an 8-byte magic, the
  * format version (u32), flags (u32), the payload length (u64) and the XXH3-128
@@ -56,6 +67,7 @@ struct jitop__cache {
     pthread_mutex_t lock; /* guards readonly, warned and items */
     bool readonly;        /* writes go to items; reads still try the disk */
     bool warned;
+    bool lock_warned;     /* said once that flock is not supported here */
     struct jitop__mem_item *items;
 };
 
@@ -98,15 +110,30 @@ void jitop__file_seal(struct jitop__wbuf *b);
 const char *jitop__file_check(const unsigned char *p, size_t n, const char *magic,
                               uint32_t *flags);
 
-/* Directories and their safety (file.c). */
+/* How often a step that found its directory gone (jitop clean in another
+ * process moved the tree away) makes the directory again and starts over
+ * before it gives up. Each retry is a few system calls; a clean takes far
+ * longer than this many of them to come round again. */
+#define JITOP__CACHE_RETRIES 16
+
+/* Directories and their safety (file.c; ensure_dir in tree.c). ensure_dir
+ * takes the root, the tree (c->vdir) or a directory below it, and makes
+ * missing parents again, the tree with its marker. */
 int jitop__cache_check_safe(const char *path, const struct stat *st);
-int jitop__cache_ensure_dir(const char *dir, int *err);
-int jitop__cache_make_root(const char *root, int *err);
+int jitop__cache_ensure_dir(jitop__cache *c, const char *dir, int *err);
+int jitop__cache_make_root(jitop__cache *c, int *err);
 bool jitop__cache_unwritable_errno(int e);
 
-/* Atomic write and checked read of one cache file (file.c). */
-int jitop__cache_write_atomic(const char *dir, const char *name, const unsigned char *data,
-                              size_t len, bool durable, int *err);
+/* Atomic write and checked read of one cache file (file.c; the retrying
+ * write_atomic in tree.c). The retrying write makes dir (ensure_dir) and starts over when the directory
+ * vanishes under it; write_once does one attempt in an existing dir. */
+int jitop__cache_write_atomic(jitop__cache *c, const char *dir, const char *name,
+                              const unsigned char *data, size_t len, bool durable, int *err);
+/* Test seam: called with the temporary file's path between its write and
+ * its rename (a concurrent jitop clean's window). NULL outside tests. */
+extern void (*jitop__cache_write_hook)(const char *tmp);
+int jitop__cache_write_once(const char *dir, const char *name, const unsigned char *data,
+                            size_t len, bool durable, int *err);
 /* A use stamps an entry's mtime (the LRU order eviction follows) unless
  * the mtime is already this recent: a stamp is an inode write (10-12 us in
  * a fresh process on the GPU machine, a warm load's largest file cost), and
@@ -121,6 +148,29 @@ enum jitop__read_flags {
 int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *magic, int flags,
                               unsigned char **data, size_t *len, uint32_t *file_flags,
                               bool *found);
+
+/* What jitop owns under the root (tree.c): the markers, the shape of
+ * its names, adopting a tree made before markers existed, and clean.
+ * ensure_tree makes (or checks) c->vdir with its marker; a tree that holds
+ * anything jitop did not make is refused (JITOP_EUNSAFE). tag_root writes
+ * the root's CACHEDIR.TAG where the root holds only jitop's names. */
+bool jitop__is_hex(const char *s, size_t n);
+int jitop__cache_ensure_tree(jitop__cache *c, int *err);
+void jitop__cache_tag_root(jitop__cache *c);
+/* Clean's part under the root: every marked tree (or unmarked one that
+ * holds only jitop's names) is moved into a trash directory and its jitop
+ * names deleted there; other trees and names stay, with a warning. */
+int jitop__cache_clean_trees(jitop__cache *c);
+/* Moves a directory found where a file of jitop's belongs to
+ * "<path>.aside-XXXXXX" beside it (removes it when empty), with a warning:
+ * jitop deletes only its own files, and the name is free again (file.c). */
+void jitop__cache_move_aside(const jitop__cache *c, const char *path);
+/* flock's answer where the filesystem has no locks (NFS without a lock
+ * daemon, some FUSE filesystems). */
+bool jitop__cache_no_locks_errno(int e);
+/* Removes the lock file at path unless someone holds it (a non-blocking
+ * flock first; lockers check that the name still is the file they locked). */
+void jitop__cache_remove_lock(const jitop__cache *c, const char *path);
 
 /* Read-only mode and the in-memory fallback (file.c). */
 void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err);
@@ -143,9 +193,15 @@ int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
                                  struct jitop__wbuf *b);
 char *jitop__cache_entry_dir(const jitop__cache *c, const char key[33]);
 
-/* Removes least-recently-used entries until the rest fit in cap (negative:
- * no cap); in gc mode invalid entries and stale temporary files too
- * (walk.c). */
+/* Removes least-recently-used entries, with their manifests and unheld
+ * locks, until entries and manifests fit in cap (negative: no cap); in gc
+ * mode also invalid entries and manifests, manifests and unheld locks of
+ * absent entries, and stale temporary files (walk.c). */
 int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed);
+
+/* The key a manifest file names, from its first bytes (magic, version and
+ * the key; no checksum): for eviction, which needs only to know which
+ * entry a manifest belongs to. false when unreadable or not a manifest. */
+bool jitop__manifest_peek_key(const char *path, char key[33]);
 
 #endif

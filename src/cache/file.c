@@ -185,73 +185,62 @@ int jitop__cache_check_safe(const char *path, const struct stat *st)
     return JITOP_OK;
 }
 
-/* Creates dir (mode 0700) when missing, checks it when present. *err gets
- * mkdir's errno on a failure to create (so that the caller can tell an
- * unwritable cache from a broken one). */
-int jitop__cache_ensure_dir(const char *dir, int *err)
+/* The root, made with its parents (mkdir -p) when missing: its parents may
+ * be shared directories (/home/u/.cache), so only the root is checked for
+ * safety. The root itself is looked at with lstat: a symbolic link there
+ * that another user owns (planted in /tmp, say) would make jitop write into,
+ * and clean delete in, whatever directory of ours it names; it is refused.
+ * A link of our own is followed. */
+int jitop__cache_make_root(jitop__cache *c, int *err)
 {
+    const char *root = c->root;
     *err = 0;
     struct stat st;
-    /* The usual case, an existing directory, costs one stat. */
-    if (stat(dir, &st) != 0) {
-        int rc = mkdir(dir, 0700);
-        if (rc != 0 && errno == ENOENT) {
-            /* A parent went missing (jitop clean in another process):
-             * recreate the chain, each directory checked the same way. */
-            char *parent = jitop__strdup(dir);
-            char *slash = parent ? strrchr(parent, '/') : NULL;
-            if (!parent)
-                return jitop__fail(JITOP_ENOMEM, "out of memory");
-            int prc = JITOP_OK;
-            if (slash && slash != parent) {
-                *slash = '\0';
-                prc = jitop__cache_ensure_dir(parent, err);
+    if (lstat(root, &st) != 0) {
+        char *p = jitop__strdup(root);
+        if (!p)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        for (char *s = p + 1; *s; s++) {
+            if (*s != '/')
+                continue;
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+                *err = errno;
+                int status = jitop__fail(JITOP_EIO, "cannot create %s: %s", p, strerror(errno));
+                free(p);
+                return status;
             }
-            free(parent);
-            if (prc != JITOP_OK)
-                return prc;
-            rc = mkdir(dir, 0700);
+            *s = '/';
         }
-        if (rc != 0 && errno != EEXIST) {
+        free(p);
+        if (mkdir(root, 0700) != 0 && errno != EEXIST) {
             *err = errno;
-            return jitop__fail(JITOP_EIO, "cannot create cache directory %s: %s", dir,
+            return jitop__fail(JITOP_EIO, "cannot create cache directory %s: %s", root,
                                strerror(errno));
         }
-        if (stat(dir, &st) != 0) {
+        /* Made now, or by someone else meanwhile: looked at again. */
+        if (lstat(root, &st) != 0) {
             *err = errno;
-            return jitop__fail(JITOP_EIO, "cache directory %s: stat: %s", dir, strerror(errno));
+            return jitop__fail(JITOP_EIO, "cache directory %s: lstat: %s", root,
+                               strerror(errno));
+        }
+    }
+    if (S_ISLNK(st.st_mode)) {
+        if (st.st_uid != geteuid())
+            return jitop__fail(JITOP_EUNSAFE,
+                               "cache root %s is a symbolic link owned by uid %u, not by this "
+                               "user (uid %u): refused, since whoever made it chooses which of "
+                               "your directories jitop would write and delete in; use a cache "
+                               "directory of your own (JITOP_CACHE_DIR)",
+                               root, (unsigned)st.st_uid, (unsigned)geteuid());
+        if (stat(root, &st) != 0) {
+            *err = errno;
+            return jitop__fail(JITOP_EIO, "cache directory %s: stat: %s", root, strerror(errno));
         }
     }
     if (!S_ISDIR(st.st_mode))
-        return jitop__fail(JITOP_EIO, "cache path %s is not a directory", dir);
-    return jitop__cache_check_safe(dir, &st);
-}
-
-/* mkdir -p of the root itself: its parents may be shared directories
- * (/home/u/.cache), so only the root is checked for safety. */
-int jitop__cache_make_root(const char *root, int *err)
-{
-    *err = 0;
-    struct stat st;
-    if (stat(root, &st) == 0) /* the usual case: skip the mkdir chain */
-        return jitop__cache_ensure_dir(root, err);
-    char *p = jitop__strdup(root);
-    if (!p)
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    int status = JITOP_OK;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-            *err = errno;
-            status = jitop__fail(JITOP_EIO, "cannot create %s: %s", p, strerror(errno));
-            break;
-        }
-        *s = '/';
-    }
-    free(p);
-    return status == JITOP_OK ? jitop__cache_ensure_dir(root, err) : status;
+        return jitop__fail(JITOP_EIO, "cache path %s is not a directory", root);
+    return jitop__cache_check_safe(root, &st);
 }
 
 bool jitop__cache_unwritable_errno(int e)
@@ -273,19 +262,18 @@ static int write_all(int fd, const unsigned char *p, size_t n)
     return 0;
 }
 
+void (*jitop__cache_write_hook)(const char *tmp);
+
 /* Writes dir/name atomically: a unique temporary file in the same directory,
  * (fsync), rename over the name, (fsync of the directory). Readers see the
  * old file or the new one, never a part. On failure nothing is left behind
- * and *err holds the errno that caused it. */
-int jitop__cache_write_atomic(const char *dir, const char *name, const unsigned char *data,
-                              size_t len, bool durable, int *err)
+ * and *err holds the errno that caused it (ENOENT: dir went away). */
+int jitop__cache_write_once(const char *dir, const char *name, const unsigned char *data,
+                            size_t len, bool durable, int *err)
 {
     int status = JITOP_OK, fd = -1, dfd = -1;
     char *tmp = NULL, *dst = NULL;
     *err = 0;
-    status = jitop__cache_ensure_dir(dir, err);
-    if (status != JITOP_OK)
-        goto out;
     tmp = jitop__sprintf("%s/.tmp-%s-XXXXXX", dir, name);
     dst = jitop__sprintf("%s/%s", dir, name);
     if (!tmp || !dst) {
@@ -318,6 +306,8 @@ int jitop__cache_write_atomic(const char *dir, const char *name, const unsigned 
         status = jitop__fail(JITOP_EIO, "cache: close %s: %s", tmp, strerror(errno));
         goto out;
     }
+    if (jitop__cache_write_hook)
+        jitop__cache_write_hook(tmp);
     if (rename(tmp, dst) != 0) {
         *err = errno;
         status = jitop__fail(JITOP_EIO, "cache: rename %s -> %s: %s", tmp, dst, strerror(errno));
@@ -326,9 +316,11 @@ int jitop__cache_write_atomic(const char *dir, const char *name, const unsigned 
     free(tmp);
     tmp = NULL; /* renamed: nothing to remove */
     if (durable) {
-        /* The rename itself is only durable once the directory is synced. */
+        /* The rename itself is only durable once the directory is synced. A
+         * directory gone by now was moved away by jitop clean after the
+         * rename, with the file: as if cleaned right after, nothing to sync. */
         dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0 || fsync(dfd) != 0) {
+        if ((dfd < 0 && errno != ENOENT) || (dfd >= 0 && fsync(dfd) != 0)) {
             *err = errno;
             status = jitop__fail(JITOP_EIO, "cache: fsync directory %s: %s", dir, strerror(errno));
             goto out;
@@ -403,17 +395,41 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
     int status = JITOP_OK;
     unsigned char *buf = NULL;
     *found = false;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer
+     * forever; it opens at once and is refused below, by its type. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT)
             return JITOP_OK;
-        if (errno == ELOOP)
-            return jitop__fail(JITOP_EUNSAFE, "cache file %s is a symbolic link: refused", path);
+        if (errno == ELOOP) {
+            /* A symbolic link where a file of jitop's belongs: invalid like
+             * a corrupt file, never followed; unlink removes the link only. */
+            if (!(flags & JITOP__READ_REMOVE_INVALID))
+                jitop__cache_vlog(c, "cache: %s is a symbolic link: ignored", path);
+            else if (unlink(path) == 0)
+                jitop__cache_vlog(c, "cache: removed %s: a symbolic link", path);
+            else
+                jitop__cache_vlog(c, "cache: cannot remove the symbolic link %s: %s", path,
+                                  strerror(errno));
+            return JITOP_OK;
+        }
         return jitop__fail(JITOP_EIO, "cache: open %s: %s", path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         status = jitop__fail(JITOP_EIO, "cache: fstat %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        /* A FIFO, socket, device or directory under a file's name: invalid,
+         * so that the name is free for the rebuilt file. A directory may
+         * hold someone's files: it is moved aside, not deleted. */
+        if (!(flags & JITOP__READ_REMOVE_INVALID))
+            jitop__cache_vlog(c, "cache: %s is not a regular file: ignored", path);
+        else if (S_ISDIR(st.st_mode))
+            jitop__cache_move_aside(c, path);
+        else
+            remove_if_same(c, path, fd, "not a regular file");
         goto out;
     }
     status = jitop__cache_check_safe(path, &st);
@@ -561,4 +577,40 @@ void jitop__cache_mem_clear(jitop__cache *c)
         free(it);
     }
     pthread_mutex_unlock(&c->lock);
+}
+
+void jitop__cache_move_aside(const jitop__cache *c, const char *path)
+{
+    if (rmdir(path) == 0) {
+        jitop__cache_vlog(c, "cache: removed the empty directory %s (a file of jitop's belongs "
+                             "there)",
+                          path);
+        return;
+    }
+    if (errno != ENOTEMPTY && errno != EEXIST) {
+        jitop__cache_vlog(c, "cache: cannot remove the directory %s: %s", path, strerror(errno));
+        return;
+    }
+    char *aside = jitop__sprintf("%s.aside-XXXXXX", path);
+    if (!aside || !mkdtemp(aside)) {
+        fprintf(stderr, "jitop: warning: %s is a directory where a cache file belongs, and it "
+                        "cannot be moved aside: %s\n",
+                path, aside ? strerror(errno) : "out of memory");
+        free(aside);
+        return;
+    }
+    /* A directory renamed over an empty one replaces it. */
+    if (rename(path, aside) != 0) {
+        int e = errno;
+        if (rmdir(aside) != 0)
+            jitop__cache_vlog(c, "cache: rmdir %s: %s", aside, strerror(errno));
+        if (e != ENOENT)
+            fprintf(stderr, "jitop: warning: cannot move the directory %s aside: %s\n", path,
+                    strerror(e));
+    } else {
+        fprintf(stderr, "jitop: warning: %s was a directory where a cache file belongs: moved "
+                        "to %s (jitop deletes only its own files); the file is made again\n",
+                path, aside);
+    }
+    free(aside);
 }

@@ -9,6 +9,9 @@
  * recent: its stat data never vouches for it. */
 #include "cache/cache_private.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 /* The bytes of a dep record with an empty path: the smallest possible. */
 #define DEP_RECORD_MIN (4 + 4 * 8 + 16)
 
@@ -24,7 +27,7 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
     unsigned char *data = NULL;
     size_t len = 0;
     uint32_t flags = 0;
-    char *path = NULL, *stored_key = NULL;
+    char *path = NULL, *dir = NULL, *stored_key = NULL;
     bool have = false;
     jitop__deps d = {0};
     *found = false;
@@ -37,10 +40,20 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
             goto out;
     } else {
         path = jitop__sprintf("%s/manifests/%.2s/%s", c->vdir, id, id);
-        if (!path) {
+        dir = manifest_dir(c, id);
+        if (!path || !dir) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             goto out;
         }
+        /* The directory is checked as an entry's is: whoever can write in it
+         * can swap the manifest, and with it the stat data that vouch for a
+         * hit. */
+        struct stat st;
+        if (stat(dir, &st) != 0)
+            goto out; /* none: a miss */
+        status = jitop__cache_check_safe(dir, &st);
+        if (status != JITOP_OK)
+            goto out;
         status = jitop__cache_read_checked(c, path, JITOP__MANIFEST_MAGIC,
                                            JITOP__READ_REMOVE_INVALID, &data, &len, &flags,
                                            &have);
@@ -85,7 +98,31 @@ out:
     free(stored_key);
     free(data);
     free(path);
+    free(dir);
     return status;
+}
+
+bool jitop__manifest_peek_key(const char *path, char key[33])
+{
+    unsigned char head[JITOP__FILE_HEADER_SIZE + 4 + 32];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    ssize_t got = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, head, sizeof head, 0)
+                                                             : -1;
+    /* Read only: a close error loses nothing. */
+    (void)close(fd);
+    if (got != (ssize_t)sizeof head || memcmp(head, JITOP__MANIFEST_MAGIC, 8) != 0)
+        return false;
+    struct jitop__rbuf r = {head, sizeof head, 8, false};
+    uint32_t version = jitop__rb_u32(&r);
+    r.off = JITOP__FILE_HEADER_SIZE;
+    if (version != JITOP__FORMAT_VERSION || jitop__rb_u32(&r) != 32)
+        return false;
+    memcpy(key, head + r.off, 32);
+    key[32] = '\0';
+    return jitop__is_hex(key, 32);
 }
 
 int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *deps,
@@ -123,7 +160,7 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
     /* No fsync: a manifest is a checksummed hint. One lost or torn by a crash
      * is invalid or stale, and costs one hashing pass, never a wrong binary
      * (the key is recomputed from it, and stale stat data does not match). */
-    status = jitop__cache_write_atomic(dir, id, b.p, b.n, false, &err);
+    status = jitop__cache_write_atomic(c, dir, id, b.p, b.n, false, &err);
     if (status == JITOP_EIO && jitop__cache_unwritable_errno(err)) {
         jitop__cache_go_readonly(c, dir, err);
         jitop__cache_mem_put(c, id, true, &b);

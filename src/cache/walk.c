@@ -13,9 +13,12 @@
 
 struct walk_item {
     char *path;
-    char key[33];
+    char key[33];    /* the file's name: an entry's key, a manifest's id, a lock's key */
+    char target[33]; /* a manifest's entry key, once read ("" before) */
     int64_t size;
     struct timespec mtime;
+    bool regular;
+    bool gone; /* removed, or found not to count */
 };
 
 struct walk {
@@ -31,12 +34,26 @@ static void walk_free(struct walk *w)
     memset(w, 0, sizeof *w);
 }
 
-static bool is_hex(const char *s, size_t n)
+static int walk_push(struct walk *w, char *path, const char *key, const struct stat *st)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return s[n] == '\0';
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        struct walk_item *v = realloc(w->v, cap * sizeof *v);
+        if (!v) {
+            free(path);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+        w->v = v;
+        w->cap = cap;
+    }
+    struct walk_item *it = &w->v[w->n++];
+    memset(it, 0, sizeof *it);
+    it->path = path;
+    memcpy(it->key, key, 32);
+    it->regular = S_ISREG(st->st_mode);
+    it->size = it->regular ? (int64_t)st->st_size : 0;
+    it->mtime = st->st_mtim;
+    return JITOP_OK;
 }
 
 /* Stale temporary files (a writer died between create and rename) go when
@@ -52,21 +69,26 @@ static void remove_stale_tmp(jitop__cache *c, const char *path, const struct sta
     }
 }
 
-/* Lists the entry files (and in gc mode removes stale temporary files).
- * Files that vanish during the walk (another process evicting) are skipped. */
-static int walk_entries(jitop__cache *c, bool gc, struct walk *w, int64_t *freed)
+/* Lists the files named by a key in base's <ab> directories (the entries
+ * under the tree, the manifests under manifests/), and in gc mode removes
+ * stale temporary files. Regular files only, except in gc mode, which lists
+ * anything under such a name so that it is checked (and removed) like an
+ * invalid file. Files that vanish during the walk (another process
+ * evicting) are skipped, and so is a base that is gone (jitop clean). */
+static int walk_shards(jitop__cache *c, const char *base, bool gc, struct walk *w,
+                       int64_t *freed)
 {
     int status = JITOP_OK;
-    DIR *top = opendir(c->vdir);
+    DIR *top = opendir(base);
     if (!top)
         return errno == ENOENT ? JITOP_OK
-                               : jitop__fail(JITOP_EIO, "cache: opendir %s: %s", c->vdir,
+                               : jitop__fail(JITOP_EIO, "cache: opendir %s: %s", base,
                                              strerror(errno));
     struct dirent *de;
     while (status == JITOP_OK && (de = readdir(top)) != NULL) {
-        if (strlen(de->d_name) != 2 || !is_hex(de->d_name, 2))
+        if (!jitop__is_hex(de->d_name, 2))
             continue;
-        char *dir = jitop__sprintf("%s/%s", c->vdir, de->d_name);
+        char *dir = jitop__sprintf("%s/%s", base, de->d_name);
         DIR *sub = dir ? opendir(dir) : NULL;
         if (!dir) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
@@ -77,10 +99,10 @@ static int walk_entries(jitop__cache *c, bool gc, struct walk *w, int64_t *freed
             continue;
         }
         struct dirent *fe;
-        while ((fe = readdir(sub)) != NULL) {
-            bool entry = strlen(fe->d_name) == 32 && is_hex(fe->d_name, 32);
+        while (status == JITOP_OK && (fe = readdir(sub)) != NULL) {
+            bool named = jitop__is_hex(fe->d_name, 32);
             bool tmp = strncmp(fe->d_name, ".tmp-", 5) == 0;
-            if (!entry && !tmp)
+            if (!named && !tmp)
                 continue;
             char *path = jitop__sprintf("%s/%s", dir, fe->d_name);
             struct stat st;
@@ -88,7 +110,7 @@ static int walk_entries(jitop__cache *c, bool gc, struct walk *w, int64_t *freed
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
                 break;
             }
-            if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (lstat(path, &st) != 0 || (!S_ISREG(st.st_mode) && (tmp || !gc))) {
                 free(path);
                 continue;
             }
@@ -98,29 +120,58 @@ static int walk_entries(jitop__cache *c, bool gc, struct walk *w, int64_t *freed
                 free(path);
                 continue;
             }
-            if (w->n == w->cap) {
-                size_t cap = w->cap ? w->cap * 2 : 64;
-                struct walk_item *v = realloc(w->v, cap * sizeof *v);
-                if (!v) {
-                    free(path);
-                    status = jitop__fail(JITOP_ENOMEM, "out of memory");
-                    break;
-                }
-                w->v = v;
-                w->cap = cap;
-            }
-            struct walk_item *it = &w->v[w->n++];
-            it->path = path;
-            memcpy(it->key, fe->d_name, 33);
-            it->size = (int64_t)st.st_size;
-            it->mtime = st.st_mtim;
+            status = walk_push(w, path, fe->d_name, &st);
         }
         if (closedir(sub) != 0 && status == JITOP_OK)
             status = jitop__fail(JITOP_EIO, "cache: closedir %s: %s", dir, strerror(errno));
         free(dir);
     }
     if (closedir(top) != 0 && status == JITOP_OK)
-        status = jitop__fail(JITOP_EIO, "cache: closedir %s: %s", c->vdir, strerror(errno));
+        status = jitop__fail(JITOP_EIO, "cache: closedir %s: %s", base, strerror(errno));
+    return status;
+}
+
+static int walk_entries(jitop__cache *c, bool gc, struct walk *w, int64_t *freed)
+{
+    return walk_shards(c, c->vdir, gc, w, freed);
+}
+
+/* The lock files (<key>.lock) under locks/. */
+static int walk_locks(jitop__cache *c, struct walk *w)
+{
+    int status = JITOP_OK;
+    char *base = jitop__sprintf("%s/locks", c->vdir);
+    DIR *d = base ? opendir(base) : NULL;
+    if (!d) {
+        if (!base)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        else if (errno != ENOENT)
+            status = jitop__fail(JITOP_EIO, "cache: opendir %s: %s", base, strerror(errno));
+        free(base);
+        return status;
+    }
+    struct dirent *de;
+    while (status == JITOP_OK && (de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (strlen(n) != 37 || strcmp(n + 32, ".lock") != 0)
+            continue;
+        char key[33];
+        memcpy(key, n, 32);
+        key[32] = '\0';
+        if (!jitop__is_hex(key, 32))
+            continue;
+        char *path = jitop__sprintf("%s/%s", base, n);
+        struct stat st;
+        if (!path)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        else if (lstat(path, &st) != 0)
+            free(path);
+        else
+            status = walk_push(w, path, key, &st);
+    }
+    if (closedir(d) != 0 && status == JITOP_OK)
+        status = jitop__fail(JITOP_EIO, "cache: closedir %s: %s", base, strerror(errno));
+    free(base);
     return status;
 }
 
@@ -134,58 +185,171 @@ static int by_mtime(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-/* Removes least-recently-used entries until the rest fit in cap (negative:
- * no cap). In gc mode every entry is also checked and invalid ones go. */
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const struct walk_item *)a)->key, ((const struct walk_item *)b)->key);
+}
+
+static int by_target(const void *a, const void *b)
+{
+    return strcmp(((const struct walk_item *)a)->target, ((const struct walk_item *)b)->target);
+}
+
+/* Whether key names an entry that is there and counts (ents sorted by key). */
+static bool entry_present(const struct walk *ents, const char *key)
+{
+    if (ents->n == 0)
+        return false;
+    struct walk_item probe;
+    memcpy(probe.key, key, 33);
+    const struct walk_item *it = bsearch(&probe, ents->v, ents->n, sizeof *ents->v, by_key);
+    return it && !it->gone;
+}
+
+/* Removes a listed file that counts toward total; a file already gone
+ * (another process evicting) counts as removed. */
+static int remove_item(struct walk_item *it, int64_t *total, int64_t *freed)
+{
+    if (unlink(it->path) != 0 && errno != ENOENT)
+        return jitop__fail(JITOP_EIO, "cache: remove %s: %s", it->path, strerror(errno));
+    *total -= it->size;
+    *freed += it->size;
+    it->gone = true;
+    return JITOP_OK;
+}
+
+static char *lock_path(const jitop__cache *c, const char *key)
+{
+    return jitop__sprintf("%s/locks/%s.lock", c->vdir, key);
+}
+
+/* Removes least-recently-used entries until entries and manifests fit in
+ * cap (negative: no cap); each entry goes with its manifests and its lock
+ * (when nobody holds it). In gc mode every entry and manifest is also
+ * checked and invalid ones go, and so do manifests and unheld locks of
+ * entries that are not there. Manifests are listed before entries: a
+ * manifest is written after its entry, so one listed has its entry listed
+ * too unless that is really gone. */
 int jitop__cache_evict(jitop__cache *c, int64_t cap, bool gc, int64_t *freed)
 {
-    struct walk w = {0};
+    struct walk ents = {0}, mans = {0}, locks = {0};
     int64_t total = 0;
     *freed = 0;
-    int status = walk_entries(c, gc, &w, freed);
+    char *mdir = jitop__sprintf("%s/manifests", c->vdir);
+    int status = mdir ? walk_shards(c, mdir, gc, &mans, freed)
+                      : jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status == JITOP_OK)
+        status = walk_entries(c, gc, &ents, freed);
+    if (status == JITOP_OK && gc)
+        status = walk_locks(c, &locks);
     if (status != JITOP_OK)
         goto out;
-    for (size_t i = 0; i < w.n; i++) {
+    for (size_t i = 0; i < ents.n; i++) {
+        struct walk_item *it = &ents.v[i];
         if (gc) {
             bool valid = false;
             /* JITOP__READ_REMOVE_INVALID removes it; jitop__cache_entry_read reads the whole file
              * and checks its checksum and metadata. */
-            int rc =
-                jitop__cache_entry_read(c, w.v[i].key, JITOP__READ_REMOVE_INVALID, NULL, &valid);
-            if (rc != JITOP_OK) {
-                status = rc;
+            status = jitop__cache_entry_read(c, it->key, JITOP__READ_REMOVE_INVALID, NULL, &valid);
+            if (status != JITOP_OK)
                 goto out;
-            }
             if (!valid) {
-                *freed += w.v[i].size;
-                w.v[i].size = -1; /* gone */
+                *freed += it->size;
+                it->gone = true;
                 continue;
             }
         }
-        total += w.v[i].size;
+        total += it->size;
+    }
+    for (size_t i = 0; i < mans.n; i++) {
+        struct walk_item *it = &mans.v[i];
+        if (gc) {
+            jitop__deps deps;
+            bool found = false;
+            status = jitop__manifest_get(c, it->key, &deps, it->target, &found);
+            if (status != JITOP_OK)
+                goto out;
+            jitop__deps_free(&deps);
+            if (!found) {
+                /* A corrupt one was removed by the read, and a directory
+                 * moved aside (or left, EISDIR); a malformed one (a valid
+                 * checksum over a payload that does not parse) goes here. */
+                if (unlink(it->path) != 0 && errno != ENOENT && errno != EISDIR) {
+                    status = jitop__fail(JITOP_EIO, "cache: remove %s: %s", it->path,
+                                         strerror(errno));
+                    goto out;
+                }
+                *freed += it->size;
+                it->gone = true;
+                continue;
+            }
+        }
+        total += it->size;
+    }
+    if (ents.n)
+        qsort(ents.v, ents.n, sizeof *ents.v, by_key);
+    if (gc) {
+        for (size_t i = 0; status == JITOP_OK && i < mans.n; i++)
+            if (!mans.v[i].gone && !entry_present(&ents, mans.v[i].target))
+                status = remove_item(&mans.v[i], &total, freed);
+        for (size_t i = 0; status == JITOP_OK && i < locks.n; i++)
+            if (!entry_present(&ents, locks.v[i].key))
+                jitop__cache_remove_lock(c, locks.v[i].path);
+        if (status != JITOP_OK)
+            goto out;
     }
     if (cap < 0 || total <= cap)
         goto out;
-    qsort(w.v, w.n, sizeof *w.v, by_mtime);
-    for (size_t i = 0; i < w.n && total > cap; i++) {
-        if (w.v[i].size < 0)
+    /* Over the cap: the manifests' entries are needed now. A manifest
+     * whose entry is not there is garbage, and goes first. */
+    for (size_t i = 0; status == JITOP_OK && i < mans.n; i++) {
+        struct walk_item *it = &mans.v[i];
+        if (it->gone || !it->regular)
             continue;
-        if (unlink(w.v[i].path) != 0) {
-            if (errno == ENOENT) { /* another process evicted it first */
-                total -= w.v[i].size;
-                continue;
-            }
-            status = jitop__fail(JITOP_EIO, "cache: remove %s: %s", w.v[i].path, strerror(errno));
+        if (!gc && !jitop__manifest_peek_key(it->path, it->target))
+            it->target[0] = '\0';
+        if (!entry_present(&ents, it->target))
+            status = remove_item(it, &total, freed);
+    }
+    if (status != JITOP_OK)
+        goto out;
+    if (mans.n)
+        qsort(mans.v, mans.n, sizeof *mans.v, by_target);
+    if (ents.n)
+        qsort(ents.v, ents.n, sizeof *ents.v, by_mtime);
+    for (size_t i = 0; i < ents.n && total > cap; i++) {
+        struct walk_item *it = &ents.v[i];
+        if (it->gone || !it->regular)
+            continue;
+        status = remove_item(it, &total, freed);
+        if (status != JITOP_OK)
             goto out;
-        }
         jitop__cache_vlog(c,
                           "cache: evicted %s (%lld bytes, least recently used) to stay under "
                           "%lld bytes",
-                          w.v[i].key, (long long)w.v[i].size, (long long)cap);
-        total -= w.v[i].size;
-        *freed += w.v[i].size;
+                          it->key, (long long)it->size, (long long)cap);
+        struct walk_item probe;
+        memcpy(probe.target, it->key, 33);
+        struct walk_item *m =
+            mans.n ? bsearch(&probe, mans.v, mans.n, sizeof *mans.v, by_target) : NULL;
+        while (m && m > mans.v && strcmp(m[-1].target, it->key) == 0)
+            m--;
+        for (; m && m < mans.v + mans.n && strcmp(m->target, it->key) == 0; m++)
+            if (!m->gone && (status = remove_item(m, &total, freed)) != JITOP_OK)
+                goto out;
+        char *lock = lock_path(c, it->key);
+        if (!lock) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        jitop__cache_remove_lock(c, lock);
+        free(lock);
     }
 out:
-    walk_free(&w);
+    free(mdir);
+    walk_free(&ents);
+    walk_free(&mans);
+    walk_free(&locks);
     return status;
 }
 
@@ -286,54 +450,6 @@ int jitop_cache_gc(jitop_ctx *ctx, int64_t max_size, int64_t *freed)
     return status;
 }
 
-/* Removes a tree without following symbolic links (a link inside the cache
- * must not make clean delete files elsewhere). */
-static int remove_tree(int parent, const char *name, const char *shown)
-{
-    int status = JITOP_OK;
-    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return JITOP_OK;
-        if (errno == ENOTDIR || errno == ELOOP) {
-            if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
-                return jitop__fail(JITOP_EIO, "cache: remove %s: %s", shown, strerror(errno));
-            return JITOP_OK;
-        }
-        return jitop__fail(JITOP_EIO, "cache: open %s: %s", shown, strerror(errno));
-    }
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        status = jitop__fail(JITOP_EIO, "cache: fdopendir %s: %s", shown, strerror(errno));
-        /* Already failing: a close error would add nothing the caller can use. */
-        if (close(fd) != 0)
-            jitop__cache_vlog(NULL, "cache: close %s failed", shown);
-        return status;
-    }
-    struct dirent *de;
-    while (status == JITOP_OK && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        char *sub = jitop__sprintf("%s/%s", shown, de->d_name);
-        if (!sub) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            break;
-        }
-        if (de->d_type == DT_DIR)
-            status = remove_tree(dirfd(d), de->d_name, sub);
-        else if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT)
-            status = errno == EISDIR ? remove_tree(dirfd(d), de->d_name, sub)
-                                     : jitop__fail(JITOP_EIO, "cache: remove %s: %s", sub,
-                                                   strerror(errno));
-        free(sub);
-    }
-    if (closedir(d) != 0 && status == JITOP_OK)
-        status = jitop__fail(JITOP_EIO, "cache: closedir %s: %s", shown, strerror(errno));
-    if (status == JITOP_OK && unlinkat(parent, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-        status = jitop__fail(JITOP_EIO, "cache: rmdir %s: %s", shown, strerror(errno));
-    return status;
-}
-
 int jitop_cache_clean(jitop_ctx *ctx)
 {
     int status = need_cache(ctx, "jitop_cache_clean");
@@ -341,31 +457,15 @@ int jitop_cache_clean(jitop_ctx *ctx)
         return status;
     jitop__cache *c = ctx->cache;
     jitop__cache_mem_clear(c);
-    /* Every format's directory v<N> goes (older formats are dead weight);
-     * anything else a user put under the root stays. */
-    DIR *d = opendir(c->root);
-    if (!d)
-        return errno == ENOENT ? JITOP_OK
-                               : jitop__fail(JITOP_EIO, "cache: opendir %s: %s", c->root,
-                                             strerror(errno));
-    struct dirent *de;
-    while (status == JITOP_OK && (de = readdir(d)) != NULL) {
-        const char *n = de->d_name;
-        if (n[0] != 'v' || !n[1] || strspn(n + 1, "0123456789") != strlen(n + 1))
-            continue;
-        char *shown = jitop__sprintf("%s/%s", c->root, n);
-        status = shown ? remove_tree(dirfd(d), n, shown)
-                       : jitop__fail(JITOP_ENOMEM, "out of memory");
-        free(shown);
-    }
-    if (closedir(d) != 0 && status == JITOP_OK)
-        status = jitop__fail(JITOP_EIO, "cache: closedir %s: %s", c->root, strerror(errno));
+    /* Every tree jitop made (older formats' too) goes; anything else under
+     * the root stays (tree.c). */
+    status = jitop__cache_clean_trees(c);
     /* Recreate the layout so that the context stays usable. */
     const char *subdirs[] = {"", "/locks", "/manifests"};
     for (size_t i = 0; status == JITOP_OK && !jitop__cache_is_readonly(c) && i < 3; i++) {
         int err = 0;
         char *dir = jitop__sprintf("%s%s", c->vdir, subdirs[i]);
-        status = dir ? jitop__cache_ensure_dir(dir, &err)
+        status = dir ? jitop__cache_ensure_dir(c, dir, &err)
                      : jitop__fail(JITOP_ENOMEM, "out of memory");
         free(dir);
     }

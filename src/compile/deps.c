@@ -37,19 +37,11 @@ static int read_dep(const char *path, jitop__dep *dep, char **data, size_t *len)
     int status = JITOP_OK;
     char *buf = NULL;
     size_t cap = 0, n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return jitop__fail(errno == ENOENT ? JITOP_ENOTFOUND : JITOP_EIO, "%s: %s", path,
-                           strerror(errno));
+    int fd = -1;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        status = jitop__fail(JITOP_EIO, "%s: fstat: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        status = jitop__fail(JITOP_EIO, "%s: not a regular file", path);
-        goto out;
-    }
+    status = jitop__open_regular(path, &fd, &st);
+    if (status != JITOP_OK)
+        return status;
     cap = (size_t)st.st_size + 1;
     buf = malloc(cap);
     if (!buf) {
@@ -211,10 +203,14 @@ static int scan_includes(const char *text, size_t len, struct include_list *out)
     return JITOP_OK;
 }
 
+/* Whether the search stops at path: a regular file, or anything else but a
+ * directory (which a preprocessor's search passes over). A FIFO or device
+ * is then refused by read_dep, naming it, rather than skipped: NVRTC would
+ * open it and block. */
 static bool is_regular_file(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
 /* Where the preprocessor would find name: "..." first beside the including
