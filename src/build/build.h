@@ -1,7 +1,8 @@
 /*
  * The build room: one unit to one binary through the cache, the data flow's
  * top half. Stat fast path -> key -> cache -> per-key lock -> compile ->
- * atomic write, and jitop_build / jitop_explain on top of it.
+ * atomic write, and jitop_build / jitop_explain on top of it; relocatable
+ * units to one linked image through the cache (link.c).
  * May include: base, compile, cache.
  */
 #ifndef JITOP_BUILD_H

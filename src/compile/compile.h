@@ -1,7 +1,9 @@
 /*
  * The compile room: one translation unit from its files to a binary. Units
  * and their option normalization, NVRTC (nvrtc.c), the files a unit reads and
- * their stat/hash freshness (deps.c), and a look inside cubins (cubin.c).
+ * their stat/hash freshness (deps.c), a look inside cubins (cubin.c), the
+ * variables a binary defines (globals.c), and nvJitLink, which links
+ * relocatable units into one binary (link.c).
  * Knows nothing of the cache: callers above hash, key and store.
  * May include: base.
  */

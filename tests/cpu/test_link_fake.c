@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakecuda.h"
 #include "jitop.h"
@@ -260,6 +261,39 @@ static void test_link_edit_one_unit(void **state)
     two_close(&t);
 }
 
+/* The watch sees every unit's files: an edit of b.cu swaps in the relinked
+ * image, having compiled b.cu only. */
+static void test_link_watch(void **state)
+{
+    (void)state;
+    two t;
+    two_open(&t);
+    jitop_ctx *ctx = jt_ctx_driver(t.cache);
+    jitop_module *m = load_two(ctx, &t, "-rdc", NULL);
+    jitop_op *kb = NULL;
+    assert_int_equal(jitop_op_get(m, "kb", &kb), JITOP_OK);
+    assert_int_equal(jitop_watch(m, JITOP_RELOAD_POLL, NULL, NULL), JITOP_OK);
+    hooks_on();
+    write_b(&t, 3);
+    int swapped = 0;
+    for (int i = 0; i < 500 && swapped == 0; i++) {
+        assert_int_equal(jitop_poll(ctx, &swapped), JITOP_OK);
+        if (!swapped) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    assert_int_equal(swapped, 1);
+    assert_int_equal(g_compiles, 1);
+    assert_int_equal(g_links, 1);
+    int v = 0;
+    assert_int_equal(jitop_global_read(m, "shared_counter", &v, sizeof v, NULL), JITOP_OK);
+    assert_int_equal(v, 10);
+    hooks_off();
+    jitop_ctx_destroy(ctx);
+    two_close(&t);
+}
+
 /* The linked image evicted while the module is loaded lazily: linked again
  * from the units' entries when first needed. */
 static void test_link_entry_gone(void **state)
@@ -451,6 +485,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_link_two_units),
         cmocka_unit_test(test_link_edit_one_unit),
+        cmocka_unit_test(test_link_watch),
         cmocka_unit_test(test_link_entry_gone),
         cmocka_unit_test(test_link_lto),
         cmocka_unit_test(test_link_dynamic_parallelism),

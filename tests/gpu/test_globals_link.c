@@ -122,7 +122,7 @@ static void check_lookup(jitop_op *op, bool dbl, const float *table, float scale
         for (int i = 0; i < n; i++)
             got[i] = gotf[i];
     }
-    assert_true(jt_rel_error(got, want, n) < (dbl ? 1e-6 : 1e-6));
+    assert_true(jt_rel_error(got, want, n) < (dbl ? 1e-12 : 1e-6));
     CU(cu->cuMemFree(didx));
     CU(cu->cuMemFree(dout));
     free(idx);
