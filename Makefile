@@ -105,13 +105,14 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(STATIC) $(CLI) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(STATIC) -lcmocka $(LDLIBS)
 
-# A fake CUDA driver (tests/fakecuda) that test_loader_fake loads instead of
-# the real one, through LD_LIBRARY_PATH. Only for tests: not installed.
+# A fake CUDA driver (tests/fakecuda) that the tests/cpu/test_*_fake programs
+# load instead of the real one, through LD_LIBRARY_PATH. Only for tests: not
+# installed.
 FAKE_CUDA := $(BUILD)/fakecuda/libcuda.so.1
 $(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/load/driver.h | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
-$(BUILD)/tests/cpu/test_loader_fake: $(FAKE_CUDA)
+$(filter %_fake,$(CPU_TESTS)): $(FAKE_CUDA)
 
 # An LD_PRELOAD shim whose flock() fails as on NFS without a lock daemon;
 # test_cache_safety runs the CLI under it. No sanitizers: it is preloaded

@@ -214,8 +214,24 @@ typedef struct jitop_op jitop_op;
 /* Compiles (through the cache) the given .cu files for the context's device
  * and loads them: the C counterpart of torch's cpp_extension.load(name,
  * sources, extra_cuda_cflags, extra_include_paths). Each source is its own
- * translation unit; ops are looked up across all of them. name is a label
- * for messages. Loading the same sources with the same options again returns
+ * translation unit, loaded on its own; ops are looked up across all of them.
+ *
+ * Linked units. With -rdc (or -rdc=true, --relocatable-device-code=true,
+ * -dc) each source is compiled as a relocatable unit and nvJitLink (the
+ * toolkit's libnvJitLink, opened at run time like NVRTC) links them into
+ * one image: a kernel may call __device__ functions and use extern
+ * __device__ variables of another source, and launch kernels from the
+ * device (dynamic parallelism: the toolkit's libcudadevrt.a is linked in
+ * when the code needs it). -dlto (implies -rdc) compiles the units to
+ * LTO-IR and optimizes across them at the link. Each unit is cached on its
+ * own, and so is the linked image (keyed by the units' keys, the link
+ * options and the nvJitLink library): an edit of one source recompiles that
+ * source only, then relinks, at load and at a hot reload. A template
+ * instance of a linked module is its unit compiled with the instance,
+ * linked with the other units. For a compute_XX (PTX) arch, linking needs
+ * -dlto (nvJitLink emits PTX only from LTO-IR).
+ *
+ * name is a label for messages. Loading the same sources with the same options again returns
  * the module already loaded (only the stat fast path touches the disk).
  * Modules belong to the context and live until jitop_ctx_destroy; *out stays
  * valid across hot reloads. */
@@ -247,14 +263,16 @@ JITOP_API uint64_t jitop_module_generation(const jitop_module *m);
  * the module's code is reloaded. */
 JITOP_API int jitop_op_get(jitop_module *m, const char *name, jitop_op **out);
 
-#define JITOP_MAX_PARAMS 64
-
 typedef struct jitop_op_info {
     const char *name;       /* as asked for, or the kernel's name when listed */
     const char *lowered;    /* the mangled symbol (== name for extern "C") */
     size_t nparams;
-    size_t param_offset[JITOP_MAX_PARAMS];
-    size_t param_size[JITOP_MAX_PARAMS];
+    /* nparams entries each (NULL when nparams is 0): each parameter's byte
+     * offset and size, as the driver reports them (cuFuncGetParamInfo). No
+     * fixed cap: the driver takes up to 32764 bytes of parameters (CUDA
+     * 12.1 and newer), so a kernel may have thousands. */
+    const size_t *param_offset;
+    const size_t *param_size;
     int max_threads_per_block;
     int num_regs;
     size_t static_shared_bytes;
@@ -264,13 +282,85 @@ typedef struct jitop_op_info {
  * cuFuncGetAttribute). The driver is asked once per op and code generation,
  * the first time something needs the answer: this call, a launch that
  * checks its arguments, or one with dynamic shared memory; jitop_op_get
- * does not (asking there would cost a warm load ~0.04 ms). The strings are
- * owned by the op. */
+ * does not (asking there would cost a warm load ~0.04 ms). The strings and
+ * arrays are owned by the op and stay valid for the life of the module (a
+ * reload gives later calls new ones; those handed out before stay
+ * readable). */
 JITOP_API int jitop_op_info_get(jitop_op *op, jitop_op_info *info);
 
-/* Lists the kernels a module holds: fills up to cap infos and sets *count to
- * how many there are (call with cap 0 to count). */
+/* Lists the kernels a module holds, any number of them: fills up to cap
+ * infos and sets *count to how many there are (call with cap 0 to count,
+ * then with an array of *count). Each kernel is described once per code
+ * generation; the strings and arrays are owned by the module and stay
+ * valid for its life. */
 JITOP_API int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *count);
+
+/* ------------------------------------------------------- module globals */
+
+/* A __device__ or __constant__ variable of a module's current code. */
+typedef struct jitop_global_info {
+    uint64_t dptr;        /* its CUdeviceptr, in the module's CUDA context (jitop_ctx_cuda) */
+    size_t size;          /* bytes */
+    uint64_t generation;  /* the jitop_module_generation() the address belongs to */
+} jitop_global_info;
+
+/* Finds a global variable of m by name: "table" (a C or extern "C" name),
+ * "ns::table", "scale<float>" (a variable template's instance), as the
+ * source spells it, with or without a leading '&' and with any spacing.
+ * The name is matched against the variables the module's code defines,
+ * demangled; a template argument spelled differently from the demangler
+ * ("scale<4>" for "scale<4u>") is resolved by compiling the name
+ * expression "&name" against the source that mentions it (once: through
+ * the cache). A variable template must be instantiated in the code (used
+ * by a kernel, or explicitly: template __device__ float scale<float>;).
+ *
+ * Where the variable lives. Each loaded binary holds its own copy of the
+ * variables its source defines: a module of several sources compiled
+ * separately (no -rdc) has one copy per source that defines it, and each
+ * template instance jitop compiled on demand is its own binary with its
+ * own copy. jitop_global_get gives the copy of the first source (in load
+ * order) that defines it, or, if no source's binary has it, the first
+ * template instance's; jitop_op_global_get gives the copy a given op's
+ * kernel uses. A linked module (-rdc) has one copy (an extern __device__
+ * declared in one unit and defined in another is the one variable).
+ *
+ * Hot reload. New code is new binaries: its variables have new addresses
+ * and start from the initial values the source gives them; nothing is
+ * carried over. out->generation says which code the address belongs to:
+ * after a reload (jitop_module_generation(m) differs, or in the reload
+ * callback, which runs after the swap) fill the variables again, and get
+ * their addresses again. An address of an older generation must not be
+ * used once that code may be unloaded (the reaper frees it when no launch
+ * holds it). Template instances compiled after a write start from the
+ * initial values too: write again after getting new instances.
+ *
+ * Errors: JITOP_ENOTFOUND naming the variable and listing those the
+ * module has; JITOP_ENODRIVER/JITOP_ECUDA from the driver. */
+JITOP_API int jitop_global_get(jitop_module *m, const char *name, jitop_global_info *out);
+
+/* The copy of global name that op's kernel uses now (its own binary: a
+ * template instance's copy, or the copy of the source image it lives in). */
+JITOP_API int jitop_op_global_get(jitop_op *op, const char *name, jitop_global_info *out);
+
+/* Copies size bytes from host memory src into every copy of global name
+ * the module's current code holds (see jitop_global_get: the sources',
+ * then each template instance's), so that every kernel of the module reads
+ * the new value. size must equal the variable's size (JITOP_EINVAL naming
+ * both otherwise: a float table written with double data is caught; write
+ * part of a variable through jitop_global_get's address). stream NULL: a
+ * synchronous copy (cuMemcpyHtoD, ordered with the legacy default stream);
+ * else a copy queued on that CUstream (cuMemcpyHtoDAsync: src must stay
+ * valid until it runs, and be pinned for the copy to be truly
+ * asynchronous). */
+JITOP_API int jitop_global_write(jitop_module *m, const char *name, const void *src, size_t size,
+                                 void *stream);
+
+/* Copies the variable (the copy jitop_global_get gives) into dst; size
+ * must equal its size. stream NULL: synchronous (cuMemcpyDtoH); else
+ * queued on that CUstream (cuMemcpyDtoHAsync: dst is filled once the
+ * stream reaches the copy). */
+JITOP_API int jitop_global_read(jitop_module *m, const char *name, void *dst, size_t size,
+                                void *stream);
 
 /* --------------------------------------------------------------- launch */
 

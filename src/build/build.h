@@ -1,7 +1,8 @@
 /*
  * The build room: one unit to one binary through the cache, the data flow's
  * top half. Stat fast path -> key -> cache -> per-key lock -> compile ->
- * atomic write, and jitop_build / jitop_explain on top of it. Never opens
+ * atomic write, and jitop_build / jitop_explain on top of it; relocatable
+ * units to one linked image through the cache (link.c). Never opens
  * the driver: with no arch given it asks jitop_ctx_arch (base), which asks
  * the device through the query jitop_ctx_create put in the context.
  * May include: base, compile, cache. Included by the load room and above,
@@ -19,6 +20,7 @@ typedef struct jitop__built {
     char key[33];
     bool cached;
     bool deferred;        /* a hit whose entry was not read: entry is empty */
+    bool needs_inputs;    /* a link that missed with inputs not in hand: nothing built */
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
     jitop__entry entry;
@@ -46,6 +48,32 @@ int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
                            const char *const *names, size_t nnames, bool *hit);
 void jitop__built_free(jitop__built *b);
+
+/* ------------------------------------------------------------- link.c */
+
+/* One unit of a link: its unit, its cache key, and its binary when in hand
+ * (NULL or no data: not read). */
+typedef struct jitop__link_input {
+    const jitop__unit *unit;
+    const char *key;
+    const jitop__binary *bin;
+} jitop__link_input;
+
+/* The image linked from in[0..n), in that order, through the cache.
+ * out->key is the link's key (jitop__link_key of the units' keys, the link
+ * options of in[0]'s unit, nvJitLink's identity), so a hit needs no unit's
+ * binary: it is read, or with defer only marked used (out->deferred). On a
+ * miss with every binary in hand the units are linked under the key's
+ * lock and the image stored; with some binary not in hand nothing is done
+ * but out->needs_inputs (status OK): the caller asks again with them. A
+ * link error is JITOP_ECOMPILE with nvJitLink's log. out->deps stays empty:
+ * the units' files are their own. */
+int jitop__build_link(jitop_ctx *ctx, const jitop__link_input *in, size_t n, bool defer,
+                      jitop__built *out);
+
+/* A test seam like the compile hooks below: called just before nvJitLink
+ * runs, with the first unit's label (tests count links with it). */
+extern void (*jitop__before_link_hook)(const char *label);
 
 /* A test seam (build.c): when set, the build calls it after NVRTC returns
  * and before it checks the files again, with the unit's source name. Tests

@@ -18,6 +18,12 @@ const char *jitop__cache_root(const jitop__cache *c);
  * name expressions, and each dep's path and content hash. */
 void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33]);
 
+/* A linked image's key: XXH3-128 over the format version, the arch, the
+ * link options, nvJitLink's identity and each unit's key in link order
+ * (each of which holds everything its own binary came from). */
+void jitop__link_key(const char *arch, const jitop__strv *options, const char *const *keys,
+                     size_t n, char key[33]);
+
 /* One entry, as read or to be written. */
 typedef struct jitop__entry {
     char *arch;

@@ -62,6 +62,23 @@ void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33])
     key_finish(&st, key);
 }
 
+void jitop__link_key(const char *arch, const jitop__strv *options, const char *const *keys,
+                     size_t n, char key[33])
+{
+    XXH3_state_t st;
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset(&st);
+    key_str(&st, "jitop link key");
+    key_u64(&st, JITOP__FORMAT_VERSION);
+    key_str(&st, arch);
+    key_strv(&st, options);
+    key_str(&st, jitop__nvjitlink_identity());
+    key_u64(&st, n);
+    for (size_t i = 0; i < n; i++)
+        key_str(&st, keys[i]);
+    key_finish(&st, key);
+}
+
 /* Everything but file contents and the NVRTC version: the manifest then
  * survives an NVRTC upgrade, and the key is recomputed from it anyway. */
 void jitop__manifest_id(const jitop__unit *u, char id[33])

@@ -1,7 +1,9 @@
 /*
  * The compile room: one translation unit from its files to a binary. Units
  * and their option normalization, NVRTC (nvrtc.c), the files a unit reads and
- * their stat/hash freshness (deps.c), and a look inside cubins (cubin.c).
+ * their stat/hash freshness (deps.c), a look inside cubins (cubin.c), the
+ * variables a binary defines (globals.c), and nvJitLink, which links
+ * relocatable units into one binary (link.c).
  * Knows nothing of the cache: callers above hash, key and store.
  * May include: base. Included by every room above it.
  */
@@ -26,6 +28,12 @@ typedef struct jitop__unit {
      * never mentions is refused (JITOP_ENOTFOUND) before NVRTC runs, so that
      * a typo costs no compile. Not part of the key: it changes no binary. */
     bool names_in_text;
+    /* -rdc (any spelling) or -dlto: the unit compiles to a relocatable
+     * cubin (PTX for compute_XX), or with lto to LTO-IR, which only a link
+     * makes loadable (jitop__link). Their canonical options ("-rdc=true",
+     * "-dlto") are in options, so they are in the key. */
+    bool relocatable;
+    bool lto;
 } jitop__unit;
 
 /* Builds a unit: normalizes the options (canonical spelling of -D/-U/-I/-std/
@@ -61,6 +69,44 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
  * initializes at every load of it; 0 for PTX or bytes that are not a
  * well-formed ELF file. */
 size_t jitop__cubin_global_bytes(const unsigned char *data, size_t size);
+
+/* -------------------------------------------------------------- link.c */
+
+/* nvJitLink's options for linking units compiled with u's options (all
+ * units of a module share them): the arch, -lto for LTO-IR, -ptx for a
+ * compute_XX arch (which needs -dlto: JITOP_EINVAL otherwise), and what
+ * the compile options mean at the link (line info, debug, register cap,
+ * fast math under LTO). Appended to out. */
+int jitop__link_options(const jitop__unit *u, jitop__strv *out);
+
+/* Links relocatable binaries (cubin, PTX or LTO-IR: one per unit, names[i]
+ * labelling in[i] in the log) into one loadable binary for arch: a cubin,
+ * or PTX for a compute_XX arch. Code that launches kernels from the device
+ * is linked with the toolkit's libcudadevrt.a: seen in a cubin's or PTX's
+ * symbols, or for LTO-IR (opaque) from a link that failed for want of it,
+ * which is then run again. It is otherwise left out: linked in, its own
+ * kernels would join every module's list and ~200 KB its image. A link
+ * error is JITOP_ECOMPILE with nvJitLink's log; no nvJitLink is
+ * JITOP_ENVRTC naming where it was looked for. */
+int jitop__link(const char *arch, const jitop__strv *options, const jitop__binary *const *in,
+                const char *const *names, size_t n, jitop__binary *out);
+
+/* The nvJitLink a link would use and the device runtime beside it, as
+ * their file names and sizes ("libnvJitLink.so.13 98806736, libcudadevrt.a
+ * 1234"): the linker's part of a linked image's key, found by stat (the
+ * library is loaded only where it is not in the toolkit jitop was built
+ * against), so that a cache hit never loads it. "unknown" without one. */
+const char *jitop__nvjitlink_identity(void);
+
+/* ----------------------------------------------------------- globals.c */
+
+/* The symbols of the variables (__device__, __constant__) a binary defines,
+ * appended to names (mangled for C++ names, as the driver's
+ * cuModuleGetGlobal takes them): a cubin's symbol table objects, PTX's
+ * file-scope .global/.const declarations (not .extern ones). The
+ * compiler's own ($str...) are left out. A malformed binary gives what
+ * could be read; only memory fails (JITOP_ENOMEM). */
+int jitop__binary_globals(const jitop__binary *bin, jitop__strv *names);
 
 /* -------------------------------------------------------------- deps.c */
 

@@ -113,6 +113,30 @@ static bool positive_int(const char *s)
     return atol(s) > 0;
 }
 
+/* The options that make a unit relocatable (-rdc) or LTO-IR (-dlto), in
+ * every spelling NVRTC and nvcc users write: they set u's flags, and
+ * unit_init appends their canonical spelling once, after the others, so
+ * that "-dc", "-rdc=true -dlto" and "-dlto -rdc" give one key. The last of
+ * -rdc=true / -rdc=false wins, as in nvcc; -dlto implies -rdc. Returns
+ * false when opt is none of them. */
+static bool link_option(jitop__unit *u, const char *opt)
+{
+    static const char *const on[] = {"-rdc", "-rdc=true", "--relocatable-device-code",
+                                     "--relocatable-device-code=true", "-dc", "--device-c"};
+    static const char *const off[] = {"-rdc=false", "--relocatable-device-code=false"};
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+        if (strcmp(opt, on[i]) == 0)
+            return u->relocatable = true;
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (strcmp(opt, off[i]) == 0) {
+            u->relocatable = false;
+            return true;
+        }
+    if (strcmp(opt, "-dlto") == 0 || strcmp(opt, "--dlink-time-opt") == 0)
+        return u->lto = true;
+    return false;
+}
+
 /* Normalizes options[*i] (and the value after it, if it takes one). */
 static int normalize_option(jitop__unit *u, const char *const *options, size_t noptions, size_t *i)
 {
@@ -129,6 +153,8 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
                            "option %s: a pre-included header would be neither in the cache key "
                            "nor watched; #include it in the source instead",
                            opt);
+    if (link_option(u, opt))
+        return JITOP_OK;
     for (size_t s = 0; s < sizeof opt_specs / sizeof opt_specs[0]; s++) {
         const struct opt_spec *spec = &opt_specs[s];
         for (const char *const *sp = spec->spellings; *sp; sp++) {
@@ -231,6 +257,12 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
         if (status != JITOP_OK)
             goto out;
     }
+    u->relocatable = u->relocatable || u->lto;
+    if ((u->relocatable && jitop__strv_push(&u->options, "-rdc=true") != JITOP_OK) ||
+        (u->lto && jitop__strv_push(&u->options, "-dlto") != JITOP_OK)) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < nnames; i++) {
         if (!names[i] || !*names[i]) {
             status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
@@ -278,7 +310,9 @@ void jitop__unit_free(jitop__unit *u)
     X(nvrtcGetCUBINSize)                                                                          \
     X(nvrtcGetCUBIN)                                                                              \
     X(nvrtcGetPTXSize)                                                                            \
-    X(nvrtcGetPTX)
+    X(nvrtcGetPTX)                                                                                \
+    X(nvrtcGetLTOIRSize)                                                                          \
+    X(nvrtcGetLTOIR)
 
 struct nvrtc_api {
 #define JITOP__NVRTC_SLOT(fn) __typeof__(fn) *fn;
@@ -466,25 +500,33 @@ static char *program_log(nvrtcProgram prog)
 }
 
 /* Copies the compiled code out; data[size] is always a NUL, so that PTX can
- * be handed to the driver as a string. For PTX, size excludes that NUL. */
+ * be handed to the driver as a string. For PTX, size excludes that NUL. A
+ * -dlto unit's code is LTO-IR (is_ptx false), which only nvJitLink reads. */
 static int take_code(nvrtcProgram prog, const jitop__unit *u, jitop__binary *out)
 {
-    out->is_ptx = strncmp(u->arch, "compute_", 8) == 0;
+    out->is_ptx = !u->lto && strncmp(u->arch, "compute_", 8) == 0;
     size_t n = 0;
-    nvrtcResult r = out->is_ptx ? g_nv.nvrtcGetPTXSize(prog, &n) : g_nv.nvrtcGetCUBINSize(prog, &n);
+    const char *size_call = u->lto ? "nvrtcGetLTOIRSize"
+                            : out->is_ptx ? "nvrtcGetPTXSize"
+                                          : "nvrtcGetCUBINSize";
+    nvrtcResult r = u->lto        ? g_nv.nvrtcGetLTOIRSize(prog, &n)
+                    : out->is_ptx ? g_nv.nvrtcGetPTXSize(prog, &n)
+                                  : g_nv.nvrtcGetCUBINSize(prog, &n);
     if (r != NVRTC_SUCCESS)
-        return jitop__fail(JITOP_ENVRTC, "%s: %s: %s", u->source_name,
-                           out->is_ptx ? "nvrtcGetPTXSize" : "nvrtcGetCUBINSize",
+        return jitop__fail(JITOP_ENVRTC, "%s: %s: %s", u->source_name, size_call,
                            g_nv.nvrtcGetErrorString(r));
     out->data = malloc(n + 1);
     if (!out->data)
         return jitop__fail(JITOP_ENOMEM, "%s: out of memory for a %zu-byte binary",
                            u->source_name, n);
-    r = out->is_ptx ? g_nv.nvrtcGetPTX(prog, (char *)out->data)
-                    : g_nv.nvrtcGetCUBIN(prog, (char *)out->data);
+    r = u->lto        ? g_nv.nvrtcGetLTOIR(prog, (char *)out->data)
+        : out->is_ptx ? g_nv.nvrtcGetPTX(prog, (char *)out->data)
+                      : g_nv.nvrtcGetCUBIN(prog, (char *)out->data);
     if (r != NVRTC_SUCCESS)
         return jitop__fail(JITOP_ENVRTC, "%s: %s: %s", u->source_name,
-                           out->is_ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN",
+                           u->lto        ? "nvrtcGetLTOIR"
+                           : out->is_ptx ? "nvrtcGetPTX"
+                                         : "nvrtcGetCUBIN",
                            g_nv.nvrtcGetErrorString(r));
     out->data[n] = '\0';
     out->size = out->is_ptx && n > 0 ? n - 1 : n;

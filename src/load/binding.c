@@ -12,6 +12,7 @@ void jitop__binding_free_chain(jitop__binding *b)
     while (b) {
         jitop__binding *older = b->older;
         free(b->lowered);
+        free(b->param_offset); /* one block: the offsets, then the sizes */
         free(b);
         b = older;
     }

@@ -87,7 +87,14 @@
     X(cuEventDestroy, 4000)                                                                        \
     X(cuEventRecord, 2000)                                                                         \
     X(cuEventSynchronize, 2000)                                                                    \
-    X(cuEventElapsedTime, 12080)
+    X(cuEventElapsedTime, 12080)                                                                   \
+    JITOP__CUDA_GLOBALS(X)
+
+/* Module globals (src/op/global.c): looked up and copied, part of the rest. */
+#define JITOP__CUDA_GLOBALS(X)                                                                     \
+    X(cuModuleGetGlobal, 3020)                                                                     \
+    X(cuMemcpyHtoDAsync, 3020)                                                                     \
+    X(cuMemcpyDtoHAsync, 3020)
 
 #define JITOP__CUDA_FUNCS(X) JITOP__CUDA_CORE(X) JITOP__CUDA_MORE(X)
 

@@ -68,6 +68,11 @@
 typedef struct jitop__kernel {
     char *name;     /* as the driver names it (mangled for C++ symbols); owned */
     CUfunction fn;  /* in m's context; its code may not be on the GPU yet (lazy loading) */
+    /* jitop_module_ops' description, read from the driver the first time the
+     * list asks (m->lock). desc.param_offset owns one block holding the
+     * offsets, then the sizes; name and lowered are not set here. */
+    bool described;
+    jitop_op_info desc;
 } jitop__kernel;
 
 /* One loaded binary: the module of one built unit, in m's context.
@@ -94,6 +99,16 @@ typedef struct jitop__image {
     jitop__kernel *kernels;
     size_t nkernels;
     bool code_loaded;         /* the lookup put every listed kernel's code on the GPU */
+    /* jitop_module_ops handed out pointers into kernels (m->lock): the list
+     * then stays until the module is freed, not only until the unload. */
+    bool listed;
+    /* The symbols of the variables the binary defines (__device__,
+     * __constant__; mangled for C++ names), read from it at load: what
+     * jitop_global_get matches names against (src/op/global.c). */
+    jitop__strv globals;
+    /* The same names demangled and normalized (global.c), filled on the
+     * first lookup by a C++ name (m->lock). */
+    jitop__strv globals_cxx;
     struct jitop__image *next; /* every image of the module, newest first */
 } jitop__image;
 
@@ -111,8 +126,10 @@ typedef struct jitop__binding {
      * reader that sees it (acquire) may read them without the lock. */
     atomic_bool described;
     size_t nparams;
-    size_t param_offset[JITOP_MAX_PARAMS];
-    size_t param_size[JITOP_MAX_PARAMS];
+    /* nparams offsets, then nparams sizes, in one block owned through
+     * param_offset (NULL without parameters). */
+    size_t *param_offset;
+    size_t *param_size;
     int max_threads_per_block;
     int num_regs;
     size_t static_shared_bytes;
@@ -193,7 +210,25 @@ struct jitop_module {
      * names): set by the op room (under m->lock) before it adds any, called
      * when the module is freed. NULL: the module never had any. */
     void (*ops_free)(jitop_module *m);
+    /* The same for the global names the op room resolved (op/global.c). */
+    void (*globals_free)(jitop_module *m);
     void *watch;              /* watch/reload.c's per-module state; NULL when not watched */
+    /* A linked module (-rdc or -dlto in its options: linked.c). Its units
+     * compile to relocatable binaries that no driver loads, so they have no
+     * image of their own: the image linked from all of them (in source
+     * order) is m->units[0].image, where kernels are found as in any source
+     * image, and the other units' image stays NULL. Its cache key is
+     * link_key; loaded lazily like a source image, with its binary kept
+     * meanwhile in link_unloaded (no data: read by link_key). A unit's
+     * own binary is in its mu->unloaded only while in hand; a link reads
+     * the ones it lacks by their keys. Each template instance's image is
+     * its unit linked with the other units (its own source's left out).
+     * (m->lock, as the units.) */
+    bool linked;
+    char link_key[33];
+    jitop__binary link_unloaded;
+    /* Global names resolved by a name-expression compile (global.c). */
+    struct jitop__global_alias *global_aliases;
     struct jitop_module *next; /* ctx->modules */
 };
 
@@ -271,6 +306,8 @@ void jitop__module_add_image(jitop_module *m, jitop__image *img);
 /* Unloads (if still loaded; makes drv's context current) and frees.
  * Accepts NULL. */
 void jitop__image_free(const struct jitop__driver *drv, jitop__image *img);
+/* Frees img's kernel list (names and descriptions); the image stays. */
+void jitop__image_free_kernels(jitop__image *img);
 /* The kernel of img with this exact driver name, or NULL. */
 const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name);
 
@@ -295,5 +332,29 @@ int jitop__function_load(const jitop_module *m, const jitop__image *img, CUfunct
  * (jitop__units_load). */
 int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
                        jitop__image **img, CUfunction *fn);
+
+/* Linked modules (linked.c). */
+
+/* jitop__build_link, reading the binaries not in hand from the cache by
+ * their keys when the link misses (an entry gone is built again from its
+ * files: in[i] then points to the new key and binary, valid during the
+ * call only). */
+int jitop__link_units(jitop_module *m, jitop__link_input *in, size_t n, bool defer,
+                      jitop__built *out);
+/* Links m's units by their current keys (m->link_key): loads the image as
+ * m->units[0].image or, lazy, keeps its binary (link_unloaded; with no
+ * data on a hit). Frees the units' binaries in hand. m->lock held, or m
+ * not published. */
+int jitop__link_module(jitop_module *m, bool lazy);
+/* jitop__units_load for a linked module (m->lock held). */
+int jitop__link_load(jitop_module *m);
+/* The index of the unit an instance unit iu was made from (same source
+ * path or inline text). */
+size_t jitop__link_source_of(const jitop_module *m, const jitop__unit *iu);
+/* An instance's image in a linked module: iu's binary ibin (its key key)
+ * linked with the module's other units, loaded with only its kernel
+ * (only). Takes m->lock briefly (call without it). */
+int jitop__link_instance(jitop_module *m, const jitop__unit *iu, const char key[33],
+                         const jitop__binary *ibin, const char *only, jitop__image **out);
 
 #endif

@@ -1,151 +1,13 @@
-/* Modules: load through the cache, the per-context table, images, reload
+/* Modules: load through the cache, the per-context table, reload
  * (prepare / commit / reap) and teardown. Ops and launches are the op
- * room's (op/op.c); bindings are binding.c. */
+ * room's (op/op.c); images are image.c, bindings binding.c, linked
+ * (-rdc) modules linked.c. */
 #include "load/driver.h"
 #include "load/load.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------ images */
-
-static void free_kernels(jitop__kernel *k, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(k[i].name);
-    free(k);
-}
-
-void jitop__image_free(const jitop__driver *drv, jitop__image *img)
-{
-    if (!img)
-        return;
-    if (img->mod && drv) {
-        /* A failure here leaves nothing to recover: the handle is gone. */
-        if (jitop__driver_make_current(drv) == JITOP_OK)
-            jitop__cu_check(drv->api->cuModuleUnload(img->mod), "cuModuleUnload", NULL);
-    }
-    free_kernels(img->kernels, img->nkernels);
-    free(img);
-}
-
-const jitop__kernel *jitop__image_find(const jitop__image *img, const char *name)
-{
-    for (size_t i = 0; img && i < img->nkernels; i++)
-        if (strcmp(img->kernels[i].name, name) == 0)
-            return &img->kernels[i];
-    return NULL;
-}
-
-static int list_kernels(const jitop__driver *drv, jitop__image *img, const char *what)
-{
-    const jitop__cuda_api *api = drv->api;
-    unsigned count = 0;
-    CUfunction *fns = NULL;
-    int status = jitop__cu_check(api->cuModuleGetFunctionCount(&count, img->mod),
-                                 "cuModuleGetFunctionCount", what);
-    if (status != JITOP_OK || count == 0)
-        goto out;
-    fns = calloc(count, sizeof *fns);
-    img->kernels = calloc(count, sizeof *img->kernels);
-    if (!fns || !img->kernels) {
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
-        goto out;
-    }
-    status = jitop__cu_check(api->cuModuleEnumerateFunctions(fns, count, img->mod),
-                             "cuModuleEnumerateFunctions", what);
-    for (unsigned i = 0; status == JITOP_OK && i < count; i++) {
-        const char *name = NULL;
-        status = jitop__cu_check(api->cuFuncGetName(&name, fns[i]), "cuFuncGetName", what);
-        if (status != JITOP_OK)
-            break;
-        img->kernels[i].fn = fns[i];
-        if (!(img->kernels[i].name = jitop__strdup(name)))
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-        else
-            img->nkernels++;
-    }
-out:
-    free(fns);
-    return status;
-}
-
-/* An instance's image: its one kernel looked up by name, which also puts
- * the kernel's code on the GPU (the list of a source image does not). A
- * name that is no kernel leaves the list empty: the caller says so. */
-static int list_kernel(const jitop__driver *drv, jitop__image *img, const char *name,
-                       const char *what)
-{
-    CUfunction fn = NULL;
-    CUresult r = drv->api->cuModuleGetFunction(&fn, img->mod, name);
-    if (r == CUDA_ERROR_NOT_FOUND)
-        return JITOP_OK;
-    int status = jitop__cu_check(r, "cuModuleGetFunction", what);
-    if (status != JITOP_OK)
-        return status;
-    if (!(img->kernels = calloc(1, sizeof *img->kernels)) ||
-        !(img->kernels[0].name = jitop__strdup(name)))
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    img->kernels[0].fn = fn;
-    img->nkernels = 1;
-    img->code_loaded = true;
-    return JITOP_OK;
-}
-
-int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *bin,
-                      const char *what, const char *only, jitop__image **out)
-{
-    const jitop__driver *drv = m->drv;
-    jitop__image *img = calloc(1, sizeof *img);
-    int status = JITOP_OK;
-    *out = NULL;
-    if (!img)
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    atomic_init(&img->inflight, 0);
-    memcpy(img->key, key, sizeof img->key);
-    /* The module goes into the current context: make it m's (a reload may
-     * run on any thread). */
-    status = jitop__driver_make_current(drv);
-    if (status != JITOP_OK)
-        goto out;
-    /* The driver copies the image, so the entry can be freed afterwards. */
-    CUresult r = drv->api->cuModuleLoadData(&img->mod, bin->data);
-    if (r != CUDA_SUCCESS) {
-        img->mod = NULL;
-        status = jitop__cu_check(r, "cuModuleLoadData", what);
-        if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
-            r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
-            char name[128];
-            jitop__driver_device_name(drv, name, sizeof name);
-            jitop__fail_prefix(status, "module %s: %s was built for %s but device %d is %s (%s)",
-                               m->name, what, m->arch, (int)drv->device, drv->arch, name);
-        }
-        goto out;
-    }
-    status = only ? list_kernel(drv, img, only, what) : list_kernels(drv, img, what);
-    if (status == JITOP_OK && m->ctx->verbose && !bin->is_ptx) {
-        size_t globals = jitop__cubin_global_bytes(bin->data, bin->size);
-        if (globals > 0)
-            jitop__log(m->ctx,
-                       "module %s: %s has %zu bytes of __device__ variables, which the driver "
-                       "allocates and copies at every load (0.2-0.3 ms on an H100); a static "
-                       "constexpr data member used in device code is one, an enumerator is not",
-                       m->name, what, globals);
-    }
-out:
-    if (status != JITOP_OK)
-        jitop__image_free(drv, img);
-    else
-        *out = img;
-    return status;
-}
-
-void jitop__module_add_image(jitop_module *m, jitop__image *img)
-{
-    img->next = m->images;
-    m->images = img;
-}
 
 /* ------------------------------------------------------------ units */
 
@@ -191,7 +53,10 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
         }
     }
     double t_load = jitop__now_ms();
-    if (!lazy)
+    if (!lazy && m->linked)
+        status = jitop__link_instance(m, &mu->unit, built.key, &built.entry.bin, mu->lowered,
+                                      &mu->image);
+    else if (!lazy)
         status = jitop__image_load(m, built.key, &built.entry.bin, unit_label(&mu->unit),
                                    mu->lowered, &mu->image);
     t_load = jitop__now_ms() - t_load;
@@ -248,6 +113,8 @@ static void module_free(jitop_module *m)
         return;
     if (m->ops_free)
         m->ops_free(m);
+    if (m->globals_free)
+        m->globals_free(m);
     for (size_t i = 0; i < m->nunits; i++)
         jitop__modunit_free(&m->units[i]);
     free(m->units);
@@ -262,6 +129,7 @@ static void module_free(jitop_module *m)
         jitop__image_free(m->drv, img);
         img = next;
     }
+    jitop__binary_free(&m->link_unloaded);
     jitop__strv_free(&m->options);
     pthread_mutex_destroy(&m->lock);
     free(m->name);
@@ -341,9 +209,18 @@ static int module_new(jitop_ctx *ctx, const char *name, const char *arch, const 
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     for (size_t i = 0; status == JITOP_OK && i < noptions; i++)
         status = jitop__strv_push(&m->options, options[i]);
+    /* Linked or not is what the options say (-rdc, -dc, -dlto, ...), as
+     * each unit's normalization reads them: ask it once. */
+    jitop__unit probe;
+    if (status == JITOP_OK &&
+        (status = jitop__unit_init(&probe, NULL, "", options, noptions, NULL, 0, arch)) ==
+            JITOP_OK) {
+        m->linked = probe.relocatable;
+        jitop__unit_free(&probe);
+    }
     if (status != JITOP_OK) {
         module_free(m);
-        return status;
+        return status == JITOP_ENOMEM ? status : jitop__fail_prefix(status, "module %s", name);
     }
     *out = m;
     return JITOP_OK;
@@ -361,15 +238,19 @@ static int module_build(jitop_module *m, const jitop__strv *paths, const char *t
     m->units = calloc(n, sizeof *m->units);
     if (!m->units)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
+    /* A linked module's units are never loaded themselves: built as lazy
+     * ones are (a hit reads nothing), then linked. */
     for (size_t i = 0; i < n; i++) {
-        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0, lazy, NULL,
-                                          &m->units[i]);
+        int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0,
+                                          lazy || m->linked, NULL, &m->units[i]);
         if (status != JITOP_OK)
             return status;
         if (m->units[i].image)
             jitop__module_add_image(m, m->units[i].image);
         m->nunits++;
     }
+    if (m->linked)
+        return jitop__link_module(m, lazy);
     m->units_loaded = !lazy;
     return JITOP_OK;
 }
@@ -409,6 +290,8 @@ static int unit_binary_fetch(jitop_module *m, jitop__modunit *mu)
 
 int jitop__units_load(jitop_module *m)
 {
+    if (m->linked)
+        return m->units_loaded ? JITOP_OK : jitop__link_load(m);
     for (size_t i = 0; !m->units_loaded && i < m->nunits; i++) {
         jitop__modunit *mu = &m->units[i];
         if (mu->image)
@@ -551,8 +434,13 @@ typedef struct pending_item {
     bool unloaded;          /* the unit had no image at prepare: rebuilt without loading */
     bool changed;           /* key differs: image or bin holds the new code */
     jitop__image *image;    /* the new image, for a unit loaded at prepare */
-    jitop__binary bin;      /* the new binary, for a source not loaded at prepare */
+    jitop__binary bin;      /* the new binary, for a source not loaded at prepare; in a
+                               linked module every item's, the input of the links */
     char *lowered;
+    /* A linked module's instance: the key of its image (its link) and its
+     * symbol at prepare, a snapshot taken under the lock. */
+    char old_image_key[33];
+    char *old_lowered;
 } pending_item;
 
 struct jitop__pending {
@@ -561,6 +449,15 @@ struct jitop__pending {
     size_t n;
     bool changed;
     bool counted; /* in m->pending */
+    /* A linked module's image (m->units[0].image), relinked from the new
+     * units: its old key and whether it was loaded at prepare, the new key,
+     * and the new image (loaded at prepare) or binary (not loaded). */
+    char link_old_key[33];
+    bool link_loaded;
+    bool link_changed;
+    char link_key[33];
+    jitop__image *link_image;
+    jitop__binary link_bin;
 };
 
 void jitop__pending_free(jitop__pending *p)
@@ -578,7 +475,10 @@ void jitop__pending_free(jitop__pending *p)
         jitop__image_free(p->m->drv, p->items[i].image);
         jitop__binary_free(&p->items[i].bin);
         free(p->items[i].lowered);
+        free(p->items[i].old_lowered);
     }
+    jitop__image_free(p->m->drv, p->link_image);
+    jitop__binary_free(&p->link_bin);
     free(p->items);
     free(p);
 }
@@ -594,6 +494,61 @@ static const char *instance_symbol(const pending_item *it)
 int jitop__pending_changed(const jitop__pending *p)
 {
     return p && p->changed;
+}
+
+/* A linked module's rebuild: the module's image and each instance's image
+ * linked again from the units just built (every binary in hand, so a link
+ * that misses the cache runs at once); only a link whose key changed is
+ * loaded (the module's, if it was loaded at prepare; else its binary is
+ * kept for commit). An instance's unit replaces its own source's. */
+static int prepare_links(jitop_module *m, jitop__pending *p)
+{
+    size_t nunits = m->nunits; /* fixed: units never change */
+    jitop__link_input *in = calloc(nunits, sizeof *in);
+    int status = in ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (size_t k = nunits; status == JITOP_OK && k <= p->n; k++) {
+        /* k == p->n: the module's image; else instance item k. */
+        pending_item *inst = k < p->n ? &p->items[k] : NULL;
+        size_t src = inst ? jitop__link_source_of(m, &inst->mu->unit) : SIZE_MAX;
+        for (size_t i = 0; i < nunits; i++) {
+            const pending_item *it = i == src ? inst : &p->items[i];
+            in[i] = (jitop__link_input){&it->mu->unit, it->key, &it->bin};
+        }
+        /* The key first (a hit reads nothing): most rebuilds leave most
+         * links as they were. */
+        jitop__built built;
+        const char *old_key = inst ? inst->old_image_key : p->link_old_key;
+        status = jitop__link_units(m, in, nunits, true, &built);
+        if (status == JITOP_OK && built.deferred && strcmp(built.key, old_key) != 0) {
+            jitop__built_free(&built);
+            status = jitop__link_units(m, in, nunits, false, &built);
+        }
+        if (status != JITOP_OK)
+            break;
+        if (strcmp(built.key, old_key) != 0) {
+            p->changed = true;
+            if (inst) {
+                inst->changed = true;
+                status = jitop__image_load(m, built.key, &built.entry.bin,
+                                           inst->mu->unit.source_name,
+                                           inst->lowered ? inst->lowered : inst->old_lowered,
+                                           &inst->image);
+            } else {
+                p->link_changed = true;
+                memcpy(p->link_key, built.key, sizeof p->link_key);
+                if (p->link_loaded)
+                    status = jitop__image_load(m, built.key, &built.entry.bin,
+                                               "the relinked image", NULL, &p->link_image);
+                else {
+                    p->link_bin = built.entry.bin;
+                    memset(&built.entry.bin, 0, sizeof built.entry.bin);
+                }
+            }
+        }
+        jitop__built_free(&built);
+    }
+    free(in);
+    return status;
 }
 
 int jitop__module_prepare(jitop_module *m, jitop__pending **out)
@@ -624,10 +579,19 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
             p->items[i].mu = mu;
             memcpy(p->items[i].old_key, mu->key, sizeof p->items[i].old_key);
             p->items[i].unloaded = !mu->image;
+            if (m->linked && i >= m->nunits) {
+                memcpy(p->items[i].old_image_key, mu->image->key, sizeof mu->image->key);
+                if (!(p->items[i].old_lowered = jitop__strdup(mu->lowered)))
+                    p->n = 0; /* out of memory, reported below */
+            }
+        }
+        if (m->linked) {
+            memcpy(p->link_old_key, m->link_key, sizeof p->link_old_key);
+            p->link_loaded = m->units[0].image != NULL;
         }
     }
     pthread_mutex_unlock(&m->lock);
-    if (!p->items) {
+    if (!p->items || p->n != n) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
@@ -645,7 +609,17 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
         it->deps = built.deps;
         memset(&built.deps, 0, sizeof built.deps);
         memcpy(it->key, built.key, sizeof it->key);
-        if (strcmp(built.key, it->old_key) != 0) {
+        if (m->linked) {
+            /* Relocatable code: the input of the links below, never loaded. */
+            if (strcmp(built.key, it->old_key) != 0) {
+                it->changed = p->changed = true;
+                if (it->mu->unit.names.n > 0 && built.entry.bin.lowered.n > 0 &&
+                    !(it->lowered = jitop__strdup(built.entry.bin.lowered.v[0])))
+                    status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            }
+            it->bin = built.entry.bin;
+            memset(&built.entry.bin, 0, sizeof built.entry.bin);
+        } else if (strcmp(built.key, it->old_key) != 0) {
             if (it->mu->unit.names.n > 0 && built.entry.bin.lowered.n > 0 &&
                 !(it->lowered = jitop__strdup(built.entry.bin.lowered.v[0])))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
@@ -662,6 +636,10 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
         jitop__built_free(&built);
         if (status != JITOP_OK)
             goto out;
+    }
+    if (m->linked && (status = prepare_links(m, p)) != JITOP_OK) {
+        jitop__fail_prefix(status, "reloading module %s", m->name);
+        goto out;
     }
     *out = p;
     p = NULL;
@@ -743,16 +721,23 @@ static int commit_stage(jitop_module *m, jitop__pending *p, jitop__image **image
     int status = JITOP_OK;
     /* A source that was loaded after prepare rebuilt it lazily: load
      * its new binary now, so that its ops move to the new code. */
-    for (size_t i = 0; i < p->n && status == JITOP_OK; i++) {
+    for (size_t i = 0; i < p->n && status == JITOP_OK && !m->linked; i++) {
         pending_item *it = &p->items[i];
         if (it->changed && !it->image && it->mu->image)
             status = jitop__image_load(m, it->key, &it->bin, unit_label(&it->mu->unit),
                                        NULL, &it->image);
     }
+    /* The same for a linked module's image. */
+    if (status == JITOP_OK && m->linked && p->link_changed && !p->link_image &&
+        m->units[0].image)
+        status = jitop__image_load(m, p->link_key, &p->link_bin, "the relinked image", NULL,
+                                   &p->link_image);
     if (status != JITOP_OK)
         return status;
     for (size_t i = 0; i < p->n; i++)
         images[i] = p->items[i].image ? p->items[i].image : p->items[i].mu->image;
+    if (m->linked && p->link_image)
+        images[0] = p->link_image; /* where a linked module's kernels are */
     /* Every new binding is made before anything is published, so that a
      * failure leaves the module exactly as it was. */
     size_t j = 0;
@@ -772,7 +757,7 @@ static int commit_stage(jitop_module *m, jitop__pending *p, jitop__image **image
 
 /* Under m->lock: every unit takes p's key, deps and new code (a new image
  * replaces the old one, which is retired; a source still not loaded keeps
- * the new binary for later). */
+ * the new binary for later), and a linked module its relinked image. */
 static void commit_units(jitop_module *m, jitop__pending *p)
 {
     for (size_t i = 0; i < p->n; i++) {
@@ -781,6 +766,8 @@ static void commit_units(jitop_module *m, jitop__pending *p)
         it->mu->deps = it->deps;
         memset(&it->deps, 0, sizeof it->deps);
         memcpy(it->mu->key, it->key, sizeof it->mu->key);
+        if (m->linked && i < m->nunits)
+            continue; /* a unit of a linked module: its code is in the link (below) */
         if (it->changed && !it->image) {
             /* A source still not loaded: keep the new binary for later. */
             jitop__binary_free(&it->mu->unloaded);
@@ -798,6 +785,21 @@ static void commit_units(jitop_module *m, jitop__pending *p)
             free(it->mu->lowered);
             it->mu->lowered = it->lowered;
             it->lowered = NULL;
+        }
+    }
+    if (m->linked && p->link_changed) {
+        memcpy(m->link_key, p->link_key, sizeof m->link_key);
+        if (p->link_image) {
+            if (m->units[0].image)
+                m->units[0].image->retired = true;
+            m->units[0].image = p->link_image;
+            jitop__module_add_image(m, p->link_image);
+            p->link_image = NULL;
+        } else {
+            /* Still not loaded: keep the new binary for later. */
+            jitop__binary_free(&m->link_unloaded);
+            m->link_unloaded = p->link_bin;
+            memset(&p->link_bin, 0, sizeof p->link_bin);
         }
     }
 }
@@ -913,9 +915,11 @@ int jitop__module_reap(jitop_module *m, bool wait, size_t *left)
         status = jitop__cu_check(m->drv->api->cuModuleUnload(img->mod), "cuModuleUnload",
                                  m->name);
         img->mod = NULL;
-        free_kernels(img->kernels, img->nkernels);
-        img->kernels = NULL;
-        img->nkernels = 0;
+        /* A listed image's names and descriptions are still in the
+         * application's hands (jitop_module_ops): they go with the module. */
+        if (!img->listed) {
+            jitop__image_free_kernels(img);
+        }
     }
     for (jitop__image *img = m->images; img; img = img->next)
         if (img->retired && img->mod)

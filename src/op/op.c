@@ -13,13 +13,18 @@
 
 /* ------------------------------------------------------------ describing bindings */
 
-/* The parameter layout of fn. The driver has no parameter count call: ask
- * for each index until it says the index is past the end. */
+/* The parameter layout of fn into info: param_offset owns one malloc'd
+ * block holding the offsets, then the sizes (NULL without parameters). The
+ * driver has no parameter count call: ask for each index until it says the
+ * index is past the end. No cap: the driver's 32764 bytes of parameters
+ * bound the count. */
 static int param_layout(const jitop__cuda_api *api, CUfunction fn, const char *what,
                         jitop_op_info *info)
 {
     int status = JITOP_OK;
+    size_t n = 0, cap = 0, *pairs = NULL; /* offset, size, offset, size, ... */
     info->nparams = 0;
+    info->param_offset = info->param_size = NULL;
     for (size_t i = 0; status == JITOP_OK; i++) {
         size_t off = 0, size = 0;
         CUresult r = api->cuFuncGetParamInfo(fn, i, &off, &size);
@@ -27,19 +32,46 @@ static int param_layout(const jitop__cuda_api *api, CUfunction fn, const char *w
             break;
         if (r != CUDA_SUCCESS) {
             status = jitop__cu_check(r, "cuFuncGetParamInfo", what);
-        } else if (i == JITOP_MAX_PARAMS) {
-            status = jitop__fail(JITOP_ENOTSUP, "op %s has more than %d parameters", what,
-                                 JITOP_MAX_PARAMS);
-        } else {
-            info->param_offset[i] = off;
-            info->param_size[i] = size;
-            info->nparams = i + 1;
+            break;
         }
+        if (n == cap) {
+            size_t *grown = realloc(pairs, (cap = cap ? 2 * cap : 16) * 2 * sizeof *pairs);
+            if (!grown) {
+                status = jitop__fail(JITOP_ENOMEM, "out of memory");
+                break;
+            }
+            pairs = grown;
+        }
+        pairs[2 * n] = off;
+        pairs[2 * n + 1] = size;
+        n++;
     }
+    size_t *block = status == JITOP_OK && n ? malloc(2 * n * sizeof *block) : NULL;
+    if (status == JITOP_OK && n && !block)
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status == JITOP_OK && n) {
+        for (size_t i = 0; i < n; i++) {
+            block[i] = pairs[2 * i];
+            block[n + i] = pairs[2 * i + 1];
+        }
+        info->nparams = n;
+        info->param_offset = block;
+        info->param_size = block + n;
+    }
+    free(pairs);
     return status;
 }
 
-/* fn's parameter layout and attributes (m's context current). */
+/* Frees what param_layout allocated into info. */
+static void param_layout_free(jitop_op_info *info)
+{
+    free((size_t *)info->param_offset);
+    info->param_offset = info->param_size = NULL;
+    info->nparams = 0;
+}
+
+/* fn's parameter layout (allocated: param_layout_free) and attributes (m's
+ * context current). On failure nothing stays allocated. */
 static int describe_function(const jitop_module *m, CUfunction fn, const char *what,
                              jitop_op_info *info)
 {
@@ -62,6 +94,8 @@ static int describe_function(const jitop_module *m, CUfunction fn, const char *w
     info->max_threads_per_block = threads;
     info->num_regs = regs;
     info->static_shared_bytes = (size_t)sshared;
+    if (status != JITOP_OK)
+        param_layout_free(info);
     return status;
 }
 
@@ -81,8 +115,8 @@ static int binding_describe_slow(jitop_op *op, jitop__binding *b)
     if (status != JITOP_OK)
         goto out; /* the next caller asks the driver again */
     b->nparams = info.nparams;
-    memcpy(b->param_offset, info.param_offset, sizeof b->param_offset);
-    memcpy(b->param_size, info.param_size, sizeof b->param_size);
+    b->param_offset = (size_t *)info.param_offset; /* the block moves into b */
+    b->param_size = (size_t *)info.param_size;
     b->max_threads_per_block = info.max_threads_per_block;
     b->num_regs = info.num_regs;
     b->static_shared_bytes = info.static_shared_bytes;
@@ -617,8 +651,8 @@ int jitop_op_info_get(jitop_op *op, jitop_op_info *info)
     info->name = op->name;
     info->lowered = b->lowered;
     info->nparams = b->nparams;
-    memcpy(info->param_offset, b->param_offset, sizeof info->param_offset);
-    memcpy(info->param_size, b->param_size, sizeof info->param_size);
+    info->param_offset = b->param_offset; /* the binding lives as long as the module */
+    info->param_size = b->param_size;
     info->max_threads_per_block = b->max_threads_per_block;
     info->num_regs = b->num_regs;
     info->static_shared_bytes = b->static_shared_bytes;
@@ -631,12 +665,36 @@ static bool listed_before(const jitop_module *m, size_t unit, size_t kernel)
     const char *name = m->units[unit].image->kernels[kernel].name;
     for (size_t i = 0; i <= unit; i++) {
         const jitop__image *img = m->units[i].image;
-        size_t end = i == unit ? kernel : img->nkernels;
+        size_t end = !img ? 0 : i == unit ? kernel : img->nkernels; /* NULL: a linked unit */
         for (size_t j = 0; j < end; j++)
             if (strcmp(img->kernels[j].name, name) == 0)
                 return true;
     }
     return false;
+}
+
+/* The description of img's kernel j into *info (lowered set, name not),
+ * read from the driver once per kernel (m->lock held) and kept with the
+ * kernel, so that listing a module again asks the driver nothing and the
+ * arrays handed out stay valid: the image keeps its list for the life of
+ * the module once it was listed (img->listed). */
+static int kernel_describe(jitop_module *m, jitop__image *img, size_t j, jitop_op_info *info)
+{
+    jitop__kernel *k = &img->kernels[j];
+    int status = JITOP_OK;
+    if (!k->described) {
+        memset(&k->desc, 0, sizeof k->desc);
+        status = jitop__function_load(m, img, k->fn, k->name);
+        if (status == JITOP_OK)
+            status = describe_function(m, k->fn, k->name, &k->desc);
+        if (status != JITOP_OK)
+            return status;
+        k->described = true;
+    }
+    img->listed = true;
+    *info = k->desc;
+    info->lowered = k->name;
+    return JITOP_OK;
 }
 
 int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *count)
@@ -652,18 +710,14 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
      * module's images and live as long as the module. */
     for (size_t i = 0; status == JITOP_OK && i < m->nunits + m->ninstances; i++) {
         jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
-        for (size_t j = 0; status == JITOP_OK && j < mu->image->nkernels; j++) {
+        /* A linked module's units but the first have no image of their own. */
+        for (size_t j = 0; status == JITOP_OK && mu->image && j < mu->image->nkernels; j++) {
             const jitop__kernel *k = &mu->image->kernels[j];
             if (i >= m->nunits ? strcmp(k->name, mu->lowered) != 0 : listed_before(m, i, j))
                 continue;
             if (n < cap) {
-                jitop_op_info *info = &infos[n];
-                memset(info, 0, sizeof *info);
-                info->name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
-                info->lowered = k->name;
-                status = jitop__function_load(m, mu->image, k->fn, k->name);
-                if (status == JITOP_OK)
-                    status = describe_function(m, k->fn, k->name, info);
+                status = kernel_describe(m, mu->image, j, &infos[n]);
+                infos[n].name = i >= m->nunits ? mu->unit.names.v[0] : k->name;
             }
             n++;
         }

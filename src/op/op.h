@@ -12,7 +12,8 @@
  * the image of the binding it loaded (in-flight count, then a re-check of
  * the op's binding), so that the reaper never unloads code a launch is
  * about to use. What the op room keeps in a module (ops, tables, failed
- * names) it frees itself: op_get sets m->ops_free.
+ * names; global.c's resolved global names) it frees itself, through
+ * m->ops_free and m->globals_free.
  */
 #ifndef JITOP_OP_H
 #define JITOP_OP_H

@@ -1,15 +1,8 @@
 /* The loader (load, op lookup, launch, reload, reap, teardown) against the
  * fake CUDA driver of tests/fakecuda, which needs no GPU and aborts the
  * program when an image is unloaded while a kernel launched from it may
- * still be queued. Compiling uses the real NVRTC.
- *
- * The program re-executes itself with $JITOP_BUILD/fakecuda first in
- * LD_LIBRARY_PATH, so that jitop's dlopen("libcuda.so.1") finds the fake
- * even on a machine with a real driver, which this test never touches. The
- * re-exec runs under the same $JITOP_TEST_WRAPPER (valgrind): the outer
- * process only execs, and valgrind does not follow an exec unless told to
- * (--trace-children=yes, which would also trace every shell the other tests
- * start), so the wrapper is put in front of the new process explicitly. */
+ * still be queued. Compiling uses the real NVRTC. The program re-executes
+ * itself onto the fake (tests/support/fakecuda.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,16 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../fakecuda/fake_libcuda.h"
+#include "fakecuda.h"
 #include "jitop.h"
 #include "build/build.h"
 #include "load/driver.h"
 #include "jitop_ops.h"
 #include "load/load.h"
 #include "testutil.h"
-
-/* Set in the re-executed process: the fake is first in LD_LIBRARY_PATH. */
-#define CHILD_MARKER "JITOP_TEST_FAKECUDA_CHILD"
 
 static fake_cuda_stats_fn g_fake_stats;
 static char *g_cache; /* one cache for the program: each source compiles once */
@@ -891,35 +881,39 @@ static void test_prewarm_is_what_the_ops_ask_for(void **state)
         assert_non_null(buf[i]);
     }
     float *mean = buf[6], *rstd = buf[7];
+    /* Each op launches with its arguments checked against the parameter
+     * layouts the fake reads from the cubins, without compiling anything. */
+    long launches = stats().launches;
     int rc = jitop_layernorm_forward(ctx, JITOP_FLOAT32, 4, 1024, 1e-5f, buf[0], buf[1], buf[2],
                                      buf[3], mean, rstd, NULL);
-    assert_int_equal(rc, JITOP_EARGS);
+    assert_int_equal(rc, JITOP_OK);
     rc = jitop_layernorm_forward(ctx, JITOP_FLOAT32, 4, 1024, 1e-5f, buf[0], NULL, NULL, buf[3],
                                  mean, rstd, NULL);
-    assert_int_equal(rc, JITOP_EARGS);
+    assert_int_equal(rc, JITOP_OK);
     rc = jitop_layernorm_backward(ctx, JITOP_FLOAT32, 4, 1024, buf[0], buf[1], mean, rstd,
                                   buf[2], buf[3], buf[4], buf[5], NULL);
-    assert_int_equal(rc, JITOP_EARGS);
+    assert_int_equal(rc, JITOP_OK);
     if (all) {
         rc = jitop_layernorm_forward(ctx, JITOP_BFLOAT16, 2, 32768, 1e-5f, buf[0], buf[1],
                                      buf[2], buf[3], mean, rstd, NULL);
-        assert_int_equal(rc, JITOP_EARGS);
+        assert_int_equal(rc, JITOP_OK);
         rc = jitop_layernorm_backward(ctx, JITOP_BFLOAT16, 2, 32768, buf[0], buf[1], mean, rstd,
                                       buf[2], buf[3], buf[4], buf[5], NULL);
-        assert_int_equal(rc, JITOP_EARGS);
+        assert_int_equal(rc, JITOP_OK);
         rc = jitop_lltm_forward(ctx, JITOP_FLOAT32, 4, 8, 16, buf[0], buf[1], buf[2], buf[3],
                                 buf[4], buf[5], buf[6], buf[7], NULL);
-        assert_int_equal(rc, JITOP_EARGS);
+        assert_int_equal(rc, JITOP_OK);
         rc = jitop_lltm_backward(ctx, JITOP_FLOAT32, 4, 8, 16, buf[0], buf[1], buf[2], buf[3],
                                  buf[4], buf[5], buf[6], buf[7], buf[0], NULL);
-        assert_int_equal(rc, JITOP_EARGS);
+        assert_int_equal(rc, JITOP_OK);
     }
     assert_int_equal(cache_entries(ctx), prewarmed); /* nothing compiled */
+    assert_true(stats().launches >= launches + (all ? 7 : 3));
 
     /* And the check can fail: a row length not prewarmed compiles. */
     rc = jitop_layernorm_forward(ctx, JITOP_FLOAT32, 4, 2048, 1e-5f, buf[0], buf[1], buf[2],
                                  buf[3], mean, rstd, NULL);
-    assert_int_equal(rc, JITOP_EARGS);
+    assert_int_equal(rc, JITOP_OK);
     assert_int_equal(cache_entries(ctx), prewarmed + 1);
 
     /* Bad arguments are named. */
@@ -1016,100 +1010,12 @@ static void test_reload_while_launching(void **state)
     fixture_close(&f);
 }
 
-/* Runs this program again with the fake first in the library path, behind
- * the same wrapper. Returns (1) only on failure. */
-static int reexec_with_fake(char **argv)
-{
-    char *path = NULL, *wrapper = NULL;
-    char **args = NULL;
-    const char *build = getenv("JITOP_BUILD");
-    if (!build || !*build) {
-        fprintf(stderr, "test_loader_fake: JITOP_BUILD is not set (make test sets it)\n");
-        goto out;
-    }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n < 0) {
-        perror("test_loader_fake: readlink /proc/self/exe");
-        goto out;
-    }
-    self[n] = '\0';
-    const char *old = getenv("LD_LIBRARY_PATH");
-    const char *given = getenv("JITOP_TEST_WRAPPER");
-    size_t argc = 0;
-    while (argv[argc])
-        argc++;
-    wrapper = strdup(given ? given : "");
-    if (asprintf(&path, "%s/fakecuda%s%s", build, old && *old ? ":" : "", old ? old : "") < 0)
-        path = NULL;
-    /* The wrapper's words (at most one per character), self, our arguments. */
-    if (wrapper)
-        args = calloc(strlen(wrapper) + argc + 2, sizeof *args);
-    if (!path || !args) {
-        fprintf(stderr, "test_loader_fake: out of memory\n");
-        goto out;
-    }
-    size_t nargs = 0;
-    for (char *save = NULL, *word = strtok_r(wrapper, " \t", &save); word;
-         word = strtok_r(NULL, " \t", &save))
-        args[nargs++] = word;
-    args[nargs++] = self;
-    for (size_t i = 1; i < argc; i++)
-        args[nargs++] = argv[i];
-    if (setenv("LD_LIBRARY_PATH", path, 1) != 0 || setenv(CHILD_MARKER, "1", 1) != 0) {
-        perror("test_loader_fake: setenv");
-        goto out;
-    }
-    execvp(args[0], args);
-    fprintf(stderr, "test_loader_fake: cannot run %s: %s\n", args[0], strerror(errno));
-out:
-    free(args);
-    free(wrapper);
-    free(path);
-    return 1;
-}
-
-/* Opens the fake by its path and checks that the name jitop opens,
- * libcuda.so.1, now resolves to it. The handle stays open for the life of
- * the process (jitop never closes the driver either). */
-static int open_fake(void)
-{
-    int status = 1;
-    char *path = NULL;
-    if (asprintf(&path, "%s/fakecuda/libcuda.so.1", getenv("JITOP_BUILD")) < 0) {
-        path = NULL;
-        fprintf(stderr, "test_loader_fake: out of memory\n");
-        goto out;
-    }
-    void *fake = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!fake) {
-        fprintf(stderr, "test_loader_fake: cannot open the fake driver: %s\n", dlerror());
-        goto out;
-    }
-    g_fake_stats = (fake_cuda_stats_fn)dlsym(fake, FAKE_CUDA_STATS_SYMBOL);
-    void *by_name = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (by_name != fake || !g_fake_stats) {
-        fprintf(stderr, "test_loader_fake: libcuda.so.1 is not the fake driver\n");
-        goto out;
-    }
-    /* RTLD_NOLOAD took a reference too. */
-    if (dlclose(by_name) != 0) {
-        fprintf(stderr, "test_loader_fake: dlclose: %s\n", dlerror());
-        goto out;
-    }
-    status = 0;
-out:
-    free(path);
-    return status;
-}
-
 int main(int argc, char **argv)
 {
     (void)argc;
-    if (!getenv(CHILD_MARKER))
-        return reexec_with_fake(argv);
-    if (open_fake() != 0)
-        return 1;
+    int started = jt_fake_cuda_start(argv, &g_fake_stats);
+    if (started >= 0)
+        return started;
     char *dir = jt_tmpdir();
     g_cache = jt_path(dir, "cache");
     const struct CMUnitTest tests[] = {

@@ -15,10 +15,12 @@
  * the stats count, so a test can see that jitop_op_get did it). No kernel
  * runs: a launch only records that it happened, and stores the id of the
  * module it launched from into the int its first argument points to, so that
- * a test can see which image a launch used. Every kernel is described as taking one
- * 8-byte parameter (a pointer), which is what the loader tests' kernels take;
- * real parameter layouts would need the cubin's .nv.info attributes. Memory
- * calls use host memory; event timings read 0 ms.
+ * a test can see which image a launch used (only when its first parameter is
+ * a pointer). Parameter layouts are read from the cubin's .nv.info.<kernel>
+ * attributes (EIATTR_KPARAM_INFO), as the real driver reports them. A
+ * module's __device__ / __constant__ variables are its symbol table's
+ * objects: cuModuleGetGlobal hands out host memory holding their initial
+ * bytes. Memory calls use host memory; event timings read 0 ms.
  *
  * What it checks (abort() with a "FAKE:" line on stderr, so the test program
  * dies and the runner counts a failure):
@@ -35,7 +37,9 @@
  *    (CUDA_ERROR_INVALID_CONTEXT, as the module API answers);
  *  - a launch with more than 48 KiB of dynamic shared memory on a function
  *    whose limit was not raised (cuFuncSetAttribute) fails, as on a GPU;
- *  - primary context releases without a retain.
+ *  - primary context releases without a retain;
+ *  - a copy into or out of a module's global after its unload, or past the
+ *    global's end.
  * Modules stay allocated after their unload (that is how use-after-unload
  * is seen) and are freed when the fake itself is unloaded at process exit.
  *
@@ -65,7 +69,19 @@ typedef struct fake_kernel {
     fake_module *mod;
     bool code_loaded;     /* on the "GPU" (g_lock) */
     int max_dynamic_smem; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (g_lock) */
+    /* Its parameters, from the cubin's .nv.info.<name> (see find_params);
+     * a kernel without that section takes one 8-byte parameter. */
+    size_t nparams;
+    size_t *param_offset, *param_size;
 } fake_kernel;
+
+/* A __device__ / __constant__ variable of a module: host memory standing
+ * in for device memory, with the cubin's initial bytes. */
+typedef struct fake_global {
+    char *name;
+    unsigned char *bytes;
+    size_t size;
+} fake_global;
 
 struct fake_module {
     long id;                   /* 1, 2, ... in load order */
@@ -73,6 +89,8 @@ struct fake_module {
     unsigned long last_launch; /* sequence number of its newest launch, 0: none */
     fake_kernel *kernels;
     size_t nkernels;
+    fake_global *globals;
+    size_t nglobals;
     fake_module *next;         /* every module ever loaded, freed at exit */
 };
 
@@ -306,6 +324,171 @@ static bool read_at(const unsigned char *image, size_t image_size, size_t offset
     return true;
 }
 
+/* ---- parameters and globals, read from the cubin as the real driver does */
+
+static bool section_at(const unsigned char *image, size_t image_size, const Elf64_Ehdr *eh,
+                       size_t i, Elf64_Shdr *sh)
+{
+    return i < eh->e_shnum &&
+           read_at(image, image_size, eh->e_shoff + i * sizeof *sh, sh, sizeof *sh) &&
+           (sh->sh_type == SHT_NOBITS ||
+            (sh->sh_offset <= image_size && sh->sh_size <= image_size - sh->sh_offset));
+}
+
+/* The parameter entries of a kernel's .nv.info.<name> section: the
+ * attribute list is 4-byte records (format, attribute, a u16 value or, for
+ * format 4 (EIFMT_SVAL), the size of a payload that follows). A parameter's
+ * payload: u32 index, u16 ordinal, u16 offset, then a u32 whose bits 18..31
+ * are the size (EIATTR_KPARAM_INFO, 0x17), or the size itself (0x45, which
+ * long parameter lists use: seen with 2000 parameters). */
+static CUresult kernel_params(const unsigned char *p, size_t n, fake_kernel *k)
+{
+    size_t count = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t off = 0; off + 4 <= n;) {
+            unsigned fmt = p[off], attr = p[off + 1];
+            unsigned val = (unsigned)p[off + 2] | (unsigned)p[off + 3] << 8;
+            size_t payload = fmt == 4 ? val : 0;
+            if (payload > n - off - 4)
+                return CUDA_ERROR_INVALID_IMAGE;
+            if (fmt == 4 && (attr == 0x17 || attr == 0x45) && payload >= 12) {
+                const unsigned char *q = p + off + 4;
+                unsigned ordinal = (unsigned)q[4] | (unsigned)q[5] << 8;
+                unsigned offset = (unsigned)q[6] | (unsigned)q[7] << 8;
+                uint32_t flags = (uint32_t)q[8] | (uint32_t)q[9] << 8 | (uint32_t)q[10] << 16 |
+                                 (uint32_t)q[11] << 24;
+                if (pass == 0) {
+                    count = ordinal + 1 > count ? ordinal + 1 : count;
+                } else if (ordinal < count) {
+                    k->param_offset[ordinal] = offset;
+                    k->param_size[ordinal] = attr == 0x17 ? flags >> 18 : flags & 0xffff;
+                }
+            }
+            off += 4 + payload;
+        }
+        if (pass == 0) {
+            if (count == 0)
+                return CUDA_SUCCESS;
+            k->param_offset = calloc(2 * count, sizeof *k->param_offset);
+            if (!k->param_offset)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            k->param_size = k->param_offset + count;
+            k->nparams = count;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult find_params(const unsigned char *image, size_t image_size, const Elf64_Ehdr *eh,
+                            const char *strtab, size_t strtab_size, fake_module *mod)
+{
+    static const char prefix[] = ".nv.info.";
+    for (size_t i = 0; i < eh->e_shnum; i++) {
+        Elf64_Shdr sh;
+        if (!section_at(image, image_size, eh, i, &sh) || sh.sh_name >= strtab_size)
+            return CUDA_ERROR_INVALID_IMAGE;
+        const char *section = strtab + sh.sh_name;
+        if (strncmp(section, prefix, sizeof prefix - 1) != 0 || sh.sh_type == SHT_NOBITS)
+            continue;
+        for (size_t j = 0; j < mod->nkernels; j++) {
+            fake_kernel *k = &mod->kernels[j];
+            if (strcmp(k->name, section + sizeof prefix - 1) != 0 || k->param_offset)
+                continue;
+            CUresult r = kernel_params(image + sh.sh_offset, sh.sh_size, k);
+            if (r != CUDA_SUCCESS)
+                return r;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Only kernels are functions of a module: in a linked (-rdc) image device
+ * functions have .text sections too. A kernel's symbol is marked as an
+ * entry (STO_CUDA_ENTRY, 0x10, in st_other). */
+static CUresult keep_entries(const unsigned char *image, size_t image_size, const Elf64_Ehdr *eh,
+                             fake_module *mod)
+{
+    for (size_t i = 0; i < eh->e_shnum; i++) {
+        Elf64_Shdr symtab, names;
+        if (!section_at(image, image_size, eh, i, &symtab))
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (symtab.sh_type != SHT_SYMTAB)
+            continue;
+        if (!section_at(image, image_size, eh, symtab.sh_link, &names) ||
+            names.sh_type == SHT_NOBITS)
+            return CUDA_ERROR_INVALID_IMAGE;
+        size_t kept = 0;
+        for (size_t k = 0; k < mod->nkernels; k++) {
+            bool entry = false;
+            for (size_t j = 0; !entry && j < symtab.sh_size / sizeof(Elf64_Sym); j++) {
+                Elf64_Sym sym;
+                memcpy(&sym, image + symtab.sh_offset + j * sizeof sym, sizeof sym);
+                entry = ELF64_ST_TYPE(sym.st_info) == STT_FUNC && (sym.st_other & 0x10) &&
+                        sym.st_name < names.sh_size &&
+                        strncmp((const char *)image + names.sh_offset + sym.st_name,
+                                mod->kernels[k].name, names.sh_size - sym.st_name) == 0;
+            }
+            if (entry)
+                mod->kernels[kept++] = mod->kernels[k];
+            else
+                free(mod->kernels[k].name);
+        }
+        mod->nkernels = kept;
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The variables of the symbol table: objects (STT_OBJECT, or the CUDA
+ * object type 13 of a relocatable cubin) defined in a section; those of
+ * PROGBITS sections get their initial bytes, the rest (.nv.global) zeros. */
+static CUresult find_globals(const unsigned char *image, size_t image_size, const Elf64_Ehdr *eh,
+                             fake_module *mod)
+{
+    for (size_t i = 0; i < eh->e_shnum; i++) {
+        Elf64_Shdr symtab, names;
+        if (!section_at(image, image_size, eh, i, &symtab))
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (symtab.sh_type != SHT_SYMTAB)
+            continue;
+        if (!section_at(image, image_size, eh, symtab.sh_link, &names) ||
+            names.sh_type == SHT_NOBITS)
+            return CUDA_ERROR_INVALID_IMAGE;
+        size_t nsyms = symtab.sh_size / sizeof(Elf64_Sym);
+        mod->globals = calloc(nsyms ? nsyms : 1, sizeof *mod->globals);
+        if (!mod->globals)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        for (size_t j = 0; j < nsyms; j++) {
+            Elf64_Sym sym;
+            Elf64_Shdr where;
+            memcpy(&sym, image + symtab.sh_offset + j * sizeof sym, sizeof sym);
+            unsigned type = ELF64_ST_TYPE(sym.st_info);
+            if ((type != STT_OBJECT && type != 13) || sym.st_shndx == SHN_UNDEF ||
+                sym.st_shndx >= SHN_LORESERVE)
+                continue;
+            if (sym.st_name >= names.sh_size ||
+                !memchr(image + names.sh_offset + sym.st_name, '\0', names.sh_size - sym.st_name) ||
+                !section_at(image, image_size, eh, sym.st_shndx, &where))
+                return CUDA_ERROR_INVALID_IMAGE;
+            fake_global *g = &mod->globals[mod->nglobals];
+            g->size = sym.st_size;
+            g->name = strdup((const char *)image + names.sh_offset + sym.st_name);
+            g->bytes = calloc(g->size ? g->size : 1, 1);
+            if (!g->name || !g->bytes) {
+                free(g->name);
+                free(g->bytes);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            mod->nglobals++;
+            if (where.sh_type == SHT_PROGBITS && sym.st_value <= where.sh_size &&
+                g->size <= where.sh_size - sym.st_value)
+                memcpy(g->bytes, image + where.sh_offset + sym.st_value, g->size);
+        }
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* The kernels of a cubin: its ".text.<name>" sections. The image has no
  * size argument; the section header table ends it (nvcc and NVRTC put it
  * last), so its end bounds every read. */
@@ -345,14 +528,26 @@ static CUresult find_kernels(const unsigned char *image, fake_module *mod)
         k->max_dynamic_smem = FAKE_SMEM_DEFAULT;
         mod->nkernels++;
     }
-    return CUDA_SUCCESS;
+    CUresult r = keep_entries(image, image_size, &eh, mod);
+    if (r == CUDA_SUCCESS)
+        r = find_params(image, image_size, &eh, strtab, names.sh_size, mod);
+    if (r == CUDA_SUCCESS)
+        r = find_globals(image, image_size, &eh, mod);
+    return r;
 }
 
 static void module_free(fake_module *mod)
 {
-    for (size_t i = 0; i < mod->nkernels; i++)
+    for (size_t i = 0; i < mod->nkernels; i++) {
         free(mod->kernels[i].name);
+        free(mod->kernels[i].param_offset);
+    }
     free(mod->kernels);
+    for (size_t i = 0; i < mod->nglobals; i++) {
+        free(mod->globals[i].name);
+        free(mod->globals[i].bytes);
+    }
+    free(mod->globals);
     free(mod);
 }
 
@@ -470,14 +665,21 @@ static CUresult CUDAAPI fake_cuFuncLoad(CUfunction fn)
 static CUresult CUDAAPI fake_cuFuncGetParamInfo(CUfunction fn, size_t index, size_t *offset,
                                                 size_t *size)
 {
-    (void)fn;
+    const fake_kernel *k = (const fake_kernel *)fn;
     lock();
     g_stats.describe_calls++;
     unlock();
-    if (index >= 1)
+    if (!k->param_offset) { /* no .nv.info for it: one pointer */
+        if (index >= 1)
+            return CUDA_ERROR_INVALID_VALUE;
+        *offset = 0;
+        *size = sizeof(void *);
+        return CUDA_SUCCESS;
+    }
+    if (index >= k->nparams)
         return CUDA_ERROR_INVALID_VALUE;
-    *offset = 0;
-    *size = sizeof(void *);
+    *offset = k->param_offset[index];
+    *size = k->param_size[index];
     return CUDA_SUCCESS;
 }
 
@@ -534,7 +736,8 @@ static CUresult launch(fake_kernel *k, unsigned int shared_bytes, void **args)
         code_load(k);
         k->mod->last_launch = ++g_launch_seq;
         g_stats.launches++;
-        if (args && args[0]) {
+        /* Only where the first parameter is a pointer (or unknown). */
+        if (args && args[0] && (!k->param_offset || k->param_size[0] == sizeof(int *))) {
             int *out = *(int **)args[0];
             if (out)
                 *out = (int)k->mod->id;
@@ -636,16 +839,86 @@ static CUresult CUDAAPI fake_cuMemFreeAsync(CUdeviceptr ptr, CUstream stream)
     return fake_cuMemFree(ptr);
 }
 
+/* A copy that touches a module's global must stay inside it, and the
+ * module must still be loaded (its memory is gone on a real GPU). Other
+ * addresses are cuMemAlloc's. Counts the copies into or out of globals. */
+static void check_global_copy(CUdeviceptr dptr, size_t bytes, bool async)
+{
+    lock();
+    for (fake_module *mod = g_modules; mod; mod = mod->next) {
+        for (size_t i = 0; i < mod->nglobals; i++) {
+            const fake_global *g = &mod->globals[i];
+            uintptr_t lo = (uintptr_t)g->bytes, p = (uintptr_t)dptr;
+            if (p < lo || p >= lo + (g->size ? g->size : 1))
+                continue;
+            require_loaded(mod, "copy to or from a global of an unloaded module");
+            if (bytes > g->size - (p - lo))
+                die("copy past the end of a global", mod);
+            g_stats.global_copies++;
+            if (async)
+                g_stats.global_async_copies++;
+        }
+    }
+    unlock();
+}
+
 static CUresult CUDAAPI fake_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
+    check_global_copy(dst, bytes, false);
     memcpy((void *)dst, src, bytes);
     return CUDA_SUCCESS;
 }
 
 static CUresult CUDAAPI fake_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
+    check_global_copy(src, bytes, false);
     memcpy(dst, (const void *)src, bytes);
     return CUDA_SUCCESS;
+}
+
+/* Nothing runs on a device: an async copy is done when it returns. */
+static CUresult CUDAAPI fake_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                                               CUstream stream)
+{
+    (void)stream;
+    check_global_copy(dst, bytes, true);
+    memcpy((void *)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes,
+                                               CUstream stream)
+{
+    (void)stream;
+    check_global_copy(src, bytes, true);
+    memcpy(dst, (const void *)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule module,
+                                               const char *name)
+{
+    fake_module *mod = (fake_module *)module;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    require_loaded(mod, "cuModuleGetGlobal on an unloaded module");
+    g_stats.global_lookups++;
+    for (size_t i = 0; i < mod->nglobals; i++) {
+        if (strcmp(mod->globals[i].name, name) == 0) {
+            if (dptr)
+                *dptr = (CUdeviceptr)mod->globals[i].bytes;
+            if (bytes)
+                *bytes = mod->globals[i].size;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return r;
 }
 
 static CUresult CUDAAPI fake_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t bytes)

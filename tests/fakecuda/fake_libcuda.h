@@ -19,6 +19,9 @@ typedef struct fake_cuda_stats {
     unsigned last_cluster_size; /* cluster attribute (0: none given) */
     unsigned last_cluster_smem; /* and dynamic shared memory */
     long symbols_resolved;   /* cuGetProcAddress calls that found their symbol */
+    long global_lookups;     /* cuModuleGetGlobal calls */
+    long global_copies;      /* cuMemcpy* calls into or out of a module's global */
+    long global_async_copies; /* of which the *Async ones */
 } fake_cuda_stats;
 
 #define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"
