@@ -9,7 +9,7 @@
  *   cli_paths.c    PATH... to a sorted list of .cu files
  *   cli_arch.c     the default arch and the compile-only context
  *   cli_help.c     the help text of every command
- *   cli_json.c     JSON string escaping
+ *   cli_json.c     JSON string escaping, terminal-safe plain text
  *   cli_build.c    `jitop build` / `jitop explain`
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
@@ -136,6 +136,16 @@ int jitop_cli_default_jobs(void);
 void jitop_cli_json_str(FILE *f, const char *s);
 /* jitop_cli_json_str, or null when s is NULL. */
 void jitop_cli_json_str_or_null(FILE *out, const char *s);
+/* Writes s for a terminal: control bytes (ESC included), C1 controls and
+ * bytes that are not UTF-8 as visible escapes (\n, \t, \r, \xNN); other
+ * text as it is. keep_newlines: newlines pass (a multi-line message such as
+ * an NVRTC log). Paths in plain output go through it, so that a file name
+ * holding an escape sequence cannot drive the terminal; --json output has
+ * the exact bytes. */
+void jitop_cli_text(FILE *f, const char *s, int keep_newlines);
+/* "FILE (ARCH)" or "FILE (ARCH, NAME)" through jitop_cli_text: how messages
+ * name one unit. */
+void jitop_cli_text_unit(FILE *f, const char *file, const char *arch, const char *name);
 
 /* Parses a byte size: digits with an optional K, M, G or T suffix (powers of
  * 1024, an optional trailing 'B' or "iB"). 0, or -1 on bad text. */

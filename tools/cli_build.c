@@ -119,18 +119,27 @@ static void print_result(build_run *r, const job *j)
             jitop_cli_json_str(stdout, j->error ? j->error : jitop_strerror(j->status));
         }
         fputs("}\n", stdout);
-    } else if (j->status == JITOP_OK) {
-        printf("%s %s %s %s %.1f ms%s%s\n", j->file, j->arch, status, j->res.key, j->res.ms,
-               j->name ? "  " : "", j->name ? j->name : "");
     } else {
-        printf("%s %s error %.1f ms%s%s\n", j->file, j->arch, j->res.ms, j->name ? "  " : "",
-               j->name ? j->name : "");
+        jitop_cli_text(stdout, j->file, 0);
+        putchar(' ');
+        jitop_cli_text(stdout, j->arch, 0);
+        if (j->status == JITOP_OK)
+            printf(" %s %s %.1f ms", status, j->res.key, j->res.ms);
+        else
+            printf(" error %.1f ms", j->res.ms);
+        if (j->name) {
+            fputs("  ", stdout);
+            jitop_cli_text(stdout, j->name, 0);
+        }
+        putchar('\n');
     }
     fflush(stdout);
     if (j->status != JITOP_OK) {
-        fprintf(stderr, "jitop build: %s (%s%s%s): %s\n%s\n", j->file, j->arch,
-                j->name ? ", " : "", j->name ? j->name : "", jitop_strerror(j->status),
-                j->error ? j->error : "");
+        fputs("jitop build: ", stderr);
+        jitop_cli_text_unit(stderr, j->file, j->arch, j->name);
+        fprintf(stderr, ": %s\n", jitop_strerror(j->status));
+        jitop_cli_text(stderr, j->error ? j->error : "", 1);
+        fputc('\n', stderr);
     }
 }
 
@@ -154,9 +163,9 @@ static void draw_progress(build_run *r)
 {
     if (!r->progress || r->in_flight == 0 || !r->last_started)
         return;
-    fprintf(stderr, "\r\033[K[%zu/%zu] compiling %s (%s%s%s)", r->shown, r->njobs,
-            r->last_started->file, r->last_started->arch, r->last_started->name ? ", " : "",
-            r->last_started->name ? r->last_started->name : "");
+    fprintf(stderr, "\r\033[K[%zu/%zu] compiling ", r->shown, r->njobs);
+    jitop_cli_text_unit(stderr, r->last_started->file, r->last_started->arch,
+                        r->last_started->name);
     r->progress_drawn = 1;
 }
 
@@ -289,20 +298,27 @@ static void print_explain(const struct jitop_cli_build_args *a, const job *j, in
         printf(",\"hit\":%s,\"why\":", hit ? "true" : "false");
         jitop_cli_json_str(stdout, why ? why : "");
         fputs("}\n", stdout);
-    } else if (why && *why) {
+    } else {
+        jitop_cli_text(stdout, j->file, 0);
+        putchar(' ');
+        jitop_cli_text(stdout, j->arch, 0);
+        if (j->name) {
+            putchar(' ');
+            jitop_cli_text(stdout, j->name, 0);
+        }
+        printf(" %s", hit ? "hit" : "miss");
         /* one line per pair: the library's reasons are joined with "; " */
-        printf("%s %s%s%s %s: ", j->file, j->arch, j->name ? " " : "", j->name ? j->name : "",
-               hit ? "hit" : "miss");
-        for (const char *p = why; *p; p++) {
-            if (*p != '\n')
-                putchar(*p);
-            else if (p[1] != '\0')
-                fputs("; ", stdout);
+        for (const char *p = why ? why : ""; *p;) {
+            size_t len = strcspn(p, "\n");
+            char *reason = strndup(p, len);
+            fputs(p == why ? ": " : "; ", stdout);
+            jitop_cli_text(stdout, reason ? reason : "?", 0);
+            free(reason);
+            p += len;
+            if (*p == '\n')
+                p++;
         }
         putchar('\n');
-    } else {
-        printf("%s %s%s%s %s\n", j->file, j->arch, j->name ? " " : "", j->name ? j->name : "",
-               hit ? "hit" : "miss");
     }
 }
 
@@ -327,8 +343,11 @@ int jitop_cli_explain(int argc, char **argv)
         int st = jitop_explain(ctx, jobs[i].file, jobs[i].arch, opts_of(&a), a.options.n,
                                names_of(&jobs[i]), nnames_of(&jobs[i]), &hit, &why);
         if (st != JITOP_OK) {
-            fprintf(stderr, "jitop explain: %s (%s): %s: %s\n", jobs[i].file, jobs[i].arch,
-                    jitop_strerror(st), jitop_errmsg(ctx));
+            fputs("jitop explain: ", stderr);
+            jitop_cli_text_unit(stderr, jobs[i].file, jobs[i].arch, NULL);
+            fprintf(stderr, ": %s: ", jitop_strerror(st));
+            jitop_cli_text(stderr, jitop_errmsg(ctx), 1);
+            fputc('\n', stderr);
             rc = JITOP_CLI_EXIT_FAIL;
         } else {
             print_explain(&a, &jobs[i], hit, why);

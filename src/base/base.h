@@ -27,7 +27,7 @@
 
 /* Bumped whenever the entry or manifest layout, or what goes into a key,
  * changes: older entries then simply miss. */
-#define JITOP__FORMAT_VERSION 1
+#define JITOP__FORMAT_VERSION 2
 
 #define JITOP__DEFAULT_CACHE_MAX ((int64_t)1 << 30) /* 1 GiB */
 
@@ -62,6 +62,12 @@ void jitop__strv_free(jitop__strv *sv);
 char *jitop__strv_join(const jitop__strv *sv, const char *sep);
 
 char *jitop__strdup(const char *s);
+/* s with C-style escapes for the bytes that would break a line-oriented
+ * text or a terminal: backslash as \\, newline, tab and carriage return
+ * as \n, \t, \r, other control bytes (below 0x20, and 0x7f) as \xNN.
+ * Other bytes, UTF-8 included, pass. Unambiguous: each escaped text reads
+ * back to one string. Malloc'd; NULL on ENOMEM. */
+char *jitop__escape(const char *s);
 /* asprintf into a malloc'd string; NULL on ENOMEM. */
 char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 

@@ -14,6 +14,18 @@
 void (*jitop__after_compile_hook)(const char *source);
 void (*jitop__before_compile_hook)(const char *source);
 
+/* The line before + s + after, with s escaped (jitop__escape): explain's
+ * text is one reason per line, and a newline in a path, an option or a name
+ * must not break it. */
+static int push_escaped(jitop__strv *lines, const char *before, const char *s, const char *after)
+{
+    char *shown = jitop__escape(s);
+    int rc = shown ? jitop__strv_pushf(lines, "%s%s%s", before, shown, after)
+                   : jitop__fail(JITOP_ENOMEM, "out of memory");
+    free(shown);
+    return rc;
+}
+
 /* Lines naming each file that differs between two dependency lists. */
 static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv *lines)
 {
@@ -21,13 +33,13 @@ static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv
     for (size_t i = 0; rc == JITOP_OK && i < cur->n; i++) {
         const jitop__dep *o = jitop__deps_find(old, cur->v[i].path);
         if (!o)
-            rc = jitop__strv_pushf(lines, "%s: new file", cur->v[i].path);
+            rc = push_escaped(lines, "", cur->v[i].path, ": new file");
         else if (!XXH128_isEqual(o->hash, cur->v[i].hash))
-            rc = jitop__strv_pushf(lines, "%s: content changed", cur->v[i].path);
+            rc = push_escaped(lines, "", cur->v[i].path, ": content changed");
     }
     for (size_t i = 0; rc == JITOP_OK && i < old->n; i++)
         if (!jitop__deps_find(cur, old->v[i].path))
-            rc = jitop__strv_pushf(lines, "%s: removed", old->v[i].path);
+            rc = push_escaped(lines, "", old->v[i].path, ": removed");
     return rc;
 }
 
@@ -39,45 +51,29 @@ static bool strv_has(const jitop__strv *sv, const char *s)
     return false;
 }
 
-static int split_lines(const char *text, jitop__strv *out)
-{
-    const char *p = text;
-    while (p && *p) {
-        const char *nl = strchr(p, '\n');
-        size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        if (jitop__strv_pushf(out, "%.*s", (int)n, p) != JITOP_OK)
-            return JITOP_ENOMEM;
-        p = nl ? nl + 1 : NULL;
-    }
-    return JITOP_OK;
-}
-
 /* Lines naming what differs between the unit and an older entry of the same
  * source: NVRTC version, arch, options, name expressions. */
 static int diff_entry(const jitop__unit *u, const jitop__entry *e, jitop__strv *lines)
 {
-    jitop__strv old_opts = {0};
+    const jitop__strv *old_opts = &e->options;
     int rc = JITOP_OK;
     if (strcmp(e->nvrtc_version, jitop__nvrtc_version()) != 0)
         rc = jitop__strv_pushf(lines, "NVRTC version differs: %s (cached: %s)",
                                jitop__nvrtc_version(), e->nvrtc_version);
     if (rc == JITOP_OK && strcmp(e->arch, u->arch) != 0)
         rc = jitop__strv_pushf(lines, "arch differs: %s (cached: %s)", u->arch, e->arch);
-    if (rc == JITOP_OK)
-        rc = split_lines(e->options, &old_opts);
     for (size_t i = 0; rc == JITOP_OK && i < u->options.n; i++)
-        if (!strv_has(&old_opts, u->options.v[i]))
-            rc = jitop__strv_pushf(lines, "option added: %s", u->options.v[i]);
-    for (size_t i = 0; rc == JITOP_OK && i < old_opts.n; i++)
-        if (!strv_has(&u->options, old_opts.v[i]))
-            rc = jitop__strv_pushf(lines, "option removed: %s", old_opts.v[i]);
+        if (!strv_has(old_opts, u->options.v[i]))
+            rc = push_escaped(lines, "option added: ", u->options.v[i], "");
+    for (size_t i = 0; rc == JITOP_OK && i < old_opts->n; i++)
+        if (!strv_has(&u->options, old_opts->v[i]))
+            rc = push_escaped(lines, "option removed: ", old_opts->v[i], "");
     for (size_t i = 0; rc == JITOP_OK && i < u->names.n; i++)
         if (!strv_has(&e->bin.names, u->names.v[i]))
-            rc = jitop__strv_pushf(lines, "name expression added: %s", u->names.v[i]);
+            rc = push_escaped(lines, "name expression added: ", u->names.v[i], "");
     for (size_t i = 0; rc == JITOP_OK && i < e->bin.names.n; i++)
         if (!strv_has(&u->names, e->bin.names.v[i]))
-            rc = jitop__strv_pushf(lines, "name expression removed: %s", e->bin.names.v[i]);
-    jitop__strv_free(&old_opts);
+            rc = push_escaped(lines, "name expression removed: ", e->bin.names.v[i], "");
     return rc;
 }
 
@@ -109,15 +105,19 @@ static int describe_miss(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps
             status = diff_entry(u, &recent, &lines);
     }
     if (status == JITOP_OK && lines.n == 0) {
-        if (old && old_key && strcmp(old_key, key) == 0)
+        char msg[160];
+        if (old && old_key && strcmp(old_key, key) == 0) {
             status = jitop__strv_pushf(&lines, "entry %s is no longer in the cache "
                                                "(evicted, cleaned or found invalid)", key);
-        else if (have_recent)
-            status = jitop__strv_pushf(&lines, "the sources differ from the most recent entry "
-                                               "%s of %s", recent_key, label);
-        else
-            status = jitop__strv_pushf(&lines, "never built: no entry of %s for %s in the cache",
-                                       label ? label : u->source_name, u->arch);
+        } else if (have_recent) {
+            snprintf(msg, sizeof msg, "the sources differ from the most recent entry %s of ",
+                     recent_key);
+            status = push_escaped(&lines, msg, label, "");
+        } else {
+            snprintf(msg, sizeof msg, " for %s in the cache", u->arch);
+            status = push_escaped(&lines, "never built: no entry of ",
+                                  label ? label : u->source_name, msg);
+        }
     }
     if (status != JITOP_OK)
         goto out;
@@ -148,23 +148,21 @@ static void save_manifest(jitop_ctx *ctx, const char id[33], const jitop__deps *
 static int make_entry(const jitop__unit *u, const jitop__deps *deps, jitop__binary *bin,
                       jitop__entry *e)
 {
-    jitop__strv sources = {0};
     memset(e, 0, sizeof *e);
     int rc = JITOP_OK;
     if (!u->source_path) {
         char *label = jitop__unit_source_label(u);
-        rc = label ? jitop__strv_push(&sources, label) : JITOP_ENOMEM;
+        rc = label ? jitop__strv_push(&e->sources, label) : JITOP_ENOMEM;
         free(label);
     }
     for (size_t i = 0; rc == JITOP_OK && i < deps->n; i++)
-        rc = jitop__strv_push(&sources, deps->v[i].path);
+        rc = jitop__strv_push(&e->sources, deps->v[i].path);
+    for (size_t i = 0; rc == JITOP_OK && i < u->options.n; i++)
+        rc = jitop__strv_push(&e->options, u->options.v[i]);
     e->arch = jitop__strdup(u->arch);
     e->nvrtc_version = jitop__strdup(jitop__nvrtc_version());
-    e->options = jitop__strv_join(&u->options, "\n");
-    e->sources = rc == JITOP_OK ? jitop__strv_join(&sources, "\n") : NULL;
     e->created = (int64_t)time(NULL);
-    jitop__strv_free(&sources);
-    if (!e->arch || !e->nvrtc_version || !e->options || !e->sources) {
+    if (rc != JITOP_OK || !e->arch || !e->nvrtc_version) {
         jitop__entry_free(e);
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     }

@@ -23,8 +23,11 @@ void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33]);
 typedef struct jitop__entry {
     char *arch;
     char *nvrtc_version;
-    char *options;      /* '\n'-joined */
-    char *sources;      /* '\n'-joined dep paths */
+    jitop__strv options; /* the unit's normalized options, in order */
+    /* The unit's files: its source path (or "inline:<name>" for inline
+     * text), then every header. Stored as a counted list of
+     * length-prefixed strings: a path may hold any byte but NUL. */
+    jitop__strv sources;
     int64_t created;
     jitop__binary bin;
 } jitop__entry;

@@ -72,6 +72,10 @@ void jitop__wb_bytes(struct jitop__wbuf *b, const void *src, size_t n);
 void jitop__wb_u32(struct jitop__wbuf *b, uint32_t v);
 void jitop__wb_u64(struct jitop__wbuf *b, uint64_t v);
 void jitop__wb_str(struct jitop__wbuf *b, const char *s);
+/* A list: its count (u32), then each string as jitop__wb_str writes it.
+ * Each item carries its own length, so any byte (a newline in a path or
+ * an option) survives the round trip. */
+void jitop__wb_strv(struct jitop__wbuf *b, const jitop__strv *sv);
 void jitop__wb_hash(struct jitop__wbuf *b, XXH128_hash_t h);
 
 /* A bounded reader: a read past the end sets bad and returns zeros/NULL. */
@@ -84,6 +88,10 @@ const unsigned char *jitop__rb_take(struct jitop__rbuf *r, size_t n);
 uint32_t jitop__rb_u32(struct jitop__rbuf *r);
 uint64_t jitop__rb_u64(struct jitop__rbuf *r);
 char *jitop__rb_str(struct jitop__rbuf *r);
+/* Reads a jitop__wb_strv list into out (empty on entry); sets bad on a
+ * bound error or ENOMEM. The count is checked against the bytes left
+ * before anything is allocated. */
+void jitop__rb_strv(struct jitop__rbuf *r, jitop__strv *out);
 XXH128_hash_t jitop__rb_hash(struct jitop__rbuf *r);
 
 /* The common header: begin, append the payload, seal; check on reading. */

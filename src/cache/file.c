@@ -54,6 +54,13 @@ void jitop__wb_str(struct jitop__wbuf *b, const char *s)
     jitop__wb_bytes(b, s, n);
 }
 
+void jitop__wb_strv(struct jitop__wbuf *b, const jitop__strv *sv)
+{
+    jitop__wb_u32(b, (uint32_t)sv->n);
+    for (size_t i = 0; i < sv->n; i++)
+        jitop__wb_str(b, sv->v[i]);
+}
+
 void jitop__wb_hash(struct jitop__wbuf *b, XXH128_hash_t h)
 {
     XXH128_canonical_t c;
@@ -105,6 +112,23 @@ char *jitop__rb_str(struct jitop__rbuf *r)
     memcpy(s, p, n);
     s[n] = '\0';
     return s;
+}
+
+void jitop__rb_strv(struct jitop__rbuf *r, jitop__strv *out)
+{
+    uint32_t n = jitop__rb_u32(r);
+    /* Every item takes at least its 4-byte length: a count the rest of the
+     * payload cannot hold is malformed, whatever the allocator would do. */
+    if (r->bad || n > (r->n - r->off) / 4) {
+        r->bad = true;
+        return;
+    }
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        char *s = jitop__rb_str(r);
+        if (s && jitop__strv_push(out, s) != JITOP_OK)
+            r->bad = true;
+        free(s);
+    }
 }
 
 XXH128_hash_t jitop__rb_hash(struct jitop__rbuf *r)

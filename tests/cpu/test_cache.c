@@ -106,8 +106,12 @@ static void fill_entry(jitop__entry *e, const char *payload)
     memset(e, 0, sizeof *e);
     e->arch = strdup("sm_90");
     e->nvrtc_version = strdup(jitop__nvrtc_version());
-    e->options = strdup("-DA=1\n--use_fast_math");
-    e->sources = strdup("/src/k.cu\n/src/k.cuh");
+    /* Items may hold any byte but NUL: a newline in an option or a path
+     * stays inside its item. */
+    assert_int_equal(jitop__strv_push(&e->options, "-DA=1\n-DB=2"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->options, "--use_fast_math"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->sources, "/src/dir\nk.cu"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->sources, "/src/k.cuh"), JITOP_OK);
     e->created = 1700000000;
     e->bin.size = strlen(payload);
     e->bin.data = (unsigned char *)strdup(payload);
@@ -136,8 +140,12 @@ static void test_entry_round_trip(void **state)
     assert_int_equal(jitop__cache_get(c, key_a, &out, &found), JITOP_OK);
     assert_true(found);
     assert_string_equal(out.arch, "sm_90");
-    assert_string_equal(out.options, in.options);
-    assert_string_equal(out.sources, in.sources);
+    assert_int_equal(out.options.n, 2);
+    assert_string_equal(out.options.v[0], "-DA=1\n-DB=2");
+    assert_string_equal(out.options.v[1], "--use_fast_math");
+    assert_int_equal(out.sources.n, 2);
+    assert_string_equal(out.sources.v[0], "/src/dir\nk.cu");
+    assert_string_equal(out.sources.v[1], "/src/k.cuh");
     assert_int_equal(out.created, 1700000000);
     assert_int_equal(out.bin.size, in.bin.size);
     assert_memory_equal(out.bin.data, in.bin.data, in.bin.size);
@@ -741,6 +749,80 @@ static void test_list_gc_clean(void **state)
     free(e2); free(hdr); free(src); free(dir); free(cache);
 }
 
+struct exact {
+    int n;
+    size_t nsources;
+    char first[256], second[256], joined[512];
+};
+
+static int exact_cb(const jitop_cache_entry_info *info, void *user)
+{
+    struct exact *x = user;
+    x->n++;
+    x->nsources = info->nsources;
+    snprintf(x->first, sizeof x->first, "%s", info->nsources > 0 ? info->source_list[0] : "");
+    snprintf(x->second, sizeof x->second, "%s", info->nsources > 1 ? info->source_list[1] : "");
+    snprintf(x->joined, sizeof x->joined, "%s", info->sources);
+    return 0;
+}
+
+/* A newline (or a backslash) in a path: the list has it exactly, and the
+ * one-per-line field escapes it, so that it still has one line per file. */
+static void test_list_paths_with_newlines(void **state)
+{
+    (void)state;
+    char *cache = jt_tmpdir();
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop__entry in;
+    fill_entry(&in, "payload");
+    jitop__strv_free(&in.sources);
+    assert_int_equal(jitop__strv_push(&in.sources, "/src/dir\nk.cu"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&in.sources, "/src/a\\b\t.h"), JITOP_OK);
+    assert_int_equal(jitop__cache_put(ctx->cache, key_a, &in), JITOP_OK);
+    jitop__entry_free(&in);
+    struct exact x = {0};
+    assert_int_equal(jitop_cache_list(ctx, exact_cb, &x), JITOP_OK);
+    assert_int_equal(x.n, 1);
+    assert_int_equal(x.nsources, 2);
+    assert_string_equal(x.first, "/src/dir\nk.cu");
+    assert_string_equal(x.second, "/src/a\\b\t.h");
+    assert_string_equal(x.joined, "/src/dir\\nk.cu\n/src/a\\\\b\\t.h");
+    jitop_ctx_destroy(ctx);
+    free(cache);
+}
+
+/* explain looks for an older entry of the same source. A source whose path
+ * holds a newline must not match another source's entry whose file list,
+ * joined by newlines, spells that path ("DIR/a.cu" including "DIR/h.h" vs
+ * the file "DIR/a.cu\nDIR/h.h"). */
+static void test_explain_newline_path_is_its_own_source(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "a.cu", "#include \"h.h\"\n"
+                                      "extern \"C\" __global__ void k(float *x) { x[0] = V; }\n");
+    char *hdr = jt_write(dir, "h.h", "#pragma once\n");
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    build_v(ctx, src, 1);
+    char name[4096];
+    snprintf(name, sizeof name, "a.cu\n%s/h.h", dir);
+    char *odd = jt_write(dir, name, "extern \"C\" __global__ void k(float *x) { x[0] = V; }\n");
+    char expect[8192];
+    snprintf(expect, sizeof expect, "%s\n%s", src, hdr);
+    const char *opts[] = {"-DV=1"};
+    int hit = 1;
+    char *why = NULL;
+    assert_int_equal(jitop_explain(ctx, expect, NULL, opts, 1, NULL, 0, &hit, &why), JITOP_OK);
+    assert_false(hit);
+    if (!strstr(why, "never built"))
+        fail_msg("explain matched another source's entry: %s", why);
+    /* The path is shown escaped: the reason stays one line. */
+    assert_null(strchr(why, '\n'));
+    jitop_free(why);
+    jitop_ctx_destroy(ctx);
+    free(odd); free(hdr); free(src); free(dir); free(cache);
+}
+
 static void test_cache_calls_check_arguments(void **state)
 {
     (void)state;
@@ -770,6 +852,8 @@ int main(void)
         cmocka_unit_test(test_use_stamp_only_when_not_recent),
         cmocka_unit_test(test_eviction_keeps_most_recently_used),
         cmocka_unit_test(test_list_gc_clean),
+        cmocka_unit_test(test_list_paths_with_newlines),
+        cmocka_unit_test(test_explain_newline_path_is_its_own_source),
         cmocka_unit_test(test_cache_calls_check_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

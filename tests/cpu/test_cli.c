@@ -641,6 +641,42 @@ static void test_ls_gc_clean(void **state)
     free(out);
 }
 
+/* A file name holding an escape sequence and a newline: plain output shows
+ * both as visible escapes (one line per result, nothing for the terminal to
+ * act on); JSON output has the exact name. */
+static void test_control_chars_escaped(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL;
+    free(jt_write(f->dir, "src/odd\033[31m\nname.cu", kernel_b));
+    const char *shown = "src/odd\\x1b[31m\\nname.cu";
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 'src/odd\033[31m\nname.cu'"), 0);
+    assert_null(strchr(out, '\033'));
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, shown));
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "explain --arch sm_90 'src/odd\033[31m\nname.cu'"), 0);
+    assert_null(strchr(out, '\033'));
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, shown));
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "ls"), 0);
+    assert_null(strchr(out, '\033'));
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, "odd\\x1b[31m\\nname.cu"));
+    free(out);
+    assert_int_equal(cli(f, 1, &out, "ls --json"), 0);
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, "odd\\u001b[31m\\nname.cu\""));
+    free(out);
+    /* A failure names the file the same way on stderr. */
+    free(jt_write(f->dir, "src/bad\033]0;x\a.cu", kernel_bad));
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 'src/bad\033]0;x\a.cu'"), 1);
+    assert_null(strchr(out, '\033'));
+    assert_non_null(strstr(out, "src/bad\\x1b]0;x\\x07.cu"));
+    free(out);
+}
+
 static void test_help(void **state)
 {
     fixture *f = *state;
@@ -723,6 +759,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress_on_terminal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_is_hit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ls_gc_clean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_control_chars_escaped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_usage_errors, setup, teardown),
