@@ -140,6 +140,15 @@ struct jitop_ctx {
  * and no cache open yet (ctx->cache NULL). The cache room finishes it. */
 int jitop__ctx_new(const jitop_config *cfg, jitop_ctx **out);
 
+/* Parses a byte size ($JITOP_CACHE_MAX_SIZE): decimal digits with an
+ * optional fraction and an optional K, M, G or T (powers of 1024), then an
+ * optional "B" or "iB": "4096", "64K", "1.5G", "512MiB". A fraction must
+ * give whole bytes' worth (a fraction of a byte is refused, not rounded to
+ * 0, which callers read as "the default"). A negative size ("-1") gives -1:
+ * no cap. Hex, exponents, blanks, inf and nan are refused, as is anything
+ * at or above 2^63 bytes. JITOP_EINVAL (no message) on bad text. */
+int jitop__parse_size(const char *s, int64_t *out);
+
 /* Registers fn (once: a second call with the same fn is a no-op) to run at
  * jitop_ctx_destroy. Call with ctx->lock held. */
 int jitop__ctx_on_destroy(jitop_ctx *ctx, void (*fn)(jitop_ctx *ctx));

@@ -335,8 +335,9 @@ static void test_manifest_recent_mark_and_short_paths(void **state)
     free(h); free(dir); free(root);
 }
 
-/* $JITOP_CACHE_MAX_SIZE: sizes with suffixes, 0 for the default, and
- * nothing an int64_t cannot hold. */
+/* $JITOP_CACHE_MAX_SIZE: sizes with suffixes, 0 for the default, a
+ * negative size for no cap, and nothing an int64_t cannot hold or that is
+ * not a size written in decimal. */
 static void test_cache_max_size_env(void **state)
 {
     (void)state;
@@ -360,8 +361,26 @@ static void test_cache_max_size_env(void **state)
         {"1e300", JITOP_EINVAL, 0},
         {"inf", JITOP_EINVAL, 0},
         {"nan", JITOP_EINVAL, 0},
-        {"-1", JITOP_EINVAL, 0},
+        {"-1", JITOP_OK, -1}, /* negative: no cap, as for cache_max_size */
+        {"-2G", JITOP_OK, -1},
+        {"-0", JITOP_EINVAL, 0},
         {"12X", JITOP_EINVAL, 0},
+        {"4096", JITOP_OK, 4096},
+        {"100B", JITOP_OK, 100},
+        {"512MiB", JITOP_OK, (int64_t)512 << 20},
+        {"1.5G", JITOP_OK, (int64_t)3 << 29},
+        {"0.5K", JITOP_OK, 512},
+        {"0x10", JITOP_EINVAL, 0},   /* hex is not a size (strtod read it as 16) */
+        {"0.5", JITOP_EINVAL, 0},    /* half a byte: not 0, which means the default */
+        {"1.5", JITOP_EINVAL, 0},
+        {"0.0001K", JITOP_EINVAL, 0}, /* rounds to no byte at all */
+        {"1e3", JITOP_EINVAL, 0},
+        {" 1G", JITOP_EINVAL, 0},
+        {"1G ", JITOP_EINVAL, 0},
+        {".5K", JITOP_EINVAL, 0},
+        {"1.K", JITOP_EINVAL, 0},
+        {"1.0000000001G", JITOP_EINVAL, 0},
+        {"18446744073709551616", JITOP_EINVAL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(setenv("JITOP_CACHE_MAX_SIZE", cases[i].value, 1), 0);
