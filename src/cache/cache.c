@@ -22,19 +22,18 @@ void jitop__cache_vlog(const jitop__cache *c, const char *fmt, ...)
     jitop__log(NULL, "%s", msg);
 }
 
-/* Switches to keeping new files in memory, with one warning per cache. */
+/* Switches to keeping new files in memory. The first reason is kept for
+ * the warning that jitop__cache_mem_put gives (a failed copy only makes
+ * that warning name the root instead). */
 void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err)
 {
     pthread_mutex_lock(&c->lock);
     c->readonly = true;
-    bool warn = !c->warned;
-    c->warned = true;
+    if (!c->ro_path) {
+        c->ro_path = jitop__strdup(path);
+        c->ro_err = err;
+    }
     pthread_mutex_unlock(&c->lock);
-    if (warn)
-        fprintf(stderr,
-                "jitop: warning: cannot write to the cache at %s (%s): compiled binaries are kept "
-                "in memory for this process only\n",
-                path, strerror(err));
 }
 
 bool jitop__cache_is_readonly(jitop__cache *c)
@@ -70,7 +69,17 @@ void jitop__cache_mem_put(jitop__cache *c, const char name[33], bool manifest,
     }
     it->next = c->items;
     c->items = it;
+    bool warn = !manifest && !c->warned;
+    c->warned = c->warned || warn;
+    /* ro_path is set once and freed only with the cache. */
+    const char *path = c->ro_path ? c->ro_path : c->root;
+    int err = c->ro_err;
     pthread_mutex_unlock(&c->lock);
+    if (warn)
+        fprintf(stderr,
+                "jitop: warning: cannot write to the cache at %s (%s): compiled binaries are kept "
+                "in memory for this process only\n",
+                path, strerror(err));
 }
 
 /* A copy of a memory item's bytes (NULL, *found false when absent). */
@@ -188,6 +197,7 @@ void jitop__cache_close(jitop__cache *c)
         return;
     jitop__cache_mem_clear(c);
     pthread_mutex_destroy(&c->lock);
+    free(c->ro_path);
     free(c->root);
     free(c->vdir);
     free(c);
@@ -414,6 +424,20 @@ int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e)
      * one stat per entry. A failure only leaves the cache over its cap. */
     if (c->max_size >= 0) {
         int64_t freed = 0;
+        /* A cap below one entry evicts every entry right after its write:
+         * nothing would be reused by the next process, and without a word
+         * that looks like a cache that never hits. */
+        pthread_mutex_lock(&c->lock);
+        bool warn = (int64_t)b.n > c->max_size && !c->cap_warned;
+        c->cap_warned = c->cap_warned || warn;
+        pthread_mutex_unlock(&c->lock);
+        if (warn)
+            fprintf(stderr,
+                    "jitop: warning: the cache cap (%lld bytes: JITOP_CACHE_MAX_SIZE or "
+                    "cache_max_size) is smaller than the entry just written (%zu bytes, key %s): "
+                    "each entry is evicted right after it is written and never reused; raise "
+                    "the cap\n",
+                    (long long)c->max_size, b.n, key);
         if (jitop__cache_evict(c, c->max_size, false, &freed) != JITOP_OK)
             jitop__cache_vlog(c, "cache: eviction failed: %s", jitop_errmsg(NULL));
         jitop__clear_error();

@@ -47,9 +47,16 @@ struct jitop__cache {
     char *vdir; /* root/v<F> */
     int64_t max_size; /* negative: no cap */
     int verbose;
-    pthread_mutex_t lock; /* guards readonly, warned and items */
+    pthread_mutex_t lock; /* guards readonly, ro_*, the warned flags and items */
     bool readonly;        /* writes go to items; reads still try the disk */
+    /* Why the cache went read-only: the first path that could not be
+     * written and its errno. The warning waits for the first binary kept in
+     * memory: a process that only reads (jitop ls, explain, a warm load
+     * from a prewarmed read-only cache) has nothing to be warned about. */
+    char *ro_path;
+    int ro_err;
     bool warned;
+    bool cap_warned; /* the cap is smaller than an entry: said once */
     struct jitop__mem_item *items;
 };
 
@@ -124,7 +131,8 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
                               unsigned char **data, size_t *len, uint32_t *file_flags,
                               bool *found);
 
-/* Read-only mode and the in-memory fallback (cache.c). */
+/* Read-only mode and the in-memory fallback (cache.c). Going read-only
+ * says nothing; keeping the first entry in memory warns, once. */
 void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err);
 bool jitop__cache_is_readonly(jitop__cache *c);
 void jitop__cache_mem_put(jitop__cache *c, const char name[33], bool manifest,

@@ -500,6 +500,19 @@ static int unwritable_child(const char *cache, const char *src)
     int code = 0;
     if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK)
         return 10;
+    /* What only reads (jitop ls, jitop explain) writes nothing, so it has
+     * nothing to warn about: the parent checks that no warning comes before
+     * the marker. */
+    int listed = 0, hit = 0;
+    char *why = NULL;
+    if (jitop_cache_list(ctx, count_cb, &listed) != JITOP_OK || listed != 1)
+        code = 16;
+    else if (jitop_explain(ctx, src, NULL, o2, 1, NULL, 0, &hit, &why) != JITOP_OK || hit)
+        code = 17;
+    jitop_free(why);
+    fputs("-- reads done\n", stderr);
+    if (code)
+        goto out;
     /* Prewarmed before the directory turned read-only: read from disk. */
     int n = 0;
     if (jitop_build(ctx, src, NULL, o1, 1, NULL, 0, &r) != JITOP_OK || !r.cached)
@@ -513,6 +526,7 @@ static int unwritable_child(const char *cache, const char *src)
         code = 14;
     else if (jitop_cache_list(ctx, count_cb, &n) != JITOP_OK || n != 3)
         code = 15;
+out:
     jitop_ctx_destroy(ctx);
     return code;
 }
@@ -564,9 +578,13 @@ static void test_unwritable_cache_still_works(void **state)
     }
     if (WEXITSTATUS(ws) != 0)
         fail_msg("child failed at step %d; stderr:\n%s", WEXITSTATUS(ws), log);
-    /* One warning, naming the directory. */
-    char *first = strstr(log, "warning");
+    /* One warning, naming the directory, and only once something had to be
+     * kept in memory. */
+    char *first = strstr(log, "warning"), *reads = strstr(log, "-- reads done");
     assert_non_null(first);
+    assert_non_null(reads);
+    if (first < reads)
+        fail_msg("a warning before anything was written: %s", log);
     assert_null(strstr(first + 1, "warning"));
     assert_non_null(strstr(log, cache));
     /* Nothing was written. */
@@ -683,6 +701,82 @@ static void test_eviction_keeps_most_recently_used(void **state)
     assert_true(exists(eb));
     jitop_ctx_destroy(ctx);
     free(ea); free(eb); free(ec); free(pe); free(scratch); free(src); free(dir); free(cache);
+}
+
+/* Sends stderr to a temporary file until capture_end, which returns what
+ * was written (malloc'd). */
+struct capture {
+    int saved;
+    char path[64];
+};
+
+static void capture_start(struct capture *c)
+{
+    snprintf(c->path, sizeof c->path, "/tmp/jitop-stderr-XXXXXX");
+    int fd = mkstemp(c->path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    c->saved = dup(2);
+    assert_true(c->saved >= 0);
+    assert_int_equal(dup2(fd, 2), 2);
+    close(fd);
+}
+
+static char *capture_end(struct capture *c)
+{
+    fflush(stderr);
+    assert_int_equal(dup2(c->saved, 2), 2);
+    close(c->saved);
+    char *text = jt_read(c->path);
+    unlink(c->path);
+    return text;
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* A cap smaller than one entry evicts every entry right after its write:
+ * said once per context, verbose or not, naming both sizes. */
+static void test_cap_below_one_entry_warns_once(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    for (int verbose = 0; verbose <= 1; verbose++) {
+        char *cache = jt_tmpdir();
+        jitop_config cfg;
+        jitop_config_init(&cfg);
+        cfg.cache_dir = cache;
+        cfg.arch = "sm_90";
+        cfg.compile_only = 1;
+        cfg.cache_max_size = 100;
+        cfg.verbose = verbose;
+        jitop_ctx *ctx = NULL;
+        assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+        struct capture cap;
+        capture_start(&cap);
+        jitop_build_result a = build_v(ctx, src, 1);
+        jitop_build_result b = build_v(ctx, src, 2);
+        char *err = capture_end(&cap);
+        assert_int_equal(a.cached, 0);
+        assert_int_equal(b.cached, 0);
+        if (count_of(err, "is smaller than the entry") != 1)
+            fail_msg("verbose %d: expected one warning about the cap:\n%s", verbose, err);
+        assert_non_null(strstr(err, "cache cap (100 bytes"));
+        /* The cap still holds: both entries went. */
+        char *ea = entry_file(cache, a.key), *eb = entry_file(cache, b.key);
+        assert_false(exists(ea));
+        assert_false(exists(eb));
+        free(ea); free(eb); free(err);
+        jitop_ctx_destroy(ctx);
+        free(cache);
+    }
+    free(src); free(dir);
 }
 
 struct listed {
@@ -870,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_uncreatable_root_keeps_binaries_in_memory),
         cmocka_unit_test(test_use_stamp_only_when_not_recent),
         cmocka_unit_test(test_eviction_keeps_most_recently_used),
+        cmocka_unit_test(test_cap_below_one_entry_warns_once),
         cmocka_unit_test(test_list_gc_clean),
         cmocka_unit_test(test_list_paths_with_newlines),
         cmocka_unit_test(test_explain_newline_path_is_its_own_source),
