@@ -426,11 +426,17 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
     *found = false;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        if (errno == ENOENT)
+        int e = errno;
+        struct stat lst;
+        if (e == ENOENT)
             return JITOP_OK;
-        if (errno == ELOOP)
+        if (e == ELOOP)
             return jitop__fail(JITOP_EUNSAFE, "cache file %s is a symbolic link: refused", path);
-        return jitop__fail(JITOP_EIO, "cache: open %s: %s", path, strerror(errno));
+        /* Another user's file (mode 0600) cannot even be opened: that is
+         * the unsafe cache the check below names, not an I/O error. */
+        if ((e == EACCES || e == EPERM) && lstat(path, &lst) == 0 && lst.st_uid != geteuid())
+            return jitop__cache_check_safe(path, &lst);
+        return jitop__fail(JITOP_EIO, "cache: open %s: %s", path, strerror(e));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,6 +459,72 @@ static void test_unsafe_caches_refused(void **state)
     assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_EUNSAFE);
     assert_int_equal(chmod(vdir, 0700), 0);
     free(edir); free(entry); free(src); free(dir); free(foreign); free(root);
+}
+
+/* An entry or manifest owned by another user, mode 0600: this user cannot
+ * even open it. That is an unsafe cache (JITOP_EUNSAFE, naming the owner),
+ * not an I/O error. Needs root to make a file of another user's: the files
+ * are given to nobody, and a child running as nobody reads them. */
+static void test_foreign_files_are_unsafe_not_eio(void **state)
+{
+    (void)state;
+    struct passwd *pw = getpwnam("nobody");
+    if (geteuid() != 0 || !pw || pw->pw_uid == 0) {
+        print_message("SKIP: needs root and a user nobody to make another user's cache file\n");
+        skip();
+    }
+    uid_t uid = pw->pw_uid;
+    gid_t gid = pw->pw_gid;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result r = build_v(ctx, src, 1);
+    jitop__unit u;
+    const char *opts[] = {"-DV=1"};
+    assert_int_equal(jitop__unit_init(&u, src, NULL, opts, 1, NULL, 0, "sm_90"), JITOP_OK);
+    char id[33];
+    jitop__manifest_id(&u, id);
+    jitop__unit_free(&u);
+    jitop_ctx_destroy(ctx);
+    /* The whole cache becomes nobody's, but for the entry and manifest. */
+    char cmd[8192], manifest[4200];
+    snprintf(manifest, sizeof manifest, "%s/v%d/manifests/%.2s/%s", cache, JITOP__FORMAT_VERSION,
+             id, id);
+    char *entry = entry_file(cache, r.key);
+    snprintf(cmd, sizeof cmd, "chown -R %u:%u '%s' && chown 0:0 '%s' '%s'", (unsigned)uid,
+             (unsigned)gid, cache, entry, manifest);
+    assert_int_equal(jt_run(cmd, NULL), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int code = 0;
+        jitop__cache *c = NULL;
+        jitop__entry e;
+        jitop__deps deps;
+        char key[33];
+        bool found = true;
+        if (setgid(gid) != 0 || setuid(uid) != 0)
+            code = 10;
+        else if (jitop__cache_open(cache, -1, 0, &c) != JITOP_OK)
+            code = 11;
+        else if (jitop__cache_get(c, r.key, &e, &found) != JITOP_EUNSAFE)
+            code = 12;
+        else if (!strstr(jitop_errmsg(NULL), "owned by uid 0"))
+            code = 13;
+        else if (jitop__manifest_get(c, id, &deps, key, &found) != JITOP_EUNSAFE)
+            code = 14;
+        if (code >= 12)
+            fprintf(stderr, "%s\n", jitop_errmsg(NULL));
+        jitop__cache_close(c);
+        free(entry); free(src); free(dir); free(cache);
+        _exit(code);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    if (WEXITSTATUS(ws) != 0)
+        fail_msg("child (uid %u) failed at step %d", (unsigned)uid, WEXITSTATUS(ws));
+    free(entry); free(src); free(dir); free(cache);
 }
 
 /* Makes dir unwritable for the calling process, for real: as root (CI),
@@ -960,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_manifest_recent_mark_and_short_paths),
         cmocka_unit_test(test_cache_max_size_env),
         cmocka_unit_test(test_unsafe_caches_refused),
+        cmocka_unit_test(test_foreign_files_are_unsafe_not_eio),
         cmocka_unit_test(test_unwritable_cache_still_works),
         cmocka_unit_test(test_uncreatable_root_keeps_binaries_in_memory),
         cmocka_unit_test(test_use_stamp_only_when_not_recent),
