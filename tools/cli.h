@@ -110,8 +110,10 @@ void jitop_cli_build_args_free(struct jitop_cli_build_args *a);
 
 /* Fills a->archs when empty: $JITOP_ARCH (a comma-separated list too), else
  * the arch of GPU 0 through the driver (only then is the driver opened).
- * Returns JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE after printing an error
- * that says how to choose one (--arch sm_90 or JITOP_ARCH). */
+ * Then drops repeated archs (keeping the first) and checks each one's form
+ * (sm_NN, compute_NN). Returns JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE
+ * after printing an error that names the arch or says how to choose one
+ * (--arch sm_90 or JITOP_ARCH). */
 int jitop_cli_resolve_archs(const char *cmd, struct jitop_cli_build_args *a);
 
 /* A context for compiling and cache work that never opens the driver, with
@@ -156,6 +158,14 @@ int jitop_cli_parse_size(const char *s, int64_t *out);
  * out in order. 0, or an errno value when nothing could be run. */
 int jitop_cli_pool_run(size_t ntasks, int nworkers, void (*run)(void *user, size_t task),
                        void *user);
+
+/* For build and explain where something must be compiled: whether NVRTC
+ * compiles for each arch of archs[0..n-1] (duplicates allowed). Prints
+ * "jitop CMD: arch ... is not one this NVRTC compiles for; it supports ..."
+ * once per arch it does not, and returns JITOP_CLI_EXIT_USAGE then.
+ * Loads NVRTC: call it only when a compile is due. Where NVRTC cannot be
+ * loaded, says nothing (the compile reports it) and returns OK. */
+int jitop_cli_check_archs(const char *cmd, const char *const *archs, size_t n);
 
 /* The help of one command ("build", "explain", "watch", "ls", "gc",
  * "clean", "help", or NULL for the overview) on f. 0, or -1 for an unknown

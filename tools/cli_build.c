@@ -4,16 +4,17 @@
  * jitop_cli_units), built into the cache or explained.
  *
  * A no-op build must cost a few milliseconds for the whole process, so the
- * pairs are first asked, on the main thread, whether they would hit
- * (jitop__build_would_hit: the stat fast path, no file read when nothing
+ * pairs are first built, on the main thread, only if they hit
+ * (jitop__build_if_cached: the stat fast path, no file read when nothing
  * changed, one hashing pass when the stat data does not vouch; unlike
- * jitop_explain it never walks the cache to say why a pair would miss);
- * hits are then taken from the cache right there, and worker threads start
- * only for the pairs that need NVRTC.
+ * jitop_explain it never walks the cache to say why a pair would miss),
+ * and worker threads start only for the pairs that need NVRTC. A hit's
+ * reported time is that whole call, hashing included; a compile's includes
+ * the check that found it missing.
  */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__build_would_hit, jitop__now_ms: the CLI links the static library */
+#include "build/build.h" /* jitop__build_if_cached, jitop__now_ms: the CLI links the static library */
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,6 +27,9 @@ typedef struct job {
     int status;              /* JITOP_OK, or the jitop_build failure */
     jitop_build_result res;
     char *error;             /* jitop_errmsg of a failure, malloc'd */
+    double check_ms;         /* the hit check that found it missing */
+    int hit;                 /* build: built by the hit check; explain: would hit */
+    char *why;               /* explain's answer (jitop_free) */
 } job;
 
 typedef struct build_run {
@@ -157,6 +161,7 @@ static void build_job(build_run *r, job *j)
         memset(&j->res, 0, sizeof j->res);
         j->res.ms = jitop__now_ms() - t0;
     }
+    j->res.ms += j->check_ms;
 }
 
 static void draw_progress(build_run *r)
@@ -244,17 +249,40 @@ int jitop_cli_build(int argc, char **argv)
     for (size_t i = 0; i < r.njobs; i++) {
         job *j = &r.jobs[i];
         bool hit = false;
-        int st = jitop__build_would_hit(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
-                                        names_of(j), nnames_of(j), &hit);
-        if (st != JITOP_OK || !hit) {
-            r.todo[r.ntodo++] = i;
+        jitop_build_result res;
+        int st = jitop__build_if_cached(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
+                                        names_of(j), nnames_of(j), &hit, &res);
+        if (st == JITOP_OK && hit) {
+            j->status = JITOP_OK;
+            j->res = res;
+            j->hit = 1;
             continue;
         }
-        build_job(&r, j);
+        j->check_ms = st == JITOP_OK ? res.ms : 0;
+        r.todo[r.ntodo++] = i;
+    }
+    /* An arch this NVRTC does not compile for is a usage error, said once
+     * for the command rather than once per file. Asked only when something
+     * is to be compiled: it loads NVRTC, which a no-op build never does. */
+    if (r.ntodo > 0) {
+        const char **archs = calloc(r.ntodo, sizeof *archs);
+        if (!archs) {
+            fprintf(stderr, "jitop build: out of memory\n");
+            rc = JITOP_CLI_EXIT_FAIL;
+            goto out;
+        }
+        for (size_t t = 0; t < r.ntodo; t++)
+            archs[t] = r.jobs[r.todo[t]].arch;
+        rc = jitop_cli_check_archs("build", archs, r.ntodo);
+        free(archs);
+        if (rc != JITOP_CLI_EXIT_OK)
+            goto out;
+    }
+    for (size_t i = 0; i < r.njobs; i++) {
+        if (!r.jobs[i].hit)
+            continue;
         r.shown++;
-        if (j->status != JITOP_OK)
-            r.failed++;
-        print_result(&r, j);
+        print_result(&r, &r.jobs[i]);
     }
 
     int jobs = a.jobs > 0 ? a.jobs : jitop_cli_default_jobs();
@@ -337,28 +365,51 @@ int jitop_cli_explain(int argc, char **argv)
         goto out;
     if ((rc = make_jobs("explain", &files, &a, &jobs, &njobs)) != JITOP_CLI_EXIT_OK)
         goto out;
+    /* Every answer first: a miss for an arch this NVRTC does not compile
+     * for ("never built") is a usage error, said once instead. */
+    const char **missed = calloc(njobs ? njobs : 1, sizeof *missed);
+    size_t nmissed = 0;
+    if (!missed) {
+        fprintf(stderr, "jitop explain: out of memory\n");
+        rc = JITOP_CLI_EXIT_FAIL;
+        goto out;
+    }
     for (size_t i = 0; i < njobs; i++) {
-        int hit = 0;
-        char *why = NULL;
-        int st = jitop_explain(ctx, jobs[i].file, jobs[i].arch, opts_of(&a), a.options.n,
-                               names_of(&jobs[i]), nnames_of(&jobs[i]), &hit, &why);
-        if (st != JITOP_OK) {
+        job *j = &jobs[i];
+        j->status = jitop_explain(ctx, j->file, j->arch, opts_of(&a), a.options.n, names_of(j),
+                                  nnames_of(j), &j->hit, &j->why);
+        if (j->status != JITOP_OK) {
+            const char *msg = jitop_errmsg(ctx);
+            j->error = strdup(msg && *msg ? msg : jitop_strerror(j->status));
+        } else if (!j->hit) {
+            missed[nmissed++] = j->arch;
+        }
+    }
+    if (nmissed > 0)
+        rc = jitop_cli_check_archs("explain", missed, nmissed);
+    free(missed);
+    for (size_t i = 0; rc != JITOP_CLI_EXIT_USAGE && i < njobs; i++) {
+        const job *j = &jobs[i];
+        if (j->status != JITOP_OK) {
             fputs("jitop explain: ", stderr);
-            jitop_cli_text_unit(stderr, jobs[i].file, jobs[i].arch, NULL);
-            fprintf(stderr, ": %s: ", jitop_strerror(st));
-            jitop_cli_text(stderr, jitop_errmsg(ctx), 1);
+            jitop_cli_text_unit(stderr, j->file, j->arch, NULL);
+            fprintf(stderr, ": %s: ", jitop_strerror(j->status));
+            jitop_cli_text(stderr, j->error ? j->error : "", 1);
             fputc('\n', stderr);
             rc = JITOP_CLI_EXIT_FAIL;
         } else {
-            print_explain(&a, &jobs[i], hit, why);
+            print_explain(&a, j, j->hit, j->why);
         }
-        jitop_free(why);
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
         perror("jitop explain: stdout");
         rc = JITOP_CLI_EXIT_FAIL;
     }
 out:
+    for (size_t i = 0; i < njobs; i++) {
+        jitop_free(jobs[i].why);
+        free(jobs[i].error);
+    }
     free(jobs);
     jitop_ctx_destroy(ctx);
     jitop_cli_strs_free(&files);

@@ -13,6 +13,14 @@
 
 void (*jitop__after_compile_hook)(const char *source);
 void (*jitop__before_compile_hook)(const char *source);
+void (*jitop__after_scan_hook)(const char *source);
+
+/* What build_unit does when the stat fast path does not find the binary. */
+enum build_mode {
+    BUILD_FULL,        /* scan, key, cache, compile on a miss */
+    BUILD_DEFER,       /* the same, but a fast-path hit is only marked used */
+    BUILD_CACHED_ONLY, /* scan, key, cache; a miss returns with nothing built */
+};
 
 /* The line before + s + after, with s escaped (jitop__escape): explain's
  * text is one reason per line, and a newline in a path, an option or a name
@@ -205,8 +213,9 @@ static int names_mentioned(const jitop__unit *u, const char *text)
 }
 
 /* The slow path: scan, key, cache, then lock, check again, compile. */
-static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
-                      const jitop__deps *mdeps, const char *mkey, jitop__built *out)
+static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
+                      const char id[33], const jitop__deps *mdeps, const char *mkey,
+                      jitop__built *out)
 {
     int status = JITOP_OK, lock_fd = -1;
     jitop__deps deps = {0};
@@ -218,6 +227,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         status = jitop__deps_scan(u, &deps, &text);
         if (status != JITOP_OK)
             goto out;
+        if (jitop__after_scan_hook)
+            jitop__after_scan_hook(u->source_name);
         jitop__cache_key(u, &deps, out->key);
         status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
         if (status != JITOP_OK)
@@ -228,6 +239,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                            out->key);
             break;
         }
+        if (mode == BUILD_CACHED_ONLY)
+            goto out; /* a miss: out->cached stays false, nothing is built */
         status = names_mentioned(u, text);
         if (status == JITOP_OK)
             status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
@@ -294,7 +307,8 @@ out:
     return status;
 }
 
-static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__built *out)
+static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
+                      jitop__built *out)
 {
     double t0 = jitop__now_ms();
     int status = JITOP_OK;
@@ -320,13 +334,13 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__b
          * key is recomputed from the manifest's hashes, so that it follows
          * the NVRTC version and the unit, not what the manifest claims. */
         jitop__cache_key(u, &mdeps, out->key);
-        status = defer ? jitop__cache_touch(ctx->cache, out->key, &found)
+        status = mode == BUILD_DEFER ? jitop__cache_touch(ctx->cache, out->key, &found)
                        : jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
         if (status != JITOP_OK)
             goto out;
         if (found) {
             out->cached = true;
-            out->deferred = defer;
+            out->deferred = mode == BUILD_DEFER;
             out->deps = mdeps;
             memset(&mdeps, 0, sizeof mdeps);
             goto out;
@@ -334,7 +348,7 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__b
     } else if (why) {
         jitop__log(ctx, "%s: %s", u->source_name, why);
     }
-    status = build_slow(ctx, u, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, out);
+    status = build_slow(ctx, u, mode, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, out);
 out:
     if (status != JITOP_OK)
         jitop__built_free(out);
@@ -346,12 +360,12 @@ out:
 
 int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 {
-    return build_unit(ctx, u, false, out);
+    return build_unit(ctx, u, BUILD_FULL, out);
 }
 
 int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 {
-    return build_unit(ctx, u, true, out);
+    return build_unit(ctx, u, BUILD_DEFER, out);
 }
 
 int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
@@ -372,7 +386,7 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
     }
     if (!found) {
         jitop__built_free(out);
-        return build_unit(ctx, u, false, out);
+        return build_unit(ctx, u, BUILD_FULL, out);
     }
     out->cached = true;
     out->ms = jitop__now_ms() - t0;
@@ -494,19 +508,28 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
     return status;
 }
 
-int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
+int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
-                           const char *const *names, size_t nnames, bool *hit)
+                           const char *const *names, size_t nnames, bool *hit,
+                           jitop_build_result *result)
 {
+    double t0 = jitop__now_ms();
     jitop__unit u;
-    struct probe p;
+    jitop__built b;
     *hit = false;
     int status = public_unit(ctx, "jitop build", path, arch, options, noptions, names, nnames, &u);
     if (status != JITOP_OK)
         return status;
-    status = probe_unit(ctx, &u, &p);
-    *hit = status == JITOP_OK && p.found;
-    probe_free(&p);
+    status = build_unit(ctx, &u, BUILD_CACHED_ONLY, &b);
+    if (status == JITOP_OK) {
+        *hit = b.cached;
+        memset(result, 0, sizeof *result);
+        result->cached = b.cached;
+        if (b.cached)
+            memcpy(result->key, b.key, sizeof result->key);
+        result->ms = jitop__now_ms() - t0;
+        jitop__built_free(&b);
+    }
     jitop__unit_free(&u);
     return status;
 }
