@@ -249,7 +249,7 @@ static int serialize_entry(const char key[33], const jitop__entry *e, struct jit
 const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, size_t n,
                                      uint32_t flags, jitop__entry *e)
 {
-    struct jitop__rbuf r = {*bufp, n, JITOP__FILE_HEADER_SIZE, false};
+    struct jitop__rbuf r = {*bufp, n, JITOP__FILE_HEADER_SIZE, n < JITOP__FILE_HEADER_SIZE};
     const char *why = NULL;
     memset(e, 0, sizeof *e);
     char *stored_key = jitop__rb_str(&r);

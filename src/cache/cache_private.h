@@ -148,6 +148,12 @@ int jitop__cache_entry_read(jitop__cache *c, const char key[33], int flags, jito
 const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, size_t n,
                                      uint32_t flags, jitop__entry *e);
 
+/* Parses a checked manifest file (len bytes, header included): its deps
+ * and the key they gave. *valid false (deps empty) when the payload is
+ * malformed; an error only on ENOMEM (cache_manifest.c). */
+int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
+                          char key[33], bool *valid);
+
 /* Removes least-recently-used entries until the rest fit in cap (negative:
  * no cap); in gc mode invalid entries and stale temporary files too
  * (cache_walk.c). */

@@ -17,37 +17,15 @@ static char *manifest_dir(const jitop__cache *c, const char id[33])
     return jitop__sprintf("%s/manifests/%.2s", c->vdir, id);
 }
 
-int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, char key[33],
-                        bool *found)
+int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
+                          char key[33], bool *valid)
 {
     int status = JITOP_OK;
-    unsigned char *data = NULL;
-    size_t len = 0;
-    uint32_t flags = 0;
-    char *path = NULL, *stored_key = NULL;
-    bool have = false;
+    char *stored_key = NULL;
     jitop__deps d = {0};
-    *found = false;
+    *valid = false;
     memset(deps, 0, sizeof *deps);
-    status = jitop__cache_mem_get(c, id, true, &data, &len, &have);
-    if (status != JITOP_OK)
-        goto out;
-    if (have) {
-        if (jitop__file_check(data, len, JITOP__MANIFEST_MAGIC, &flags))
-            goto out;
-    } else {
-        path = jitop__sprintf("%s/manifests/%.2s/%s", c->vdir, id, id);
-        if (!path) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-        status = jitop__cache_read_checked(c, path, JITOP__MANIFEST_MAGIC,
-                                           JITOP__READ_REMOVE_INVALID, &data, &len, &flags,
-                                           &have);
-        if (status != JITOP_OK || !have)
-            goto out;
-    }
-    struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, false};
+    struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, len < JITOP__FILE_HEADER_SIZE};
     stored_key = jitop__rb_str(&r);
     uint32_t n = jitop__rb_u32(&r);
     if (!r.bad && n <= (len - r.off) / DEP_RECORD_MIN) {
@@ -72,17 +50,51 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
         dep->dev = jitop__rb_u64(&r);
         dep->hash = jitop__rb_hash(&r);
     }
-    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32) {
-        jitop__cache_vlog(c, "cache: manifest %s is malformed: ignored", id);
+    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32)
         goto out;
-    }
     memcpy(key, stored_key, 33);
     *deps = d;
     memset(&d, 0, sizeof d);
-    *found = true;
+    *valid = true;
 out:
     jitop__deps_free(&d);
     free(stored_key);
+    return status;
+}
+
+int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, char key[33],
+                        bool *found)
+{
+    int status = JITOP_OK;
+    unsigned char *data = NULL;
+    size_t len = 0;
+    uint32_t flags = 0;
+    char *path = NULL;
+    bool have = false;
+    *found = false;
+    memset(deps, 0, sizeof *deps);
+    status = jitop__cache_mem_get(c, id, true, &data, &len, &have);
+    if (status != JITOP_OK)
+        goto out;
+    if (have) {
+        if (jitop__file_check(data, len, JITOP__MANIFEST_MAGIC, &flags))
+            goto out;
+    } else {
+        path = jitop__sprintf("%s/manifests/%.2s/%s", c->vdir, id, id);
+        if (!path) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        status = jitop__cache_read_checked(c, path, JITOP__MANIFEST_MAGIC,
+                                           JITOP__READ_REMOVE_INVALID, &data, &len, &flags,
+                                           &have);
+        if (status != JITOP_OK || !have)
+            goto out;
+    }
+    status = jitop__manifest_parse(data, len, deps, key, found);
+    if (status == JITOP_OK && !*found)
+        jitop__cache_vlog(c, "cache: manifest %s is malformed: ignored", id);
+out:
     free(data);
     free(path);
     return status;
