@@ -11,9 +11,11 @@ DESTDIR ?=
 # Extra prefix holding headers and libraries unpacked from .deb files (the
 # GPU machine has no apt): $(DEPS_PREFIX)/usr/include, .../usr/lib/x86_64-linux-gnu.
 DEPS_PREFIX ?=
-# SAN=1 builds everything with ASan+UBSan into build-san/.
+# SAN=1 builds everything with ASan+UBSan into build-san/; TSAN=1 with
+# ThreadSanitizer into build-tsan/ (make test TSAN=1: the CPU suite under it).
 SAN ?=
-BUILD ?= $(if $(SAN),build-san,build)
+TSAN ?=
+BUILD ?= $(if $(SAN),build-san,$(if $(TSAN),build-tsan,build))
 
 # The release version, read from include/jitop.h (JITOP_VERSION_MAJOR,
 # _MINOR, _PATCH), its one source of truth. SOVERSION is the ABI's, bumped
@@ -28,7 +30,8 @@ SOVERSION := 0
 CC ?= cc
 comma := ,
 OPT ?= -O2
-SAN_FLAGS := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+SAN_FLAGS := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) \
+	$(if $(TSAN),-fsanitize=thread -fno-omit-frame-pointer)
 DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
 DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(comma)-rpath$(comma)$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu)
 
@@ -58,7 +61,7 @@ STATIC := $(BUILD)/libjitop.a
 SHARED := $(BUILD)/libjitop.so.$(VERSION)
 CLI := $(BUILD)/jitop
 
-.PHONY: all deps test test-gpu valgrind stress demo bench install uninstall clean
+.PHONY: all deps test test-gpu valgrind stress fuzz fuzz-seeds demo bench install uninstall clean
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 
 # Checks (and on Debian as root installs) the build dependencies; valgrind
@@ -123,12 +126,16 @@ $(FLOCK_SHIM): tests/shim/flock_fail.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 $(BUILD)/tests/cpu/test_cache_safety: $(FLOCK_SHIM)
 
+# Under TSAN=1 every report fails the program that made it (exit 66), the
+# CLI's runs included; tests/tsan.supp lists the documented false positives.
+TSAN_ENV := $(if $(TSAN),TSAN_OPTIONS="suppressions=$(abspath tests/tsan.supp) second_deadlock_stack=1 $$TSAN_OPTIONS")
+
 # The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed". First
 # the rooms check (scripts/check-rooms.sh: src/'s includes and calls go one
 # way, bottom to top; under a second).
 test: deps all $(CPU_TESTS)
 	@scripts/check-rooms.sh $(BUILD)/obj/src
-	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS)
+	@$(TSAN_ENV) JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS)
 
 # The GPU suite: skips (SKIP lines) where no driver is found.
 test-gpu: deps all $(GPU_TESTS)
@@ -147,6 +154,42 @@ STRESS_PROCS ?= 8
 STRESS_SECONDS ?= 60
 stress: all $(BUILD)/tests/stress/stress
 	@$(BUILD)/tests/stress/stress $(STRESS_PROCS) $(STRESS_SECONDS)
+
+# libFuzzer targets (tests/fuzz/fuzz_*.c): the library and each target built
+# with clang -fsanitize=fuzzer,address,undefined into build-fuzz/, then each
+# run for FUZZ_SECONDS from its seeds in tests/fuzz/corpus/<target>/ (what it
+# learns goes to build-fuzz/corpus/<target>/, a crash to build-fuzz/crashes/).
+# Fails when a target crashes, leaks or times out.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build-fuzz
+FUZZ_FLAGS := -std=c11 -O1 -g -Wall -Wextra -Werror -pthread -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+
+$(FUZZ_BUILD)/obj/src/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined $(LIB_CFLAGS) \
+	  -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/libjitop.a: $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libjitop.a
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined \
+	  $(DEPS_LIB) -o $@ $< $(FUZZ_BUILD)/libjitop.a $(LDLIBS)
+
+fuzz: $(FUZZ_TARGETS)
+	@tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_TARGETS)
+
+# Rewrites the seeds that jitop itself makes (entries, manifests, a cubin)
+# into tests/fuzz/corpus/: after a format change, so that they parse again.
+fuzz-seeds: all
+	@mkdir -p $(BUILD)/tests/fuzz
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/tests/fuzz/seeds tests/fuzz/seeds.c \
+	  $(STATIC) $(LDLIBS)
+	$(BUILD)/tests/fuzz/seeds tests/fuzz/corpus
 
 # The main job: runs the quickstart on a GPU; prewarms the cache without one.
 demo: deps all
@@ -176,6 +219,6 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/jitop
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan build-fuzz
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)

@@ -279,9 +279,9 @@ int main(int argc, char **argv)
     /* Hashed: another cache dir whose entry exists but whose manifest is
      * gone, so the key comes from reading and hashing every file. */
     for (int i = 0; i < a.reps; i++) {
-        char mdir[PATH_MAX + 64], cmd[PATH_MAX + 96];
-        snprintf(mdir, sizeof mdir, "%s/v1/manifests", cache);
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", mdir);
+        char cmd[PATH_MAX + 96];
+        /* v*: whatever the format version's directory is called. */
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'/v*/manifests", cache);
         if (system(cmd) != 0)
             break;
         jitop_build_result r;

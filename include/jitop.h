@@ -169,10 +169,19 @@ JITOP_API int jitop_explain(jitop_ctx *ctx, const char *path, const char *arch,
 typedef struct jitop_cache_entry_info {
     const char *key;      /* 32 hex digits */
     const char *arch;
-    const char *sources;  /* paths, separated by '\n' */
+    /* The files of source_list one per line (separated by '\n'), each with
+     * C-style escapes for backslash and control bytes (\\, \n, \t, \r,
+     * \xNN), so that a newline in a path cannot split it: for display and
+     * for older callers. A path without such bytes appears as it is. */
+    const char *sources;
     int64_t size;         /* bytes on disk */
     int64_t atime;        /* last use (to within a minute), seconds since the epoch */
     int64_t created;      /* seconds since the epoch */
+    /* The files the entry was built from, exactly: the source's absolute
+     * path ("inline:NAME" for jitop_load_inline text), then every header it
+     * includes. nsources strings. */
+    const char *const *source_list;
+    size_t nsources;
 } jitop_cache_entry_info;
 
 /* Calls fn once per valid entry in the cache (invalid entries are skipped).

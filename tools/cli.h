@@ -9,21 +9,25 @@
  *   cli_paths.c    PATH... to a sorted list of .cu files
  *   cli_arch.c     the default arch and the compile-only context
  *   cli_help.c     the help text of every command
- *   cli_json.c     JSON string escaping
+ *   cli_json.c     JSON string escaping, terminal-safe plain text
  *   cli_build.c    `jitop build` / `jitop explain`
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
  *   cmd_watch.c    `jitop watch`
  *
- * The CLI uses the public API (jitop.h) only, but for three files. It links
+ * The CLI uses the public API (jitop.h) only, but for four files. It links
  * the static library (libjitop.a), whose internal jitop__ symbols it can
  * reach (the shared library hides them), and these use what the public API
  * has no call for.
  * Privileged internal clients:
- *   cli_build.c    jitop__build_would_hit (build/build.h): asks whether a
- *                  unit would hit through the stat fast path on the main
- *                  thread, so that a no-op build starts no worker thread
+ *   cli_arch.c     jitop__arch_valid, jitop__nvrtc_check_arch
+ *                  (compile/compile.h): an arch NVRTC does not support is a
+ *                  usage error said once, before any file is compiled
+ *   cli_build.c    jitop__build_if_cached (build/build.h): serves a unit
+ *                  that hits from the cache on the main thread (its time
+ *                  covers its hashing), so that a no-op build starts no
+ *                  worker thread
  *   cli_units.c    jitop__read_file, jitop__mentions_template (base/base.h):
  *                  the runtime's own test of which source defines a
  *                  template, so that `jitop build` prewarms what jitop_op_get
@@ -129,8 +133,10 @@ void jitop_cli_build_args_free(struct jitop_cli_build_args *a);
 
 /* Fills a->archs when empty: $JITOP_ARCH (a comma-separated list too), else
  * the arch of GPU 0 through the driver (only then is the driver opened).
- * Returns JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE after printing an error
- * that says how to choose one (--arch sm_90 or JITOP_ARCH). */
+ * Then drops repeated archs (keeping the first) and checks each one's form
+ * (sm_NN, compute_NN). Returns JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE
+ * after printing an error that names the arch or says how to choose one
+ * (--arch sm_90 or JITOP_ARCH). */
 int jitop_cli_resolve_archs(const char *cmd, struct jitop_cli_build_args *a);
 
 /* A context for compiling and cache work that never opens the driver, with
@@ -155,6 +161,16 @@ int jitop_cli_default_jobs(void);
 void jitop_cli_json_str(FILE *f, const char *s);
 /* jitop_cli_json_str, or null when s is NULL. */
 void jitop_cli_json_str_or_null(FILE *out, const char *s);
+/* Writes s for a terminal: control bytes (ESC included), C1 controls and
+ * bytes that are not UTF-8 as visible escapes (\n, \t, \r, \xNN); other
+ * text as it is. keep_newlines: newlines pass (a multi-line message such as
+ * an NVRTC log). Paths in plain output go through it, so that a file name
+ * holding an escape sequence cannot drive the terminal; --json output has
+ * the exact bytes. */
+void jitop_cli_text(FILE *f, const char *s, int keep_newlines);
+/* "FILE (ARCH)" or "FILE (ARCH, NAME)" through jitop_cli_text: how messages
+ * name one unit. */
+void jitop_cli_text_unit(FILE *f, const char *file, const char *arch, const char *name);
 
 /* Parses a byte size: digits with an optional K, M, G or T suffix (powers of
  * 1024, an optional trailing 'B' or "iB"). 0, or -1 on bad text. */
@@ -165,6 +181,14 @@ int jitop_cli_parse_size(const char *s, int64_t *out);
  * out in order. 0, or an errno value when nothing could be run. */
 int jitop_cli_pool_run(size_t ntasks, int nworkers, void (*run)(void *user, size_t task),
                        void *user);
+
+/* For build and explain where something must be compiled: whether NVRTC
+ * compiles for each arch of archs[0..n-1] (duplicates allowed). Prints
+ * "jitop CMD: arch ... is not one this NVRTC compiles for; it supports ..."
+ * once per arch it does not, and returns JITOP_CLI_EXIT_USAGE then.
+ * Loads NVRTC: call it only when a compile is due. Where NVRTC cannot be
+ * loaded, says nothing (the compile reports it) and returns OK. */
+int jitop_cli_check_archs(const char *cmd, const char *const *archs, size_t n);
 
 /* The help of one command ("build", "explain", "watch", "ls", "gc",
  * "clean", "help", or NULL for the overview) on f. 0, or -1 for an unknown

@@ -1,5 +1,8 @@
 #include "cli.h"
 
+#include "compile/compile.h" /* jitop__arch_valid: the CLI links the static library */
+
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,10 +54,9 @@ static int driver_arch(const char *cmd, struct jitop_cli_build_args *a)
     return rc;
 }
 
-int jitop_cli_resolve_archs(const char *cmd, struct jitop_cli_build_args *a)
+/* The archs from $JITOP_ARCH (a comma-separated list), else GPU 0's. */
+static int default_archs(const char *cmd, struct jitop_cli_build_args *a)
 {
-    if (a->archs.n > 0)
-        return JITOP_CLI_EXIT_OK;
     const char *env = getenv("JITOP_ARCH");
     if (!env || !*env)
         return driver_arch(cmd, a);
@@ -74,4 +76,62 @@ int jitop_cli_resolve_archs(const char *cmd, struct jitop_cli_build_args *a)
             return JITOP_CLI_EXIT_OK;
         p += len + 1;
     }
+}
+
+int jitop_cli_resolve_archs(const char *cmd, struct jitop_cli_build_args *a)
+{
+    int rc = a->archs.n > 0 ? JITOP_CLI_EXIT_OK : default_archs(cmd, a);
+    if (rc != JITOP_CLI_EXIT_OK)
+        return rc;
+    /* An arch named twice (--arch sm_90,sm_90, or in two --arch flags) is
+     * one target: the work is done once. The first spelling's place is
+     * kept. */
+    size_t kept = 0;
+    for (size_t i = 0; i < a->archs.n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < kept && !seen; k++)
+            seen = strcmp(a->archs.v[k], a->archs.v[i]) == 0;
+        if (seen) {
+            free(a->archs.v[i]);
+            continue;
+        }
+        a->archs.v[kept++] = a->archs.v[i];
+    }
+    a->archs.n = kept;
+    /* A malformed arch is a usage error, said once rather than once per
+     * file; whether NVRTC supports a well-formed one is asked only where
+     * something is compiled (it loads NVRTC). */
+    for (size_t i = 0; i < a->archs.n; i++) {
+        if (!jitop__arch_valid(a->archs.v[i])) {
+            fputs("jitop ", stderr);
+            jitop_cli_text(stderr, cmd, 0);
+            fputs(": arch '", stderr);
+            jitop_cli_text(stderr, a->archs.v[i], 0);
+            fputs("' is not valid: expected sm_NN or compute_NN (for example sm_90, sm_90a, "
+                  "compute_90; several: --arch sm_80,sm_90)\n",
+                  stderr);
+            return JITOP_CLI_EXIT_USAGE;
+        }
+    }
+    return JITOP_CLI_EXIT_OK;
+}
+
+int jitop_cli_check_archs(const char *cmd, const char *const *archs, size_t n)
+{
+    int rc = JITOP_CLI_EXIT_OK;
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < i && !seen; k++)
+            seen = strcmp(archs[k], archs[i]) == 0;
+        if (seen)
+            continue;
+        int st = jitop__nvrtc_check_arch(archs[i]);
+        if (st == JITOP_EINVAL) {
+            fprintf(stderr, "jitop %s: ", cmd);
+            jitop_cli_text(stderr, jitop_errmsg(NULL), 1);
+            fputc('\n', stderr);
+            rc = JITOP_CLI_EXIT_USAGE;
+        }
+    }
+    return rc;
 }

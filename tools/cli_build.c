@@ -4,16 +4,17 @@
  * jitop_cli_units), built into the cache or explained.
  *
  * A no-op build must cost a few milliseconds for the whole process, so the
- * pairs are first asked, on the main thread, whether they would hit
- * (jitop__build_would_hit: the stat fast path, no file read when nothing
+ * pairs are first built, on the main thread, only if they hit
+ * (jitop__build_if_cached: the stat fast path, no file read when nothing
  * changed, one hashing pass when the stat data does not vouch; unlike
- * jitop_explain it never walks the cache to say why a pair would miss);
- * hits are then taken from the cache right there, and worker threads start
- * only for the pairs that need NVRTC.
+ * jitop_explain it never walks the cache to say why a pair would miss),
+ * and worker threads start only for the pairs that need NVRTC. A hit's
+ * reported time is that whole call, hashing included; a compile's includes
+ * the check that found it missing.
  */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__build_would_hit, jitop__now_ms: see cli.h */
+#include "build/build.h" /* jitop__build_if_cached, jitop__now_ms: see cli.h */
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,6 +27,9 @@ typedef struct job {
     int status;              /* JITOP_OK, or the jitop_build failure */
     jitop_build_result res;
     char *error;             /* jitop_errmsg of a failure, malloc'd */
+    double check_ms;         /* the hit check that found it missing */
+    int hit;                 /* build: built by the hit check; explain: would hit */
+    char *why;               /* explain's answer (jitop_free) */
 } job;
 
 typedef struct build_run {
@@ -119,18 +123,27 @@ static void print_result(build_run *r, const job *j)
             jitop_cli_json_str(stdout, j->error ? j->error : jitop_strerror(j->status));
         }
         fputs("}\n", stdout);
-    } else if (j->status == JITOP_OK) {
-        printf("%s %s %s %s %.1f ms%s%s\n", j->file, j->arch, status, j->res.key, j->res.ms,
-               j->name ? "  " : "", j->name ? j->name : "");
     } else {
-        printf("%s %s error %.1f ms%s%s\n", j->file, j->arch, j->res.ms, j->name ? "  " : "",
-               j->name ? j->name : "");
+        jitop_cli_text(stdout, j->file, 0);
+        putchar(' ');
+        jitop_cli_text(stdout, j->arch, 0);
+        if (j->status == JITOP_OK)
+            printf(" %s %s %.1f ms", status, j->res.key, j->res.ms);
+        else
+            printf(" error %.1f ms", j->res.ms);
+        if (j->name) {
+            fputs("  ", stdout);
+            jitop_cli_text(stdout, j->name, 0);
+        }
+        putchar('\n');
     }
     fflush(stdout);
     if (j->status != JITOP_OK) {
-        fprintf(stderr, "jitop build: %s (%s%s%s): %s\n%s\n", j->file, j->arch,
-                j->name ? ", " : "", j->name ? j->name : "", jitop_strerror(j->status),
-                j->error ? j->error : "");
+        fputs("jitop build: ", stderr);
+        jitop_cli_text_unit(stderr, j->file, j->arch, j->name);
+        fprintf(stderr, ": %s\n", jitop_strerror(j->status));
+        jitop_cli_text(stderr, j->error ? j->error : "", 1);
+        fputc('\n', stderr);
     }
 }
 
@@ -148,15 +161,16 @@ static void build_job(build_run *r, job *j)
         memset(&j->res, 0, sizeof j->res);
         j->res.ms = jitop__now_ms() - t0;
     }
+    j->res.ms += j->check_ms;
 }
 
 static void draw_progress(build_run *r)
 {
     if (!r->progress || r->in_flight == 0 || !r->last_started)
         return;
-    fprintf(stderr, "\r\033[K[%zu/%zu] compiling %s (%s%s%s)", r->shown, r->njobs,
-            r->last_started->file, r->last_started->arch, r->last_started->name ? ", " : "",
-            r->last_started->name ? r->last_started->name : "");
+    fprintf(stderr, "\r\033[K[%zu/%zu] compiling ", r->shown, r->njobs);
+    jitop_cli_text_unit(stderr, r->last_started->file, r->last_started->arch,
+                        r->last_started->name);
     r->progress_drawn = 1;
 }
 
@@ -235,17 +249,40 @@ int jitop_cli_build(int argc, char **argv)
     for (size_t i = 0; i < r.njobs; i++) {
         job *j = &r.jobs[i];
         bool hit = false;
-        int st = jitop__build_would_hit(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
-                                        names_of(j), nnames_of(j), &hit);
-        if (st != JITOP_OK || !hit) {
-            r.todo[r.ntodo++] = i;
+        jitop_build_result res;
+        int st = jitop__build_if_cached(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
+                                        names_of(j), nnames_of(j), &hit, &res);
+        if (st == JITOP_OK && hit) {
+            j->status = JITOP_OK;
+            j->res = res;
+            j->hit = 1;
             continue;
         }
-        build_job(&r, j);
+        j->check_ms = st == JITOP_OK ? res.ms : 0;
+        r.todo[r.ntodo++] = i;
+    }
+    /* An arch this NVRTC does not compile for is a usage error, said once
+     * for the command rather than once per file. Asked only when something
+     * is to be compiled: it loads NVRTC, which a no-op build never does. */
+    if (r.ntodo > 0) {
+        const char **archs = calloc(r.ntodo, sizeof *archs);
+        if (!archs) {
+            fprintf(stderr, "jitop build: out of memory\n");
+            rc = JITOP_CLI_EXIT_FAIL;
+            goto out;
+        }
+        for (size_t t = 0; t < r.ntodo; t++)
+            archs[t] = r.jobs[r.todo[t]].arch;
+        rc = jitop_cli_check_archs("build", archs, r.ntodo);
+        free(archs);
+        if (rc != JITOP_CLI_EXIT_OK)
+            goto out;
+    }
+    for (size_t i = 0; i < r.njobs; i++) {
+        if (!r.jobs[i].hit)
+            continue;
         r.shown++;
-        if (j->status != JITOP_OK)
-            r.failed++;
-        print_result(&r, j);
+        print_result(&r, &r.jobs[i]);
     }
 
     int jobs = a.jobs > 0 ? a.jobs : jitop_cli_default_jobs();
@@ -289,20 +326,27 @@ static void print_explain(const struct jitop_cli_build_args *a, const job *j, in
         printf(",\"hit\":%s,\"why\":", hit ? "true" : "false");
         jitop_cli_json_str(stdout, why ? why : "");
         fputs("}\n", stdout);
-    } else if (why && *why) {
+    } else {
+        jitop_cli_text(stdout, j->file, 0);
+        putchar(' ');
+        jitop_cli_text(stdout, j->arch, 0);
+        if (j->name) {
+            putchar(' ');
+            jitop_cli_text(stdout, j->name, 0);
+        }
+        printf(" %s", hit ? "hit" : "miss");
         /* one line per pair: the library's reasons are joined with "; " */
-        printf("%s %s%s%s %s: ", j->file, j->arch, j->name ? " " : "", j->name ? j->name : "",
-               hit ? "hit" : "miss");
-        for (const char *p = why; *p; p++) {
-            if (*p != '\n')
-                putchar(*p);
-            else if (p[1] != '\0')
-                fputs("; ", stdout);
+        for (const char *p = why ? why : ""; *p;) {
+            size_t len = strcspn(p, "\n");
+            char *reason = strndup(p, len);
+            fputs(p == why ? ": " : "; ", stdout);
+            jitop_cli_text(stdout, reason ? reason : "?", 0);
+            free(reason);
+            p += len;
+            if (*p == '\n')
+                p++;
         }
         putchar('\n');
-    } else {
-        printf("%s %s%s%s %s\n", j->file, j->arch, j->name ? " " : "", j->name ? j->name : "",
-               hit ? "hit" : "miss");
     }
 }
 
@@ -321,25 +365,51 @@ int jitop_cli_explain(int argc, char **argv)
         goto out;
     if ((rc = make_jobs("explain", &files, &a, &jobs, &njobs)) != JITOP_CLI_EXIT_OK)
         goto out;
+    /* Every answer first: a miss for an arch this NVRTC does not compile
+     * for ("never built") is a usage error, said once instead. */
+    const char **missed = calloc(njobs ? njobs : 1, sizeof *missed);
+    size_t nmissed = 0;
+    if (!missed) {
+        fprintf(stderr, "jitop explain: out of memory\n");
+        rc = JITOP_CLI_EXIT_FAIL;
+        goto out;
+    }
     for (size_t i = 0; i < njobs; i++) {
-        int hit = 0;
-        char *why = NULL;
-        int st = jitop_explain(ctx, jobs[i].file, jobs[i].arch, opts_of(&a), a.options.n,
-                               names_of(&jobs[i]), nnames_of(&jobs[i]), &hit, &why);
-        if (st != JITOP_OK) {
-            fprintf(stderr, "jitop explain: %s (%s): %s: %s\n", jobs[i].file, jobs[i].arch,
-                    jitop_strerror(st), jitop_errmsg(ctx));
+        job *j = &jobs[i];
+        j->status = jitop_explain(ctx, j->file, j->arch, opts_of(&a), a.options.n, names_of(j),
+                                  nnames_of(j), &j->hit, &j->why);
+        if (j->status != JITOP_OK) {
+            const char *msg = jitop_errmsg(ctx);
+            j->error = strdup(msg && *msg ? msg : jitop_strerror(j->status));
+        } else if (!j->hit) {
+            missed[nmissed++] = j->arch;
+        }
+    }
+    if (nmissed > 0)
+        rc = jitop_cli_check_archs("explain", missed, nmissed);
+    free(missed);
+    for (size_t i = 0; rc != JITOP_CLI_EXIT_USAGE && i < njobs; i++) {
+        const job *j = &jobs[i];
+        if (j->status != JITOP_OK) {
+            fputs("jitop explain: ", stderr);
+            jitop_cli_text_unit(stderr, j->file, j->arch, NULL);
+            fprintf(stderr, ": %s: ", jitop_strerror(j->status));
+            jitop_cli_text(stderr, j->error ? j->error : "", 1);
+            fputc('\n', stderr);
             rc = JITOP_CLI_EXIT_FAIL;
         } else {
-            print_explain(&a, &jobs[i], hit, why);
+            print_explain(&a, j, j->hit, j->why);
         }
-        jitop_free(why);
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
         perror("jitop explain: stdout");
         rc = JITOP_CLI_EXIT_FAIL;
     }
 out:
+    for (size_t i = 0; i < njobs; i++) {
+        jitop_free(jobs[i].why);
+        free(jobs[i].error);
+    }
     free(jobs);
     jitop_ctx_destroy(ctx);
     jitop_cli_strs_free(&files);

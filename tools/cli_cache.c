@@ -86,7 +86,8 @@ static void iso_time(int64_t t, char *buf, size_t cap)
 /* The walk's info lives only during the callback: ls copies what it prints
  * so that it can sort by last use. */
 typedef struct ls_row {
-    char *key, *arch, *sources;
+    char *key, *arch;
+    jitop_cli_strs sources;
     int64_t size, atime, created;
 } ls_row;
 
@@ -107,15 +108,18 @@ static int collect_row(const jitop_cache_entry_info *info, void *user)
         rows->cap = cap;
     }
     ls_row *r = &rows->v[rows->n];
+    memset(r, 0, sizeof *r);
     r->key = strdup(info->key ? info->key : "");
     r->arch = strdup(info->arch ? info->arch : "");
-    r->sources = strdup(info->sources ? info->sources : "");
     r->size = info->size;
     r->atime = info->atime;
     r->created = info->created;
     rows->n++;
-    if (!r->key || !r->arch || !r->sources)
+    if (!r->key || !r->arch)
         return JITOP_ENOMEM;
+    for (size_t i = 0; i < info->nsources; i++)
+        if (jitop_cli_strs_push(&r->sources, info->source_list[i]) != 0)
+            return JITOP_ENOMEM;
     return 0;
 }
 
@@ -137,17 +141,10 @@ static void print_row(const ls_row *r, int json)
         printf(",\"size\":%" PRId64 ",\"atime\":%" PRId64 ",\"created\":%" PRId64
                ",\"sources\":[",
                r->size, r->atime, r->created);
-        const char *p = r->sources;
-        for (int first = 1; *p; first = 0) {
-            size_t len = strcspn(p, "\n");
-            char *one = strndup(p, len);
-            if (!first)
+        for (size_t i = 0; i < r->sources.n; i++) {
+            if (i)
                 putchar(',');
-            jitop_cli_json_str(stdout, one ? one : "");
-            free(one);
-            p += len;
-            if (*p == '\n')
-                p++;
+            jitop_cli_json_str(stdout, r->sources.v[i]);
         }
         printf("]}\n");
         return;
@@ -155,9 +152,15 @@ static void print_row(const ls_row *r, int json)
     char size[32], when[64];
     human_size(r->size, size, sizeof size);
     iso_time(r->atime, when, sizeof when);
-    printf("%s %-10s %7s %s ", r->key, r->arch, size, when);
-    for (const char *p = r->sources; *p; p++)
-        putchar(*p == '\n' ? ',' : *p);
+    printf("%s ", r->key);
+    jitop_cli_text(stdout, r->arch, 0);
+    printf("%*s %7s %s ", (int)(strlen(r->arch) < 10 ? 10 - strlen(r->arch) : 0), "", size,
+           when);
+    for (size_t i = 0; i < r->sources.n; i++) {
+        if (i)
+            putchar(',');
+        jitop_cli_text(stdout, r->sources.v[i], 0);
+    }
     putchar('\n');
 }
 
@@ -193,7 +196,7 @@ out:
     for (size_t i = 0; i < rows.n; i++) {
         free(rows.v[i].key);
         free(rows.v[i].arch);
-        free(rows.v[i].sources);
+        jitop_cli_strs_free(&rows.v[i].sources);
     }
     free(rows.v);
     jitop_ctx_destroy(ctx);

@@ -1,4 +1,8 @@
+/* Escaping for the CLI's output: JSON string literals, and plain text that
+ * a terminal shows as it is (no escape sequence in a path reaches it). */
 #include "cli.h"
+
+#include <stdbool.h>
 
 /* Length of the valid UTF-8 sequence at p (1-4), or 0 when the bytes there
  * are not one (a stray continuation byte, an overlong or truncated form, a
@@ -72,4 +76,49 @@ void jitop_cli_json_str_or_null(FILE *out, const char *s)
         jitop_cli_json_str(out, s);
     else
         fputs("null", out);
+}
+
+void jitop_cli_text(FILE *f, const char *s, int keep_newlines)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t n = utf8_len(p);
+        /* C1 controls (U+0080-U+009F, 0xc2 0x80-0x9f in UTF-8) are control
+         * sequences to some terminals too (U+009B is CSI). */
+        bool c1 = n == 2 && p[0] == 0xc2 && p[1] < 0xa0;
+        if (n > 1 && !c1) {
+            fwrite(p, 1, n, f);
+            p += n;
+            continue;
+        }
+        if (n == 1 && *p >= 0x20 && *p != 0x7f) {
+            fputc(*p, f);
+        } else if (n == 1 && *p == '\n') {
+            fputs(keep_newlines ? "\n" : "\\n", f);
+        } else if (n == 1 && *p == '\t') {
+            fputs("\\t", f);
+        } else if (n == 1 && *p == '\r') {
+            fputs("\\r", f);
+        } else {
+            /* a control byte, a C1 control's two bytes, or bytes that are
+             * not UTF-8: each as \xNN */
+            for (size_t i = 0; i < (c1 ? 2 : 1); i++)
+                fprintf(f, "\\x%02x", p[i]);
+            p += c1 ? 2 : 1;
+            continue;
+        }
+        p++;
+    }
+}
+
+void jitop_cli_text_unit(FILE *f, const char *file, const char *arch, const char *name)
+{
+    jitop_cli_text(f, file, 0);
+    fputs(" (", f);
+    jitop_cli_text(f, arch, 0);
+    if (name) {
+        fputs(", ", f);
+        jitop_cli_text(f, name, 0);
+    }
+    fputc(')', f);
 }

@@ -81,12 +81,15 @@ static void on_report(void *user, const jitop__unit_report *ur)
         fputs("}\n", stdout);
     } else if (rr->status == JITOP_OK) {
         const char *note = rr->recovered ? " (unchanged)" : ur->cached ? " (cached)" : "";
-        printf("%sok%s %s (%s%s%s) %.1f ms%s\n", green, reset, p->file, p->arch,
-               p->name ? ", " : "", p->name ? p->name : "", rr->ms, note);
+        printf("%sok%s ", green, reset);
+        jitop_cli_text_unit(stdout, p->file, p->arch, p->name);
+        printf(" %.1f ms%s\n", rr->ms, note);
     } else {
-        printf("%serror%s %s (%s%s%s) %.1f ms: %s\n%s\n", red, reset, p->file, p->arch,
-               p->name ? ", " : "", p->name ? p->name : "", rr->ms, jitop_strerror(rr->status),
-               rr->message ? rr->message : "");
+        printf("%serror%s ", red, reset);
+        jitop_cli_text_unit(stdout, p->file, p->arch, p->name);
+        printf(" %.1f ms: %s\n", rr->ms, jitop_strerror(rr->status));
+        jitop_cli_text(stdout, rr->message ? rr->message : "", 1);
+        putchar('\n');
     }
     fflush(stdout);
     pthread_mutex_lock(&r->lock);
@@ -291,8 +294,11 @@ static int watch_pairs(const char *cmd, watch_run *r, jitop_ctx *ctx,
                               (const char *const *)a->options.v, a->options.n,
                               p->name ? &p->name : NULL, p->name ? 1 : 0, on_report, p,
                               &id) != JITOP_OK) {
-            fprintf(stderr, "jitop %s: %s (%s%s%s): %s\n", cmd, p->file, p->arch,
-                    p->name ? ", " : "", p->name ? p->name : "", jitop_errmsg(NULL));
+            fprintf(stderr, "jitop %s: ", cmd);
+            jitop_cli_text_unit(stderr, p->file, p->arch, p->name);
+            fputs(": ", stderr);
+            jitop_cli_text(stderr, jitop_errmsg(NULL), 1);
+            fputc('\n', stderr);
             return -1;
         }
     }

@@ -32,7 +32,7 @@
 
 /* Bumped whenever the entry or manifest layout, or what goes into a key,
  * changes: older entries then simply miss. */
-#define JITOP__FORMAT_VERSION 1
+#define JITOP__FORMAT_VERSION 2
 
 #define JITOP__DEFAULT_CACHE_MAX ((int64_t)1 << 30) /* 1 GiB */
 
@@ -67,6 +67,12 @@ void jitop__strv_free(jitop__strv *sv);
 char *jitop__strv_join(const jitop__strv *sv, const char *sep);
 
 char *jitop__strdup(const char *s);
+/* s with C-style escapes for the bytes that would break a line-oriented
+ * text or a terminal: backslash as \\, newline, tab and carriage return
+ * as \n, \t, \r, other control bytes (below 0x20, and 0x7f) as \xNN.
+ * Other bytes, UTF-8 included, pass. Unambiguous: each escaped text reads
+ * back to one string. Malloc'd; NULL on ENOMEM. */
+char *jitop__escape(const char *s);
 /* asprintf into a malloc'd string; NULL on ENOMEM. */
 char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 
@@ -152,6 +158,15 @@ struct jitop_ctx {
  * configuration resolved (cache dir, kernel dir, arch, cache cap, verbosity)
  * and no cache open yet (ctx->cache NULL). The cache room finishes it. */
 int jitop__ctx_new(const jitop_config *cfg, jitop_ctx **out);
+
+/* Parses a byte size ($JITOP_CACHE_MAX_SIZE): decimal digits with an
+ * optional fraction and an optional K, M, G or T (powers of 1024), then an
+ * optional "B" or "iB": "4096", "64K", "1.5G", "512MiB". A fraction must
+ * give whole bytes' worth (a fraction of a byte is refused, not rounded to
+ * 0, which callers read as "the default"). A negative size ("-1") gives -1:
+ * no cap. Hex, exponents, blanks, inf and nan are refused, as is anything
+ * at or above 2^63 bytes. JITOP_EINVAL (no message) on bad text. */
+int jitop__parse_size(const char *s, int64_t *out);
 
 /* Registers fn (once: a second call with the same fn is a no-op) to run at
  * jitop_ctx_destroy. Call with ctx->lock held. */

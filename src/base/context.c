@@ -5,7 +5,6 @@
 #include "base/base.h"
 
 #include <errno.h>
-#include <math.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,27 +97,67 @@ static int default_kernel_dir(char **out)
     return *out ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
-/* Accepts "123", "64K", "512M", "1.5G" (powers of 1024), below 2^63 bytes
- * (the largest an int64_t holds; larger, inf and nan are refused). */
-static int parse_size(const char *s, int64_t *out)
+int jitop__parse_size(const char *s, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0)
+    const char *p = s;
+    bool negative = *p == '-';
+    if (negative)
+        p++;
+    /* The whole part, exactly (no strtod: it takes hex, exponents, blanks,
+     * inf and nan, none of which is a size). */
+    uint64_t whole = 0;
+    const char *digits = p;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (whole > (UINT64_MAX - 9) / 10)
+            return JITOP_EINVAL;
+        whole = whole * 10 + (uint64_t)(*p - '0');
+    }
+    if (p == digits)
         return JITOP_EINVAL;
-    switch (*end) {
-    case 'k': case 'K': v *= 1024.0; end++; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; end++; break;
-    case 't': case 'T': v *= 1024.0 * 1024.0 * 1024.0 * 1024.0; end++; break;
+    /* A fraction: at most 9 digits, and at least one. */
+    uint64_t frac = 0, scale = 1;
+    if (*p == '.') {
+        const char *fd = ++p;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (p - fd == 9)
+                return JITOP_EINVAL;
+            frac = frac * 10 + (uint64_t)(*p - '0');
+            scale *= 10;
+        }
+        if (p == fd)
+            return JITOP_EINVAL;
+    }
+    int shift = 0;
+    switch (*p) {
+    case 'k': case 'K': shift = 10; p++; break;
+    case 'm': case 'M': shift = 20; p++; break;
+    case 'g': case 'G': shift = 30; p++; break;
+    case 't': case 'T': shift = 40; p++; break;
     default: break;
     }
-    if (*end == 'i' || *end == 'B')
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    if (*end != '\0' || !(v < 9223372036854775808.0)) /* 2^63, exact in a double */
+    if (shift && p[0] == 'i' && p[1] == 'B')
+        p += 2;
+    else if (*p == 'B')
+        p++;
+    if (*p != '\0' || whole > ((uint64_t)INT64_MAX >> shift))
         return JITOP_EINVAL;
-    *out = (int64_t)v;
+    /* The fraction's bytes, rounded down: frac / scale < 1, so this is
+     * below 2^40 and a double holds it exactly enough. A fraction of a
+     * byte (0.5, 1.5) or one that rounds to nothing (0.0001K) is refused
+     * rather than read as 0, which means the default. */
+    uint64_t extra = (uint64_t)((double)frac / (double)scale * (double)((uint64_t)1 << shift));
+    if (frac && (shift == 0 || extra == 0))
+        return JITOP_EINVAL;
+    uint64_t v = (whole << shift) + extra;
+    if (v > (uint64_t)INT64_MAX)
+        return JITOP_EINVAL;
+    if (negative) {
+        if (v == 0)
+            return JITOP_EINVAL; /* "-0" says nothing */
+        *out = -1;
+    } else {
+        *out = (int64_t)v;
+    }
     return JITOP_OK;
 }
 
@@ -175,9 +214,12 @@ int jitop__ctx_new(const jitop_config *cfg_in, jitop_ctx **out)
     if (max_size == 0) {
         const char *v = nonempty_env("JITOP_CACHE_MAX_SIZE");
         max_size = JITOP__DEFAULT_CACHE_MAX;
-        if (v && parse_size(v, &max_size) != JITOP_OK) {
+        if (v && jitop__parse_size(v, &max_size) != JITOP_OK) {
             status = jitop__fail(JITOP_EINVAL,
-                                 "JITOP_CACHE_MAX_SIZE=%s: expected a size such as 500M or 2G", v);
+                                 "JITOP_CACHE_MAX_SIZE=%s: expected a number of bytes or a size "
+                                 "such as 64K, 500M or 1.5G (powers of 1024), 0 for the default "
+                                 "(1G) or -1 for no cap",
+                                 v);
             goto out;
         }
         if (max_size == 0) /* as for cache_max_size, 0 means the default */

@@ -107,6 +107,40 @@ char *jitop__strdup(const char *s)
     return p;
 }
 
+char *jitop__escape(const char *s)
+{
+    size_t n = 1;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\\' || *p == '\n' || *p == '\t' || *p == '\r')
+            n += 2;
+        else
+            n += *p < 0x20 || *p == 0x7f ? 4 : 1;
+    }
+    char *out = malloc(n), *o = out;
+    if (!out)
+        return NULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '\\': *o++ = '\\'; *o++ = '\\'; break;
+        case '\n': *o++ = '\\'; *o++ = 'n'; break;
+        case '\t': *o++ = '\\'; *o++ = 't'; break;
+        case '\r': *o++ = '\\'; *o++ = 'r'; break;
+        default:
+            if (*p < 0x20 || *p == 0x7f) {
+                static const char hex[] = "0123456789abcdef";
+                *o++ = '\\';
+                *o++ = 'x';
+                *o++ = hex[*p >> 4];
+                *o++ = hex[*p & 15];
+            } else {
+                *o++ = (char)*p;
+            }
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
 static char *vformat(const char *fmt, va_list ap)
 {
     va_list ap2;

@@ -13,6 +13,26 @@
 
 void (*jitop__after_compile_hook)(const char *source);
 void (*jitop__before_compile_hook)(const char *source);
+void (*jitop__after_scan_hook)(const char *source);
+
+/* What build_unit does when the stat fast path does not find the binary. */
+enum build_mode {
+    BUILD_FULL,        /* scan, key, cache, compile on a miss */
+    BUILD_DEFER,       /* the same, but a fast-path hit is only marked used */
+    BUILD_CACHED_ONLY, /* scan, key, cache; a miss returns with nothing built */
+};
+
+/* The line before + s + after, with s escaped (jitop__escape): explain's
+ * text is one reason per line, and a newline in a path, an option or a name
+ * must not break it. */
+static int push_escaped(jitop__strv *lines, const char *before, const char *s, const char *after)
+{
+    char *shown = jitop__escape(s);
+    int rc = shown ? jitop__strv_pushf(lines, "%s%s%s", before, shown, after)
+                   : jitop__fail(JITOP_ENOMEM, "out of memory");
+    free(shown);
+    return rc;
+}
 
 /* Lines naming each file that differs between two dependency lists. */
 static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv *lines)
@@ -21,13 +41,13 @@ static int diff_deps(const jitop__deps *old, const jitop__deps *cur, jitop__strv
     for (size_t i = 0; rc == JITOP_OK && i < cur->n; i++) {
         const jitop__dep *o = jitop__deps_find(old, cur->v[i].path);
         if (!o)
-            rc = jitop__strv_pushf(lines, "%s: new file", cur->v[i].path);
+            rc = push_escaped(lines, "", cur->v[i].path, ": new file");
         else if (!XXH128_isEqual(o->hash, cur->v[i].hash))
-            rc = jitop__strv_pushf(lines, "%s: content changed", cur->v[i].path);
+            rc = push_escaped(lines, "", cur->v[i].path, ": content changed");
     }
     for (size_t i = 0; rc == JITOP_OK && i < old->n; i++)
         if (!jitop__deps_find(cur, old->v[i].path))
-            rc = jitop__strv_pushf(lines, "%s: removed", old->v[i].path);
+            rc = push_escaped(lines, "", old->v[i].path, ": removed");
     return rc;
 }
 
@@ -39,45 +59,29 @@ static bool strv_has(const jitop__strv *sv, const char *s)
     return false;
 }
 
-static int split_lines(const char *text, jitop__strv *out)
-{
-    const char *p = text;
-    while (p && *p) {
-        const char *nl = strchr(p, '\n');
-        size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        if (jitop__strv_pushf(out, "%.*s", (int)n, p) != JITOP_OK)
-            return JITOP_ENOMEM;
-        p = nl ? nl + 1 : NULL;
-    }
-    return JITOP_OK;
-}
-
 /* Lines naming what differs between the unit and an older entry of the same
  * source: NVRTC version, arch, options, name expressions. */
 static int diff_entry(const jitop__unit *u, const jitop__entry *e, jitop__strv *lines)
 {
-    jitop__strv old_opts = {0};
+    const jitop__strv *old_opts = &e->options;
     int rc = JITOP_OK;
     if (strcmp(e->nvrtc_version, jitop__nvrtc_version()) != 0)
         rc = jitop__strv_pushf(lines, "NVRTC version differs: %s (cached: %s)",
                                jitop__nvrtc_version(), e->nvrtc_version);
     if (rc == JITOP_OK && strcmp(e->arch, u->arch) != 0)
         rc = jitop__strv_pushf(lines, "arch differs: %s (cached: %s)", u->arch, e->arch);
-    if (rc == JITOP_OK)
-        rc = split_lines(e->options, &old_opts);
     for (size_t i = 0; rc == JITOP_OK && i < u->options.n; i++)
-        if (!strv_has(&old_opts, u->options.v[i]))
-            rc = jitop__strv_pushf(lines, "option added: %s", u->options.v[i]);
-    for (size_t i = 0; rc == JITOP_OK && i < old_opts.n; i++)
-        if (!strv_has(&u->options, old_opts.v[i]))
-            rc = jitop__strv_pushf(lines, "option removed: %s", old_opts.v[i]);
+        if (!strv_has(old_opts, u->options.v[i]))
+            rc = push_escaped(lines, "option added: ", u->options.v[i], "");
+    for (size_t i = 0; rc == JITOP_OK && i < old_opts->n; i++)
+        if (!strv_has(&u->options, old_opts->v[i]))
+            rc = push_escaped(lines, "option removed: ", old_opts->v[i], "");
     for (size_t i = 0; rc == JITOP_OK && i < u->names.n; i++)
         if (!strv_has(&e->bin.names, u->names.v[i]))
-            rc = jitop__strv_pushf(lines, "name expression added: %s", u->names.v[i]);
+            rc = push_escaped(lines, "name expression added: ", u->names.v[i], "");
     for (size_t i = 0; rc == JITOP_OK && i < e->bin.names.n; i++)
         if (!strv_has(&u->names, e->bin.names.v[i]))
-            rc = jitop__strv_pushf(lines, "name expression removed: %s", e->bin.names.v[i]);
-    jitop__strv_free(&old_opts);
+            rc = push_escaped(lines, "name expression removed: ", e->bin.names.v[i], "");
     return rc;
 }
 
@@ -109,15 +113,19 @@ static int describe_miss(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps
             status = diff_entry(u, &recent, &lines);
     }
     if (status == JITOP_OK && lines.n == 0) {
-        if (old && old_key && strcmp(old_key, key) == 0)
+        char msg[160];
+        if (old && old_key && strcmp(old_key, key) == 0) {
             status = jitop__strv_pushf(&lines, "entry %s is no longer in the cache "
                                                "(evicted, cleaned or found invalid)", key);
-        else if (have_recent)
-            status = jitop__strv_pushf(&lines, "the sources differ from the most recent entry "
-                                               "%s of %s", recent_key, label);
-        else
-            status = jitop__strv_pushf(&lines, "never built: no entry of %s for %s in the cache",
-                                       label ? label : u->source_name, u->arch);
+        } else if (have_recent) {
+            snprintf(msg, sizeof msg, "the sources differ from the most recent entry %s of ",
+                     recent_key);
+            status = push_escaped(&lines, msg, label, "");
+        } else {
+            snprintf(msg, sizeof msg, " for %s in the cache", u->arch);
+            status = push_escaped(&lines, "never built: no entry of ",
+                                  label ? label : u->source_name, msg);
+        }
     }
     if (status != JITOP_OK)
         goto out;
@@ -148,23 +156,21 @@ static void save_manifest(jitop_ctx *ctx, const char id[33], const jitop__deps *
 static int make_entry(const jitop__unit *u, const jitop__deps *deps, jitop__binary *bin,
                       jitop__entry *e)
 {
-    jitop__strv sources = {0};
     memset(e, 0, sizeof *e);
     int rc = JITOP_OK;
     if (!u->source_path) {
         char *label = jitop__unit_source_label(u);
-        rc = label ? jitop__strv_push(&sources, label) : JITOP_ENOMEM;
+        rc = label ? jitop__strv_push(&e->sources, label) : JITOP_ENOMEM;
         free(label);
     }
     for (size_t i = 0; rc == JITOP_OK && i < deps->n; i++)
-        rc = jitop__strv_push(&sources, deps->v[i].path);
+        rc = jitop__strv_push(&e->sources, deps->v[i].path);
+    for (size_t i = 0; rc == JITOP_OK && i < u->options.n; i++)
+        rc = jitop__strv_push(&e->options, u->options.v[i]);
     e->arch = jitop__strdup(u->arch);
     e->nvrtc_version = jitop__strdup(jitop__nvrtc_version());
-    e->options = jitop__strv_join(&u->options, "\n");
-    e->sources = rc == JITOP_OK ? jitop__strv_join(&sources, "\n") : NULL;
     e->created = (int64_t)time(NULL);
-    jitop__strv_free(&sources);
-    if (!e->arch || !e->nvrtc_version || !e->options || !e->sources) {
+    if (rc != JITOP_OK || !e->arch || !e->nvrtc_version) {
         jitop__entry_free(e);
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     }
@@ -234,8 +240,9 @@ static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
 }
 
 /* The slow path: scan, key, cache, then lock, check again, compile, store. */
-static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
-                      const jitop__deps *mdeps, const char *mkey, jitop__built *out)
+static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
+                      const char id[33], const jitop__deps *mdeps, const char *mkey,
+                      jitop__built *out)
 {
     int status = JITOP_OK, lock_fd = -1;
     jitop__deps deps = {0};
@@ -247,6 +254,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         status = jitop__deps_scan(u, &deps, &text);
         if (status != JITOP_OK)
             goto out;
+        if (jitop__after_scan_hook)
+            jitop__after_scan_hook(u->source_name);
         jitop__cache_key(u, &deps, out->key);
         status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
         if (status != JITOP_OK)
@@ -257,6 +266,8 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                            out->key);
             break;
         }
+        if (mode == BUILD_CACHED_ONLY)
+            goto out; /* a miss: out->cached stays false, nothing is built */
         status = names_mentioned(u, text);
         if (status == JITOP_OK)
             status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
@@ -307,7 +318,8 @@ out:
     return status;
 }
 
-static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__built *out)
+static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
+                      jitop__built *out)
 {
     double t0 = jitop__now_ms();
     int status = JITOP_OK;
@@ -333,13 +345,13 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__b
          * key is recomputed from the manifest's hashes, so that it follows
          * the NVRTC version and the unit, not what the manifest claims. */
         jitop__cache_key(u, &mdeps, out->key);
-        status = defer ? jitop__cache_touch(ctx->cache, out->key, &found)
+        status = mode == BUILD_DEFER ? jitop__cache_touch(ctx->cache, out->key, &found)
                        : jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
         if (status != JITOP_OK)
             goto out;
         if (found) {
             out->cached = true;
-            out->deferred = defer;
+            out->deferred = mode == BUILD_DEFER;
             out->deps = mdeps;
             memset(&mdeps, 0, sizeof mdeps);
             goto out;
@@ -347,7 +359,7 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__b
     } else if (why) {
         jitop__log(ctx, "%s: %s", u->source_name, why);
     }
-    status = build_slow(ctx, u, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, out);
+    status = build_slow(ctx, u, mode, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, out);
 out:
     if (status != JITOP_OK)
         jitop__built_free(out);
@@ -359,12 +371,12 @@ out:
 
 int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 {
-    return build_unit(ctx, u, false, out);
+    return build_unit(ctx, u, BUILD_FULL, out);
 }
 
 int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 {
-    return build_unit(ctx, u, true, out);
+    return build_unit(ctx, u, BUILD_DEFER, out);
 }
 
 int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
@@ -385,7 +397,7 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
     }
     if (!found) {
         jitop__built_free(out);
-        return build_unit(ctx, u, false, out);
+        return build_unit(ctx, u, BUILD_FULL, out);
     }
     out->cached = true;
     out->ms = jitop__now_ms() - t0;
@@ -507,19 +519,28 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
     return status;
 }
 
-int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
+int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
-                           const char *const *names, size_t nnames, bool *hit)
+                           const char *const *names, size_t nnames, bool *hit,
+                           jitop_build_result *result)
 {
+    double t0 = jitop__now_ms();
     jitop__unit u;
-    struct probe p;
+    jitop__built b;
     *hit = false;
     int status = public_unit(ctx, "jitop build", path, arch, options, noptions, names, nnames, &u);
     if (status != JITOP_OK)
         return status;
-    status = probe_unit(ctx, &u, &p);
-    *hit = status == JITOP_OK && p.found;
-    probe_free(&p);
+    status = build_unit(ctx, &u, BUILD_CACHED_ONLY, &b);
+    if (status == JITOP_OK) {
+        *hit = b.cached;
+        memset(result, 0, sizeof *result);
+        result->cached = b.cached;
+        if (b.cached)
+            memcpy(result->key, b.key, sizeof result->key);
+        result->ms = jitop__now_ms() - t0;
+        jitop__built_free(&b);
+    }
     jitop__unit_free(&u);
     return status;
 }

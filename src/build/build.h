@@ -41,12 +41,17 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
                             jitop__built *out);
 /* Would jitop__build_unit hit? If not, *why says what changed. */
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why);
-/* jitop_explain's answer without its reason: costs the stat fast path, or
- * one hashing pass of the unit's files when that fails, and never the walk
- * of the cache that explaining a miss may take (the CLI's hit check). */
-int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
+/* jitop_build when the cache holds the binary, and nothing else: *hit
+ * then, with result filled as jitop_build fills it (its ms covers the
+ * whole call: the stat checks, and the hashing when they do not vouch).
+ * A miss leaves the cache as it was and sets result->ms to the time the
+ * check took (the CLI adds it to the compile's). Costs the stat fast path,
+ * or one hashing pass when that fails; never a compile, and never the walk
+ * of the cache that explaining a miss may take (the CLI's hit pass). */
+int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
-                           const char *const *names, size_t nnames, bool *hit);
+                           const char *const *names, size_t nnames, bool *hit,
+                           jitop_build_result *result);
 void jitop__built_free(jitop__built *b);
 
 /* ------------------------------------------------------------- link.c */
@@ -84,5 +89,8 @@ extern void (*jitop__after_compile_hook)(const char *source);
 /* The same seam just before NVRTC runs (tests count compiles with it,
  * failed ones included). */
 extern void (*jitop__before_compile_hook)(const char *source);
+/* The same seam after each scan and hash of a unit's files on the slow
+ * path (tests make the hashing take a known time with it). */
+extern void (*jitop__after_scan_hook)(const char *source);
 
 #endif

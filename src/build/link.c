@@ -22,7 +22,7 @@ static char *unit_label(const jitop__unit *u)
 static int link_entry(const jitop__link_input *in, size_t n, const jitop__strv *options,
                       jitop__binary *bin, jitop__entry *e)
 {
-    jitop__strv lines = {0}, labels = {0};
+    jitop__strv labels = {0};
     int rc = JITOP_OK;
     memset(e, 0, sizeof *e);
     for (size_t i = 0; rc == JITOP_OK && i < n; i++) {
@@ -30,20 +30,21 @@ static int link_entry(const jitop__link_input *in, size_t n, const jitop__strv *
         rc = label ? jitop__strv_push(&labels, label) : JITOP_ENOMEM;
         free(label);
     }
+    /* sources: "link:<a> + <b>" first (what explain and jitop ls show as
+     * the entry's source), then each unit's label. */
     char *joined = rc == JITOP_OK ? jitop__strv_join(&labels, " + ") : NULL;
     if (rc == JITOP_OK)
-        rc = joined ? jitop__strv_pushf(&lines, "link:%s", joined) : JITOP_ENOMEM;
+        rc = joined ? jitop__strv_pushf(&e->sources, "link:%s", joined) : JITOP_ENOMEM;
     free(joined);
     for (size_t i = 0; rc == JITOP_OK && i < labels.n; i++)
-        rc = jitop__strv_push(&lines, labels.v[i]);
+        rc = jitop__strv_push(&e->sources, labels.v[i]);
+    for (size_t i = 0; rc == JITOP_OK && i < options->n; i++)
+        rc = jitop__strv_push(&e->options, options->v[i]);
     e->arch = jitop__strdup(in[0].unit->arch);
     e->nvrtc_version = jitop__strdup(jitop__nvjitlink_identity());
-    e->options = jitop__strv_join(options, "\n");
-    e->sources = rc == JITOP_OK ? jitop__strv_join(&lines, "\n") : NULL;
     e->created = (int64_t)time(NULL);
-    jitop__strv_free(&lines);
     jitop__strv_free(&labels);
-    if (!e->arch || !e->nvrtc_version || !e->options || !e->sources) {
+    if (rc != JITOP_OK || !e->arch || !e->nvrtc_version) {
         jitop__entry_free(e);
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     }

@@ -78,6 +78,7 @@ void jitop__cache_close(jitop__cache *c)
         return;
     jitop__cache_mem_clear(c);
     pthread_mutex_destroy(&c->lock);
+    free(c->ro_path);
     free(c->root);
     free(c->vdir);
     free(c);
@@ -120,6 +121,20 @@ int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e)
      * one stat per entry. A failure only leaves the cache over its cap. */
     if (c->max_size >= 0) {
         int64_t freed = 0;
+        /* A cap below one entry evicts every entry right after its write:
+         * nothing would be reused by the next process, and without a word
+         * that looks like a cache that never hits. */
+        pthread_mutex_lock(&c->lock);
+        bool warn = (int64_t)b.n > c->max_size && !c->cap_warned;
+        c->cap_warned = c->cap_warned || warn;
+        pthread_mutex_unlock(&c->lock);
+        if (warn)
+            fprintf(stderr,
+                    "jitop: warning: the cache cap (%lld bytes: JITOP_CACHE_MAX_SIZE or "
+                    "cache_max_size) is smaller than the entry just written (%zu bytes, key %s): "
+                    "each entry is evicted right after it is written and never reused; raise "
+                    "the cap\n",
+                    (long long)c->max_size, b.n, key);
         if (jitop__cache_evict(c, c->max_size, false, &freed) != JITOP_OK)
             jitop__cache_vlog(c, "cache: eviction failed: %s", jitop_errmsg(NULL));
         jitop__clear_error();

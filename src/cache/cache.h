@@ -28,8 +28,11 @@ void jitop__link_key(const char *arch, const jitop__strv *options, const char *c
 typedef struct jitop__entry {
     char *arch;
     char *nvrtc_version;
-    char *options;      /* '\n'-joined */
-    char *sources;      /* '\n'-joined dep paths */
+    jitop__strv options; /* the unit's normalized options, in order */
+    /* The unit's files: its source path (or "inline:<name>" for inline
+     * text), then every header. Stored as a counted list of
+     * length-prefixed strings: a path may hold any byte but NUL. */
+    jitop__strv sources;
     int64_t created;
     jitop__binary bin;
 } jitop__entry;

@@ -64,10 +64,17 @@ struct jitop__cache {
     char *vdir; /* root/v<F> */
     int64_t max_size; /* negative: no cap */
     int verbose;
-    pthread_mutex_t lock; /* guards readonly, warned and items */
+    pthread_mutex_t lock; /* guards readonly, ro_*, the warned flags and items */
     bool readonly;        /* writes go to items; reads still try the disk */
+    /* Why the cache went read-only: the first path that could not be
+     * written and its errno. The warning waits for the first binary kept in
+     * memory: a process that only reads (jitop ls, explain, a warm load
+     * from a prewarmed read-only cache) has nothing to be warned about. */
+    char *ro_path;
+    int ro_err;
     bool warned;
     bool lock_warned;     /* said once that flock is not supported here */
+    bool cap_warned; /* the cap is smaller than an entry: said once */
     struct jitop__mem_item *items;
 };
 
@@ -90,6 +97,10 @@ void jitop__wb_bytes(struct jitop__wbuf *b, const void *src, size_t n);
 void jitop__wb_u32(struct jitop__wbuf *b, uint32_t v);
 void jitop__wb_u64(struct jitop__wbuf *b, uint64_t v);
 void jitop__wb_str(struct jitop__wbuf *b, const char *s);
+/* A list: its count (u32), then each string as jitop__wb_str writes it.
+ * Each item carries its own length, so any byte (a newline in a path or
+ * an option) survives the round trip. */
+void jitop__wb_strv(struct jitop__wbuf *b, const jitop__strv *sv);
 void jitop__wb_hash(struct jitop__wbuf *b, XXH128_hash_t h);
 
 /* A bounded reader: a read past the end sets bad and returns zeros/NULL. */
@@ -102,6 +113,10 @@ const unsigned char *jitop__rb_take(struct jitop__rbuf *r, size_t n);
 uint32_t jitop__rb_u32(struct jitop__rbuf *r);
 uint64_t jitop__rb_u64(struct jitop__rbuf *r);
 char *jitop__rb_str(struct jitop__rbuf *r);
+/* Reads a jitop__wb_strv list into out (empty on entry); sets bad on a
+ * bound error or ENOMEM. The count is checked against the bytes left
+ * before anything is allocated. */
+void jitop__rb_strv(struct jitop__rbuf *r, jitop__strv *out);
 XXH128_hash_t jitop__rb_hash(struct jitop__rbuf *r);
 
 /* The common header: begin, append the payload, seal; check on reading. */
@@ -172,7 +187,8 @@ bool jitop__cache_no_locks_errno(int e);
  * flock first; lockers check that the name still is the file they locked). */
 void jitop__cache_remove_lock(const jitop__cache *c, const char *path);
 
-/* Read-only mode and the in-memory fallback (file.c). */
+/* Read-only mode and the in-memory fallback (file.c). Going read-only
+ * says nothing; keeping the first entry in memory warns, once. */
 void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err);
 bool jitop__cache_is_readonly(jitop__cache *c);
 void jitop__cache_mem_put(jitop__cache *c, const char name[33], bool manifest,
@@ -192,6 +208,12 @@ const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, s
 int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
                                  struct jitop__wbuf *b);
 char *jitop__cache_entry_dir(const jitop__cache *c, const char key[33]);
+
+/* Parses a checked manifest file (len bytes, header included): its deps
+ * and the key they gave. *valid false (deps empty) when the payload is
+ * malformed; an error only on ENOMEM (manifest.c). */
+int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
+                          char key[33], bool *valid);
 
 /* Removes least-recently-used entries, with their manifests and unheld
  * locks, until entries and manifests fit in cap (negative: no cap); in gc

@@ -23,8 +23,8 @@ void jitop__entry_free(jitop__entry *e)
         return;
     free(e->arch);
     free(e->nvrtc_version);
-    free(e->options);
-    free(e->sources);
+    jitop__strv_free(&e->options);
+    jitop__strv_free(&e->sources);
     jitop__binary_free(&e->bin);
     memset(e, 0, sizeof *e);
 }
@@ -38,8 +38,8 @@ int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
     jitop__wb_str(b, key);
     jitop__wb_str(b, e->arch);
     jitop__wb_str(b, e->nvrtc_version);
-    jitop__wb_str(b, e->options);
-    jitop__wb_str(b, e->sources);
+    jitop__wb_strv(b, &e->options);
+    jitop__wb_strv(b, &e->sources);
     jitop__wb_u64(b, (uint64_t)e->created);
     jitop__wb_u32(b, (uint32_t)e->bin.names.n);
     for (size_t i = 0; i < e->bin.names.n; i++) {
@@ -59,14 +59,14 @@ int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
 const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, size_t n,
                                      uint32_t flags, jitop__entry *e)
 {
-    struct jitop__rbuf r = {*bufp, n, JITOP__FILE_HEADER_SIZE, false};
+    struct jitop__rbuf r = {*bufp, n, JITOP__FILE_HEADER_SIZE, n < JITOP__FILE_HEADER_SIZE};
     const char *why = NULL;
     memset(e, 0, sizeof *e);
     char *stored_key = jitop__rb_str(&r);
     e->arch = jitop__rb_str(&r);
     e->nvrtc_version = jitop__rb_str(&r);
-    e->options = jitop__rb_str(&r);
-    e->sources = jitop__rb_str(&r);
+    jitop__rb_strv(&r, &e->options);
+    jitop__rb_strv(&r, &e->sources);
     e->created = (int64_t)jitop__rb_u64(&r);
     uint32_t nnames = jitop__rb_u32(&r);
     for (uint32_t i = 0; i < nnames && !r.bad; i++) {

@@ -57,6 +57,13 @@ void jitop__wb_str(struct jitop__wbuf *b, const char *s)
     jitop__wb_bytes(b, s, n);
 }
 
+void jitop__wb_strv(struct jitop__wbuf *b, const jitop__strv *sv)
+{
+    jitop__wb_u32(b, (uint32_t)sv->n);
+    for (size_t i = 0; i < sv->n; i++)
+        jitop__wb_str(b, sv->v[i]);
+}
+
 void jitop__wb_hash(struct jitop__wbuf *b, XXH128_hash_t h)
 {
     XXH128_canonical_t c;
@@ -108,6 +115,23 @@ char *jitop__rb_str(struct jitop__rbuf *r)
     memcpy(s, p, n);
     s[n] = '\0';
     return s;
+}
+
+void jitop__rb_strv(struct jitop__rbuf *r, jitop__strv *out)
+{
+    uint32_t n = jitop__rb_u32(r);
+    /* Every item takes at least its 4-byte length: a count the rest of the
+     * payload cannot hold is malformed, whatever the allocator would do. */
+    if (r->bad || n > (r->n - r->off) / 4) {
+        r->bad = true;
+        return;
+    }
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        char *s = jitop__rb_str(r);
+        if (s && jitop__strv_push(out, s) != JITOP_OK)
+            r->bad = true;
+        free(s);
+    }
 }
 
 XXH128_hash_t jitop__rb_hash(struct jitop__rbuf *r)
@@ -399,9 +423,11 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
      * forever; it opens at once and is refused below, by its type. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
-        if (errno == ENOENT)
+        int e = errno;
+        struct stat lst;
+        if (e == ENOENT)
             return JITOP_OK;
-        if (errno == ELOOP) {
+        if (e == ELOOP) {
             /* A symbolic link where a file of jitop's belongs: invalid like
              * a corrupt file, never followed; unlink removes the link only. */
             if (!(flags & JITOP__READ_REMOVE_INVALID))
@@ -413,7 +439,11 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
                                   strerror(errno));
             return JITOP_OK;
         }
-        return jitop__fail(JITOP_EIO, "cache: open %s: %s", path, strerror(errno));
+        /* Another user's file (mode 0600) cannot even be opened: that is
+         * the unsafe cache the check below names, not an I/O error. */
+        if ((e == EACCES || e == EPERM) && lstat(path, &lst) == 0 && lst.st_uid != geteuid())
+            return jitop__cache_check_safe(path, &lst);
+        return jitop__fail(JITOP_EIO, "cache: open %s: %s", path, strerror(e));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -492,19 +522,18 @@ void jitop__cache_vlog(const jitop__cache *c, const char *fmt, ...)
     jitop__log(NULL, "%s", msg);
 }
 
-/* Switches to keeping new files in memory, with one warning per cache. */
+/* Switches to keeping new files in memory. The first reason is kept for
+ * the warning that jitop__cache_mem_put gives (a failed copy only makes
+ * that warning name the root instead). */
 void jitop__cache_go_readonly(jitop__cache *c, const char *path, int err)
 {
     pthread_mutex_lock(&c->lock);
     c->readonly = true;
-    bool warn = !c->warned;
-    c->warned = true;
+    if (!c->ro_path) {
+        c->ro_path = jitop__strdup(path);
+        c->ro_err = err;
+    }
     pthread_mutex_unlock(&c->lock);
-    if (warn)
-        fprintf(stderr,
-                "jitop: warning: cannot write to the cache at %s (%s): compiled binaries are kept "
-                "in memory for this process only\n",
-                path, strerror(err));
 }
 
 bool jitop__cache_is_readonly(jitop__cache *c)
@@ -540,7 +569,17 @@ void jitop__cache_mem_put(jitop__cache *c, const char name[33], bool manifest,
     }
     it->next = c->items;
     c->items = it;
+    bool warn = !manifest && !c->warned;
+    c->warned = c->warned || warn;
+    /* ro_path is set once and freed only with the cache. */
+    const char *path = c->ro_path ? c->ro_path : c->root;
+    int err = c->ro_err;
     pthread_mutex_unlock(&c->lock);
+    if (warn)
+        fprintf(stderr,
+                "jitop: warning: cannot write to the cache at %s (%s): compiled binaries are kept "
+                "in memory for this process only\n",
+                path, strerror(err));
 }
 
 /* A copy of a memory item's bytes (NULL, *found false when absent). */

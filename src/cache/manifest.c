@@ -20,6 +20,51 @@ static char *manifest_dir(const jitop__cache *c, const char id[33])
     return jitop__sprintf("%s/manifests/%.2s", c->vdir, id);
 }
 
+int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
+                          char key[33], bool *valid)
+{
+    int status = JITOP_OK;
+    char *stored_key = NULL;
+    jitop__deps d = {0};
+    *valid = false;
+    memset(deps, 0, sizeof *deps);
+    struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, len < JITOP__FILE_HEADER_SIZE};
+    stored_key = jitop__rb_str(&r);
+    uint32_t n = jitop__rb_u32(&r);
+    if (!r.bad && n <= (len - r.off) / DEP_RECORD_MIN) {
+        d.v = calloc(n ? n : 1, sizeof *d.v);
+        if (!d.v) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+    } else {
+        r.bad = true;
+    }
+    for (uint32_t i = 0; i < n && !r.bad; i++) {
+        jitop__dep *dep = &d.v[d.n];
+        dep->path = jitop__rb_str(&r);
+        if (!dep->path)
+            break;
+        d.n++;
+        dep->size = (int64_t)jitop__rb_u64(&r);
+        dep->mtime_ns = (int64_t)jitop__rb_u64(&r);
+        dep->recent = dep->mtime_ns == JITOP__MTIME_UNKNOWN;
+        dep->ino = jitop__rb_u64(&r);
+        dep->dev = jitop__rb_u64(&r);
+        dep->hash = jitop__rb_hash(&r);
+    }
+    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32)
+        goto out;
+    memcpy(key, stored_key, 33);
+    *deps = d;
+    memset(&d, 0, sizeof d);
+    *valid = true;
+out:
+    jitop__deps_free(&d);
+    free(stored_key);
+    return status;
+}
+
 int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, char key[33],
                         bool *found)
 {
@@ -27,9 +72,8 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
     unsigned char *data = NULL;
     size_t len = 0;
     uint32_t flags = 0;
-    char *path = NULL, *dir = NULL, *stored_key = NULL;
+    char *path = NULL, *dir = NULL;
     bool have = false;
-    jitop__deps d = {0};
     *found = false;
     memset(deps, 0, sizeof *deps);
     status = jitop__cache_mem_get(c, id, true, &data, &len, &have);
@@ -60,42 +104,10 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
         if (status != JITOP_OK || !have)
             goto out;
     }
-    struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, false};
-    stored_key = jitop__rb_str(&r);
-    uint32_t n = jitop__rb_u32(&r);
-    if (!r.bad && n <= (len - r.off) / DEP_RECORD_MIN) {
-        d.v = calloc(n ? n : 1, sizeof *d.v);
-        if (!d.v) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-    } else {
-        r.bad = true;
-    }
-    for (uint32_t i = 0; i < n && !r.bad; i++) {
-        jitop__dep *dep = &d.v[d.n];
-        dep->path = jitop__rb_str(&r);
-        if (!dep->path)
-            break;
-        d.n++;
-        dep->size = (int64_t)jitop__rb_u64(&r);
-        dep->mtime_ns = (int64_t)jitop__rb_u64(&r);
-        dep->recent = dep->mtime_ns == JITOP__MTIME_UNKNOWN;
-        dep->ino = jitop__rb_u64(&r);
-        dep->dev = jitop__rb_u64(&r);
-        dep->hash = jitop__rb_hash(&r);
-    }
-    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32) {
+    status = jitop__manifest_parse(data, len, deps, key, found);
+    if (status == JITOP_OK && !*found)
         jitop__cache_vlog(c, "cache: manifest %s is malformed: ignored", id);
-        goto out;
-    }
-    memcpy(key, stored_key, 33);
-    *deps = d;
-    memset(&d, 0, sizeof d);
-    *found = true;
 out:
-    jitop__deps_free(&d);
-    free(stored_key);
     free(data);
     free(path);
     free(dir);

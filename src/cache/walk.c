@@ -360,18 +360,45 @@ static int need_cache(jitop_ctx *ctx, const char *call)
     return JITOP_OK;
 }
 
+/* info.sources for callers written against the '\n'-joined field: each
+ * path escaped (jitop__escape), so that a newline inside one cannot split
+ * it in two. Malloc'd; NULL on ENOMEM. */
+static char *escaped_lines(const jitop__strv *sv)
+{
+    jitop__strv esc = {0};
+    char *out = NULL;
+    for (size_t i = 0; i < sv->n; i++) {
+        char *e = jitop__escape(sv->v[i]);
+        int rc = e ? jitop__strv_push(&esc, e) : JITOP_ENOMEM;
+        free(e);
+        if (rc != JITOP_OK)
+            goto out;
+    }
+    out = jitop__strv_join(&esc, "\n");
+out:
+    jitop__strv_free(&esc);
+    return out;
+}
+
 static int list_one(const char *key, const jitop__entry *e, int64_t size, int64_t atime,
                     int (*fn)(const jitop_cache_entry_info *, void *), void *user)
 {
+    char *joined = escaped_lines(&e->sources);
+    if (!joined)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
     jitop_cache_entry_info info = {
         .key = key,
         .arch = e->arch,
-        .sources = e->sources,
+        .sources = joined,
         .size = size,
         .atime = atime,
         .created = e->created,
+        .source_list = (const char *const *)e->sources.v,
+        .nsources = e->sources.n,
     };
-    return fn(&info, user);
+    int rc = fn(&info, user);
+    free(joined);
+    return rc;
 }
 
 int jitop_cache_list(jitop_ctx *ctx, int (*fn)(const jitop_cache_entry_info *info, void *user),
@@ -478,7 +505,7 @@ int jitop__cache_find_recent(jitop__cache *c, const char *source, jitop__entry *
     struct walk w = {0};
     int64_t unused = 0;
     *found = false;
-    size_t slen = strlen(source), best = 0;
+    size_t best = 0;
     int status = walk_entries(c, false, &w, &unused);
     for (size_t i = 0; status == JITOP_OK && i < w.n; i++) {
         jitop__entry e;
@@ -486,8 +513,7 @@ int jitop__cache_find_recent(jitop__cache *c, const char *source, jitop__entry *
         status = jitop__cache_entry_read(c, w.v[i].key, 0, &e, &have);
         if (status != JITOP_OK || !have)
             continue;
-        bool same = strncmp(e.sources, source, slen) == 0 &&
-                    (e.sources[slen] == '\0' || e.sources[slen] == '\n');
+        bool same = e.sources.n > 0 && strcmp(e.sources.v[0], source) == 0;
         if (same && (!*found || by_mtime(&w.v[i], &w.v[best]) > 0)) {
             if (*found)
                 jitop__entry_free(out);

@@ -59,6 +59,17 @@ typedef struct jitop__binary {
 } jitop__binary;
 void jitop__binary_free(jitop__binary *b);
 
+/* "sm_90", "sm_90a", "sm_100f", "compute_90": the forms NVRTC takes (2 or
+ * 3 digits, an optional a or f). Says nothing of whether NVRTC supports it. */
+bool jitop__arch_valid(const char *arch);
+
+/* JITOP_OK when arch is valid and NVRTC compiles for it, by its number in
+ * nvrtcGetSupportedArchs; otherwise JITOP_EINVAL with a message naming arch
+ * and every arch NVRTC supports. Loads NVRTC (JITOP_ENVRTC when it cannot
+ * be): not for the hit path. An NVRTC that cannot list its archs passes
+ * every valid arch on to its own check. */
+int jitop__nvrtc_check_arch(const char *arch);
+
 /* Compiles the unit with NVRTC, reading the source from text (what was
  * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);

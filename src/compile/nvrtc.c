@@ -40,8 +40,7 @@ static const struct opt_spec opt_specs[] = {
     {"--device-debug", OPT_FLAG, {"-G", "--device-debug", NULL}},
 };
 
-/* "sm_90", "sm_90a", "sm_100f", "compute_90": the forms NVRTC takes. */
-static bool arch_valid(const char *arch)
+bool jitop__arch_valid(const char *arch)
 {
     const char *p;
     if (strncmp(arch, "sm_", 3) == 0)
@@ -212,7 +211,7 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
         status = jitop__fail(JITOP_EINVAL, "a unit needs either a source path or inline text");
         goto out;
     }
-    if (!arch || !arch_valid(arch) || strlen(arch) >= sizeof u->arch) {
+    if (!arch || !jitop__arch_valid(arch) || strlen(arch) >= sizeof u->arch) {
         status = jitop__fail(JITOP_EINVAL,
                              "arch '%s' is not valid: expected sm_NN or compute_NN (for example "
                              "sm_90, sm_90a, compute_90)",
@@ -299,6 +298,8 @@ void jitop__unit_free(jitop__unit *u)
  * types come from <nvrtc.h>. */
 #define JITOP__NVRTC_FUNCS(X)                                                                     \
     X(nvrtcVersion)                                                                               \
+    X(nvrtcGetNumSupportedArchs)                                                                  \
+    X(nvrtcGetSupportedArchs)                                                                     \
     X(nvrtcGetErrorString)                                                                        \
     X(nvrtcCreateProgram)                                                                         \
     X(nvrtcDestroyProgram)                                                                        \
@@ -475,6 +476,50 @@ const char *jitop__nvrtc_identity(void)
     return identity_text;
 }
 
+static pthread_once_t archs_once = PTHREAD_ONCE_INIT;
+static int g_archs[128];
+static int g_narchs = -1; /* -1: the list could not be had */
+
+static void archs_init(void)
+{
+    int n = 0;
+    if (g_nv.nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS && n > 0 &&
+        n <= (int)(sizeof g_archs / sizeof g_archs[0]) &&
+        g_nv.nvrtcGetSupportedArchs(g_archs) == NVRTC_SUCCESS)
+        g_narchs = n;
+}
+
+int jitop__nvrtc_check_arch(const char *arch)
+{
+    if (!jitop__arch_valid(arch))
+        return jitop__fail(JITOP_EINVAL,
+                           "arch '%s' is not valid: expected sm_NN or compute_NN (for example "
+                           "sm_90, sm_90a, compute_90)",
+                           arch);
+    int status = nvrtc_load();
+    if (status != JITOP_OK)
+        return status;
+    pthread_once(&archs_once, archs_init);
+    if (g_narchs < 0)
+        return JITOP_OK; /* nothing to check against: NVRTC itself decides */
+    const char *digits = arch + strcspn(arch, "0123456789");
+    int number = atoi(digits);
+    for (int i = 0; i < g_narchs; i++)
+        if (g_archs[i] == number)
+            return JITOP_OK;
+    char list[1024];
+    size_t off = 0;
+    for (int i = 0; i < g_narchs && off < sizeof list; i++) {
+        int w = snprintf(list + off, sizeof list - off, "%s%s_%d", i ? ", " : "",
+                         strncmp(arch, "compute_", 8) == 0 ? "compute" : "sm", g_archs[i]);
+        off += w > 0 ? (size_t)w : 0;
+    }
+    return jitop__fail(JITOP_EINVAL,
+                       "arch %s is not one this NVRTC (%s) compiles for; it supports %s "
+                       "(nvrtcGetSupportedArchs)",
+                       arch, jitop__nvrtc_version(), list);
+}
+
 void jitop__binary_free(jitop__binary *b)
 {
     if (!b)
@@ -602,7 +647,14 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
         goto out;
     }
     if (r == NVRTC_ERROR_INVALID_OPTION) {
-        char *joined = jitop__strv_join(&u->options, " ");
+        /* The arch is an option too: a well-formed one NVRTC does not know
+         * (sm_10, compute_999) is named, with the ones it does. */
+        status = jitop__nvrtc_check_arch(u->arch);
+        if (status != JITOP_OK) {
+            jitop__fail_prefix(status, "%s", u->source_name);
+            goto out;
+        }
+        char *joined = jitop__strv_join(&args, " ");
         status = jitop__fail(JITOP_EINVAL, "%s: NVRTC rejected the options [%s]: %s",
                              u->source_name, joined ? joined : "?",
                              log && *log ? log : g_nv.nvrtcGetErrorString(r));

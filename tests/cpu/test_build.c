@@ -650,38 +650,81 @@ static void test_racy_clean_manifest_not_trusted_later(void **state)
     project_free(&p);
 }
 
-/* The CLI's hit check: the same answer as jitop_explain, without a reason. */
-static void test_would_hit(void **state)
+/* The CLI's hit pass: a hit is built from the cache (as jitop_build
+ * would), a miss builds nothing. */
+static bool if_cached(jitop_ctx *ctx, const char *src, const char *arch, const char *const *opts,
+                      size_t nopts, int expect_status, jitop_build_result *r)
+{
+    bool hit = true;
+    int st = jitop__build_if_cached(ctx, src, arch, opts, nopts, NULL, 0, &hit, r);
+    if (st != expect_status)
+        fail_msg("%s: %s: %s", src, jitop_strerror(st), jitop_errmsg(ctx));
+    return hit;
+}
+
+static void test_if_cached(void **state)
 {
     (void)state;
     struct project p;
     project_make(&p);
     jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
-    bool hit = true;
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
-    assert_false(hit);
-    build(ctx, p.src, NULL, NULL, 0, NULL, 0);
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
-    assert_true(hit);
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, "sm_80", NULL, 0, NULL, 0, &hit), JITOP_OK);
-    assert_false(hit);
+    jitop_build_result r;
+    assert_false(if_cached(ctx, p.src, NULL, NULL, 0, JITOP_OK, &r));
+    assert_int_equal(r.cached, 0);
+    assert_int_equal(count_entries(ctx), 0); /* a miss compiles nothing */
+    jitop_build_result built = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    assert_true(if_cached(ctx, p.src, NULL, NULL, 0, JITOP_OK, &r));
+    assert_int_equal(r.cached, 1);
+    assert_string_equal(r.key, built.key);
+    assert_false(if_cached(ctx, p.src, "sm_80", NULL, 0, JITOP_OK, &r));
     const char *opts[] = {"-DEXTRA=1"};
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, opts, 1, NULL, 0, &hit), JITOP_OK);
-    assert_false(hit);
+    assert_false(if_cached(ctx, p.src, NULL, opts, 1, JITOP_OK, &r));
     /* Touched but unchanged: still a hit (found by hashing). */
     jt_touch(p.a, -20);
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
-    assert_true(hit);
+    assert_true(if_cached(ctx, p.src, NULL, NULL, 0, JITOP_OK, &r));
+    assert_string_equal(r.key, built.key);
     /* Edited: a miss. */
     free(jt_write(p.dir, "a.cuh", "#pragma once\n#include \"inc/b.cuh\"\n#define A_VALUE 4\n"));
     jt_touch(p.a, -10);
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, NULL, NULL, 0, NULL, 0, &hit), JITOP_OK);
-    assert_false(hit);
-    assert_int_equal(jitop__build_would_hit(ctx, "/no/such/file.cu", NULL, NULL, 0, NULL, 0, &hit),
-                     JITOP_ENOTFOUND);
-    assert_false(hit);
-    assert_int_equal(jitop__build_would_hit(ctx, p.src, "sm_9", NULL, 0, NULL, 0, &hit),
-                     JITOP_EINVAL);
+    assert_false(if_cached(ctx, p.src, NULL, NULL, 0, JITOP_OK, &r));
+    assert_false(if_cached(ctx, "/no/such/file.cu", NULL, NULL, 0, JITOP_ENOTFOUND, &r));
+    assert_false(if_cached(ctx, p.src, "sm_9", NULL, 0, JITOP_EINVAL, &r));
+    jitop_ctx_destroy(ctx);
+    project_free(&p);
+}
+
+static void sleep_300ms(const char *source)
+{
+    (void)source;
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* A hit found by hashing (the stat data did not vouch) reports the time
+ * the hashing took: the scan is made to last at least 300 ms, and the
+ * reported time covers it (a lower bound a sleep guarantees, whatever the
+ * machine's speed). */
+static void test_hit_time_includes_hashing(void **state)
+{
+    (void)state;
+    struct project p;
+    project_make(&p);
+    jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
+    build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    jt_touch(p.src, -30);
+    jitop_build_result r;
+    jitop__after_scan_hook = sleep_300ms;
+    bool hit = if_cached(ctx, p.src, NULL, NULL, 0, JITOP_OK, &r);
+    jt_touch(p.src, -40);
+    jitop_build_result r2 = build(ctx, p.src, NULL, NULL, 0, NULL, 0);
+    jitop__after_scan_hook = NULL;
+    assert_true(hit);
+    if (r.ms < 300.0)
+        fail_msg("a hit after 300 ms of scanning reported %.1f ms", r.ms);
+    assert_int_equal(r2.cached, 1);
+    if (r2.ms < 300.0)
+        fail_msg("jitop_build: a hit after 300 ms of scanning reported %.1f ms", r2.ms);
     jitop_ctx_destroy(ctx);
     project_free(&p);
 }
@@ -721,7 +764,8 @@ int main(void)
         cmocka_unit_test(test_header_that_keeps_changing_fails_cleanly),
         cmocka_unit_test(test_threads_share_a_context),
         cmocka_unit_test(test_racy_clean_manifest_not_trusted_later),
-        cmocka_unit_test(test_would_hit),
+        cmocka_unit_test(test_if_cached),
+        cmocka_unit_test(test_hit_time_includes_hashing),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

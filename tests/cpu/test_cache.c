@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,8 +107,12 @@ static void fill_entry(jitop__entry *e, const char *payload)
     memset(e, 0, sizeof *e);
     e->arch = strdup("sm_90");
     e->nvrtc_version = strdup(jitop__nvrtc_version());
-    e->options = strdup("-DA=1\n--use_fast_math");
-    e->sources = strdup("/src/k.cu\n/src/k.cuh");
+    /* Items may hold any byte but NUL: a newline in an option or a path
+     * stays inside its item. */
+    assert_int_equal(jitop__strv_push(&e->options, "-DA=1\n-DB=2"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->options, "--use_fast_math"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->sources, "/src/dir\nk.cu"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&e->sources, "/src/k.cuh"), JITOP_OK);
     e->created = 1700000000;
     e->bin.size = strlen(payload);
     e->bin.data = (unsigned char *)strdup(payload);
@@ -136,8 +141,12 @@ static void test_entry_round_trip(void **state)
     assert_int_equal(jitop__cache_get(c, key_a, &out, &found), JITOP_OK);
     assert_true(found);
     assert_string_equal(out.arch, "sm_90");
-    assert_string_equal(out.options, in.options);
-    assert_string_equal(out.sources, in.sources);
+    assert_int_equal(out.options.n, 2);
+    assert_string_equal(out.options.v[0], "-DA=1\n-DB=2");
+    assert_string_equal(out.options.v[1], "--use_fast_math");
+    assert_int_equal(out.sources.n, 2);
+    assert_string_equal(out.sources.v[0], "/src/dir\nk.cu");
+    assert_string_equal(out.sources.v[1], "/src/k.cuh");
     assert_int_equal(out.created, 1700000000);
     assert_int_equal(out.bin.size, in.bin.size);
     assert_memory_equal(out.bin.data, in.bin.data, in.bin.size);
@@ -327,8 +336,9 @@ static void test_manifest_recent_mark_and_short_paths(void **state)
     free(h); free(dir); free(root);
 }
 
-/* $JITOP_CACHE_MAX_SIZE: sizes with suffixes, 0 for the default, and
- * nothing an int64_t cannot hold. */
+/* $JITOP_CACHE_MAX_SIZE: sizes with suffixes, 0 for the default, a
+ * negative size for no cap, and nothing an int64_t cannot hold or that is
+ * not a size written in decimal. */
 static void test_cache_max_size_env(void **state)
 {
     (void)state;
@@ -352,8 +362,26 @@ static void test_cache_max_size_env(void **state)
         {"1e300", JITOP_EINVAL, 0},
         {"inf", JITOP_EINVAL, 0},
         {"nan", JITOP_EINVAL, 0},
-        {"-1", JITOP_EINVAL, 0},
+        {"-1", JITOP_OK, -1}, /* negative: no cap, as for cache_max_size */
+        {"-2G", JITOP_OK, -1},
+        {"-0", JITOP_EINVAL, 0},
         {"12X", JITOP_EINVAL, 0},
+        {"4096", JITOP_OK, 4096},
+        {"100B", JITOP_OK, 100},
+        {"512MiB", JITOP_OK, (int64_t)512 << 20},
+        {"1.5G", JITOP_OK, (int64_t)3 << 29},
+        {"0.5K", JITOP_OK, 512},
+        {"0x10", JITOP_EINVAL, 0},   /* hex is not a size (strtod read it as 16) */
+        {"0.5", JITOP_EINVAL, 0},    /* half a byte: not 0, which means the default */
+        {"1.5", JITOP_EINVAL, 0},
+        {"0.0001K", JITOP_EINVAL, 0}, /* rounds to no byte at all */
+        {"1e3", JITOP_EINVAL, 0},
+        {" 1G", JITOP_EINVAL, 0},
+        {"1G ", JITOP_EINVAL, 0},
+        {".5K", JITOP_EINVAL, 0},
+        {"1.K", JITOP_EINVAL, 0},
+        {"1.0000000001G", JITOP_EINVAL, 0},
+        {"18446744073709551616", JITOP_EINVAL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_int_equal(setenv("JITOP_CACHE_MAX_SIZE", cases[i].value, 1), 0);
@@ -433,6 +461,72 @@ static void test_unsafe_caches_refused(void **state)
     free(edir); free(entry); free(src); free(dir); free(foreign); free(root);
 }
 
+/* An entry or manifest owned by another user, mode 0600: this user cannot
+ * even open it. That is an unsafe cache (JITOP_EUNSAFE, naming the owner),
+ * not an I/O error. Needs root to make a file of another user's: the files
+ * are given to nobody, and a child running as nobody reads them. */
+static void test_foreign_files_are_unsafe_not_eio(void **state)
+{
+    (void)state;
+    struct passwd *pw = getpwnam("nobody");
+    if (geteuid() != 0 || !pw || pw->pw_uid == 0) {
+        print_message("SKIP: needs root and a user nobody to make another user's cache file\n");
+        skip();
+    }
+    uid_t uid = pw->pw_uid;
+    gid_t gid = pw->pw_gid;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop_build_result r = build_v(ctx, src, 1);
+    jitop__unit u;
+    const char *opts[] = {"-DV=1"};
+    assert_int_equal(jitop__unit_init(&u, src, NULL, opts, 1, NULL, 0, "sm_90"), JITOP_OK);
+    char id[33];
+    jitop__manifest_id(&u, id);
+    jitop__unit_free(&u);
+    jitop_ctx_destroy(ctx);
+    /* The whole cache becomes nobody's, but for the entry and manifest. */
+    char cmd[8192], manifest[4200];
+    snprintf(manifest, sizeof manifest, "%s/v%d/manifests/%.2s/%s", cache, JITOP__FORMAT_VERSION,
+             id, id);
+    char *entry = entry_file(cache, r.key);
+    snprintf(cmd, sizeof cmd, "chown -R %u:%u '%s' && chown 0:0 '%s' '%s'", (unsigned)uid,
+             (unsigned)gid, cache, entry, manifest);
+    assert_int_equal(jt_run(cmd, NULL), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int code = 0;
+        jitop__cache *c = NULL;
+        jitop__entry e;
+        jitop__deps deps;
+        char key[33];
+        bool found = true;
+        if (setgid(gid) != 0 || setuid(uid) != 0)
+            code = 10;
+        else if (jitop__cache_open(cache, -1, 0, &c) != JITOP_OK)
+            code = 11;
+        else if (jitop__cache_get(c, r.key, &e, &found) != JITOP_EUNSAFE)
+            code = 12;
+        else if (!strstr(jitop_errmsg(NULL), "owned by uid 0"))
+            code = 13;
+        else if (jitop__manifest_get(c, id, &deps, key, &found) != JITOP_EUNSAFE)
+            code = 14;
+        if (code >= 12)
+            fprintf(stderr, "%s\n", jitop_errmsg(NULL));
+        jitop__cache_close(c);
+        free(entry); free(src); free(dir); free(cache);
+        _exit(code);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    if (WEXITSTATUS(ws) != 0)
+        fail_msg("child (uid %u) failed at step %d", (unsigned)uid, WEXITSTATUS(ws));
+    free(entry); free(src); free(dir); free(cache);
+}
+
 /* Makes dir unwritable for the calling process, for real: as root (CI),
  * permission bits do not stop writes, so dir is bind-mounted read-only in a
  * private mount namespace (EROFS, which stops root too); as another user,
@@ -473,6 +567,19 @@ static int unwritable_child(const char *cache, const char *src)
     int code = 0;
     if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK)
         return 10;
+    /* What only reads (jitop ls, jitop explain) writes nothing, so it has
+     * nothing to warn about: the parent checks that no warning comes before
+     * the marker. */
+    int listed = 0, hit = 0;
+    char *why = NULL;
+    if (jitop_cache_list(ctx, count_cb, &listed) != JITOP_OK || listed != 1)
+        code = 16;
+    else if (jitop_explain(ctx, src, NULL, o2, 1, NULL, 0, &hit, &why) != JITOP_OK || hit)
+        code = 17;
+    jitop_free(why);
+    fputs("-- reads done\n", stderr);
+    if (code)
+        goto out;
     /* Prewarmed before the directory turned read-only: read from disk. */
     int n = 0;
     if (jitop_build(ctx, src, NULL, o1, 1, NULL, 0, &r) != JITOP_OK || !r.cached)
@@ -486,6 +593,7 @@ static int unwritable_child(const char *cache, const char *src)
         code = 14;
     else if (jitop_cache_list(ctx, count_cb, &n) != JITOP_OK || n != 3)
         code = 15;
+out:
     jitop_ctx_destroy(ctx);
     return code;
 }
@@ -537,9 +645,13 @@ static void test_unwritable_cache_still_works(void **state)
     }
     if (WEXITSTATUS(ws) != 0)
         fail_msg("child failed at step %d; stderr:\n%s", WEXITSTATUS(ws), log);
-    /* One warning, naming the directory. */
-    char *first = strstr(log, "warning");
+    /* One warning, naming the directory, and only once something had to be
+     * kept in memory. */
+    char *first = strstr(log, "warning"), *reads = strstr(log, "-- reads done");
     assert_non_null(first);
+    assert_non_null(reads);
+    if (first < reads)
+        fail_msg("a warning before anything was written: %s", log);
     assert_null(strstr(first + 1, "warning"));
     assert_non_null(strstr(log, cache));
     /* Nothing was written. */
@@ -658,6 +770,82 @@ static void test_eviction_keeps_most_recently_used(void **state)
     free(ea); free(eb); free(ec); free(pe); free(scratch); free(src); free(dir); free(cache);
 }
 
+/* Sends stderr to a temporary file until capture_end, which returns what
+ * was written (malloc'd). */
+struct capture {
+    int saved;
+    char path[64];
+};
+
+static void capture_start(struct capture *c)
+{
+    snprintf(c->path, sizeof c->path, "/tmp/jitop-stderr-XXXXXX");
+    int fd = mkstemp(c->path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    c->saved = dup(2);
+    assert_true(c->saved >= 0);
+    assert_int_equal(dup2(fd, 2), 2);
+    close(fd);
+}
+
+static char *capture_end(struct capture *c)
+{
+    fflush(stderr);
+    assert_int_equal(dup2(c->saved, 2), 2);
+    close(c->saved);
+    char *text = jt_read(c->path);
+    unlink(c->path);
+    return text;
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* A cap smaller than one entry evicts every entry right after its write:
+ * said once per context, verbose or not, naming both sizes. */
+static void test_cap_below_one_entry_warns_once(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *src = jt_write(dir, "k.cu", kernel_src);
+    for (int verbose = 0; verbose <= 1; verbose++) {
+        char *cache = jt_tmpdir();
+        jitop_config cfg;
+        jitop_config_init(&cfg);
+        cfg.cache_dir = cache;
+        cfg.arch = "sm_90";
+        cfg.compile_only = 1;
+        cfg.cache_max_size = 100;
+        cfg.verbose = verbose;
+        jitop_ctx *ctx = NULL;
+        assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+        struct capture cap;
+        capture_start(&cap);
+        jitop_build_result a = build_v(ctx, src, 1);
+        jitop_build_result b = build_v(ctx, src, 2);
+        char *err = capture_end(&cap);
+        assert_int_equal(a.cached, 0);
+        assert_int_equal(b.cached, 0);
+        if (count_of(err, "is smaller than the entry") != 1)
+            fail_msg("verbose %d: expected one warning about the cap:\n%s", verbose, err);
+        assert_non_null(strstr(err, "cache cap (100 bytes"));
+        /* The cap still holds: both entries went. */
+        char *ea = entry_file(cache, a.key), *eb = entry_file(cache, b.key);
+        assert_false(exists(ea));
+        assert_false(exists(eb));
+        free(ea); free(eb); free(err);
+        jitop_ctx_destroy(ctx);
+        free(cache);
+    }
+    free(src); free(dir);
+}
+
 struct listed {
     int n;
     char key[33];
@@ -742,6 +930,80 @@ static void test_list_gc_clean(void **state)
     free(e2); free(hdr); free(src); free(dir); free(cache);
 }
 
+struct exact {
+    int n;
+    size_t nsources;
+    char first[256], second[256], joined[512];
+};
+
+static int exact_cb(const jitop_cache_entry_info *info, void *user)
+{
+    struct exact *x = user;
+    x->n++;
+    x->nsources = info->nsources;
+    snprintf(x->first, sizeof x->first, "%s", info->nsources > 0 ? info->source_list[0] : "");
+    snprintf(x->second, sizeof x->second, "%s", info->nsources > 1 ? info->source_list[1] : "");
+    snprintf(x->joined, sizeof x->joined, "%s", info->sources);
+    return 0;
+}
+
+/* A newline (or a backslash) in a path: the list has it exactly, and the
+ * one-per-line field escapes it, so that it still has one line per file. */
+static void test_list_paths_with_newlines(void **state)
+{
+    (void)state;
+    char *cache = jt_tmpdir();
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    jitop__entry in;
+    fill_entry(&in, "payload");
+    jitop__strv_free(&in.sources);
+    assert_int_equal(jitop__strv_push(&in.sources, "/src/dir\nk.cu"), JITOP_OK);
+    assert_int_equal(jitop__strv_push(&in.sources, "/src/a\\b\t.h"), JITOP_OK);
+    assert_int_equal(jitop__cache_put(ctx->cache, key_a, &in), JITOP_OK);
+    jitop__entry_free(&in);
+    struct exact x = {0};
+    assert_int_equal(jitop_cache_list(ctx, exact_cb, &x), JITOP_OK);
+    assert_int_equal(x.n, 1);
+    assert_int_equal(x.nsources, 2);
+    assert_string_equal(x.first, "/src/dir\nk.cu");
+    assert_string_equal(x.second, "/src/a\\b\t.h");
+    assert_string_equal(x.joined, "/src/dir\\nk.cu\n/src/a\\\\b\\t.h");
+    jitop_ctx_destroy(ctx);
+    free(cache);
+}
+
+/* explain looks for an older entry of the same source. A source whose path
+ * holds a newline must not match another source's entry whose file list,
+ * joined by newlines, spells that path ("DIR/a.cu" including "DIR/h.h" vs
+ * the file "DIR/a.cu\nDIR/h.h"). */
+static void test_explain_newline_path_is_its_own_source(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_tmpdir();
+    char *src = jt_write(dir, "a.cu", "#include \"h.h\"\n"
+                                      "extern \"C\" __global__ void k(float *x) { x[0] = V; }\n");
+    char *hdr = jt_write(dir, "h.h", "#pragma once\n");
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    build_v(ctx, src, 1);
+    char name[4096];
+    snprintf(name, sizeof name, "a.cu\n%s/h.h", dir);
+    char *odd = jt_write(dir, name, "extern \"C\" __global__ void k(float *x) { x[0] = V; }\n");
+    char expect[8192];
+    snprintf(expect, sizeof expect, "%s\n%s", src, hdr);
+    const char *opts[] = {"-DV=1"};
+    int hit = 1;
+    char *why = NULL;
+    assert_int_equal(jitop_explain(ctx, expect, NULL, opts, 1, NULL, 0, &hit, &why), JITOP_OK);
+    assert_false(hit);
+    if (!strstr(why, "never built"))
+        fail_msg("explain matched another source's entry: %s", why);
+    /* The path is shown escaped: the reason stays one line. */
+    assert_null(strchr(why, '\n'));
+    jitop_free(why);
+    jitop_ctx_destroy(ctx);
+    free(odd); free(hdr); free(src); free(dir); free(cache);
+}
+
 static void test_cache_calls_check_arguments(void **state)
 {
     (void)state;
@@ -766,11 +1028,15 @@ int main(void)
         cmocka_unit_test(test_manifest_recent_mark_and_short_paths),
         cmocka_unit_test(test_cache_max_size_env),
         cmocka_unit_test(test_unsafe_caches_refused),
+        cmocka_unit_test(test_foreign_files_are_unsafe_not_eio),
         cmocka_unit_test(test_unwritable_cache_still_works),
         cmocka_unit_test(test_uncreatable_root_keeps_binaries_in_memory),
         cmocka_unit_test(test_use_stamp_only_when_not_recent),
         cmocka_unit_test(test_eviction_keeps_most_recently_used),
+        cmocka_unit_test(test_cap_below_one_entry_warns_once),
         cmocka_unit_test(test_list_gc_clean),
+        cmocka_unit_test(test_list_paths_with_newlines),
+        cmocka_unit_test(test_explain_newline_path_is_its_own_source),
         cmocka_unit_test(test_cache_calls_check_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

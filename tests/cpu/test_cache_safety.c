@@ -22,6 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The tree jitop makes under a root: v<format version>. */
+#define TREE_STR2(v) #v
+#define TREE_STR(v) TREE_STR2(v)
+#define TREE "v" TREE_STR(JITOP__FORMAT_VERSION)
+
 static const char *const kernel_src =
     "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] = V; }\n";
 
@@ -124,14 +129,14 @@ static void test_new_cache_is_marked(void **state)
     char *text = jt_read(tag);
     assert_int_equal(strncmp(text, "Signature: 8a477f597d28d172789f06886806bc55", 43), 0);
     free(text);
-    char *tree_tag = jt_path(root, "v1/jitop.tag");
+    char *tree_tag = jt_path(root, TREE "/jitop.tag");
     assert_true(is_regular(tree_tag));
     jitop_ctx_destroy(ctx);
 
     char *home = jt_tmpdir();
     free(jt_write(home, "notes.txt", "mine"));
     ctx = jt_ctx(home, "sm_90");
-    char *home_tag = jt_path(home, "CACHEDIR.TAG"), *home_tree_tag = jt_path(home, "v1/jitop.tag");
+    char *home_tag = jt_path(home, "CACHEDIR.TAG"), *home_tree_tag = jt_path(home, TREE "/jitop.tag");
     assert_false(exists(home_tag));
     assert_true(is_regular(home_tree_tag));
     jitop_ctx_destroy(ctx);
@@ -140,7 +145,7 @@ static void test_new_cache_is_marked(void **state)
 }
 
 /* Item 4: clean deletes jitop's names in marked trees (and in an unmarked
- * tree that holds nothing else) and nothing else: a user's v2/thesis.tex,
+ * tree that holds nothing else) and nothing else: a user's v99/thesis.tex,
  * their files beside the trees and inside a marked one all stay. */
 static void test_clean_deletes_only_jitops_files(void **state)
 {
@@ -152,11 +157,11 @@ static void test_clean_deletes_only_jitops_files(void **state)
     jitop_ctx_destroy(ctx);
 
     char shard[8], readme[64];
-    snprintf(shard, sizeof shard, "v1/%.2s", r1.key);
+    snprintf(shard, sizeof shard, TREE "/%.2s", r1.key);
     snprintf(readme, sizeof readme, "%s/README", shard);
-    char *thesis = jt_write(root, "v2/thesis.tex", "chapter 1");
+    char *thesis = jt_write(root, "v99/thesis.tex", "chapter 1");
     char *notes = jt_write(root, "notes.txt", "notes");
-    char *mine = jt_write(root, "v1/mine.txt", "mine");
+    char *mine = jt_write(root, TREE "/mine.txt", "mine");
     char *readme_path = jt_write(root, readme, "read me");
     char *v8 = jt_write(root, "v8", "a file named like a tree");
     /* A tree from before markers, holding only jitop's names: adopted. */
@@ -174,7 +179,7 @@ static void test_clean_deletes_only_jitops_files(void **state)
     assert_file_text(mine, "mine");
     assert_file_text(readme_path, "read me");
     assert_file_text(v8, "a file named like a tree");
-    if (!strstr(out, "v2") || !strstr(out, "left"))
+    if (!strstr(out, "v99") || !strstr(out, "left"))
         fail_msg("clean should say what it left alone: %s", out);
     free(out);
     char *e1 = entry_file(root, r1.key), *e2 = entry_file(root, r2.key);
@@ -194,7 +199,7 @@ static void test_clean_deletes_only_jitops_files(void **state)
     assert_int_equal(jitop_cache_clean(ctx), JITOP_OK);
     snprintf(cmd, sizeof cmd, "cd '%s' && find . | sort | tr '\\n' ' '", root2);
     assert_int_equal(jt_run(cmd, &out), 0);
-    assert_string_equal(out, ". ./CACHEDIR.TAG ./v1 ./v1/jitop.tag ./v1/locks ./v1/manifests ");
+    assert_string_equal(out, ". ./CACHEDIR.TAG ./" TREE " ./" TREE "/jitop.tag ./" TREE "/locks ./" TREE "/manifests ");
     free(out);
     jitop_ctx_destroy(ctx);
     free(root2);
@@ -209,7 +214,7 @@ static void test_unmarked_trees(void **state)
 {
     (void)state;
     char *root = jt_tmpdir();
-    char *thesis = jt_write(root, "v1/thesis.tex", "chapter 1");
+    char *thesis = jt_write(root, TREE "/thesis.tex", "chapter 1");
     jitop_config cfg;
     jitop_config_init(&cfg);
     cfg.cache_dir = root;
@@ -219,7 +224,7 @@ static void test_unmarked_trees(void **state)
     assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_EUNSAFE);
     assert_non_null(strstr(jitop_errmsg(NULL), "thesis.tex"));
     assert_file_text(thesis, "chapter 1");
-    char *v1 = jt_path(root, "v1");
+    char *v1 = jt_path(root, TREE);
     assert_int_equal(count_names(v1), 1);
 
     char *dir = jt_tmpdir(), *cache = jt_tmpdir();
@@ -227,7 +232,7 @@ static void test_unmarked_trees(void **state)
     ctx = jt_ctx(cache, "sm_90");
     build_v(ctx, src, 1);
     jitop_ctx_destroy(ctx);
-    char *tree_tag = jt_path(cache, "v1/jitop.tag"), *root_tag = jt_path(cache, "CACHEDIR.TAG");
+    char *tree_tag = jt_path(cache, TREE "/jitop.tag"), *root_tag = jt_path(cache, "CACHEDIR.TAG");
     assert_int_equal(unlink(tree_tag), 0);
     assert_int_equal(unlink(root_tag), 0);
     ctx = jt_ctx(cache, "sm_90");
@@ -273,7 +278,7 @@ static void test_root_link_of_another_user_refused(void **state)
 
     assert_int_equal(lchown(link, 0, 0), 0);
     ctx = jt_ctx(link, "sm_90");
-    char *tree = jt_path(victim, "v1");
+    char *tree = jt_path(victim, TREE);
     assert_true(exists(tree));
     jitop_ctx_destroy(ctx);
     free(tree); free(link); free(thesis); free(base); free(victim);
@@ -337,8 +342,8 @@ static int writer_child(const char *root, int stop_fd)
     jitop__entry e = {0};
     e.arch = "sm_90";
     e.nvrtc_version = "test";
-    e.options = "";
-    e.sources = "/src/k.cu";
+    if (jitop__strv_push(&e.sources, "/src/k.cu") != JITOP_OK)
+        return 13;
     e.bin.data = (unsigned char *)"binary";
     e.bin.size = 6;
     jitop__dep dep = {.path = "/src/k.cu", .hash = XXH3_128bits("k", 1)};
@@ -359,6 +364,7 @@ static int writer_child(const char *root, int stop_fd)
             code = 12;
         }
     }
+    jitop__strv_free(&e.sources);
     jitop__cache_close(c);
     return code;
 }

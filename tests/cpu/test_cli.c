@@ -641,6 +641,95 @@ static void test_ls_gc_clean(void **state)
     free(out);
 }
 
+/* A file name holding an escape sequence and a newline: plain output shows
+ * both as visible escapes (one line per result, nothing for the terminal to
+ * act on); JSON output has the exact name. */
+static void test_control_chars_escaped(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL;
+    free(jt_write(f->dir, "src/odd\033[31m\nname.cu", kernel_b));
+    const char *shown = "src/odd\\x1b[31m\\nname.cu";
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 'src/odd\033[31m\nname.cu'"), 0);
+    assert_null(strchr(out, '\033'));
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, shown));
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "explain --arch sm_90 'src/odd\033[31m\nname.cu'"), 0);
+    assert_null(strchr(out, '\033'));
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, shown));
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "ls"), 0);
+    assert_null(strchr(out, '\033'));
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, "odd\\x1b[31m\\nname.cu"));
+    free(out);
+    assert_int_equal(cli(f, 1, &out, "ls --json"), 0);
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, "odd\\u001b[31m\\nname.cu\""));
+    free(out);
+    /* A failure names the file the same way on stderr. */
+    free(jt_write(f->dir, "src/bad\033]0;x\a.cu", kernel_bad));
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 'src/bad\033]0;x\a.cu'"), 1);
+    assert_null(strchr(out, '\033'));
+    assert_non_null(strstr(out, "src/bad\\x1b]0;x\\x07.cu"));
+    free(out);
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* An arch named twice is built once. */
+static void test_repeated_arch_built_once(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL;
+    assert_int_equal(cli(f, 1, &out, "build --arch sm_90,sm_90 src/a.cu"), 0);
+    assert_int_equal(count_lines(out), 1);
+    assert_non_null(strstr(out, "src/a.cu sm_90 compiled"));
+    free(out);
+    assert_int_equal(cli(f, 1, &out, "build --arch sm_90 --arch sm_80,sm_90 src/a.cu"), 0);
+    assert_int_equal(count_lines(out), 2);
+    assert_int_equal(count_of(out, " sm_90 "), 1);
+    free(out);
+    assert_int_equal(cli(f, 1, &out, "explain --arch sm_90,sm_90 src/a.cu"), 0);
+    assert_int_equal(count_lines(out), 1);
+    free(out);
+}
+
+/* An arch this NVRTC does not compile for, or one that is not an arch
+ * name: a usage error (exit 2) said once for the command, not once per
+ * file, and nothing is compiled. */
+static void test_unsupported_arch_is_usage_error(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL;
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90,sm_10 src"), 2);
+    if (count_of(out, "sm_10 is not one") != 1 || !strstr(out, "sm_90, sm_100") ||
+        strstr(out, "compiled") || strstr(out, "options []"))
+        fail_msg("%s", out);
+    free(out);
+    assert_int_equal(cli(f, 1, &out, "ls"), 0);
+    assert_int_equal(count_lines(out), 0);
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "build --arch compute_999 src"), 2);
+    assert_int_equal(count_of(out, "compute_999 is not one"), 1);
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "explain --arch sm_10 src"), 2);
+    assert_int_equal(count_of(out, "sm_10 is not one"), 1);
+    assert_null(strstr(out, "never built"));
+    free(out);
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_9 src"), 2);
+    assert_int_equal(count_of(out, "'sm_9' is not valid"), 1);
+    free(out);
+}
+
 static void test_help(void **state)
 {
     fixture *f = *state;
@@ -741,6 +830,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress_on_terminal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_is_hit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ls_gc_clean, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_control_chars_escaped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repeated_arch_built_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsupported_arch_is_usage_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version, setup, teardown),
         cmocka_unit_test(test_library_named_after_header_version),

@@ -337,7 +337,42 @@ static void test_unknown_option_rejected_by_nvrtc(void **state)
     jitop__binary b;
     assert_int_equal(jitop__compile(&u, kernel_src, &b), JITOP_EINVAL);
     assert_non_null(strstr(jitop_errmsg(NULL), "--no-such-nvrtc-flag"));
+    /* The options as NVRTC got them, the arch included. */
+    assert_non_null(strstr(jitop_errmsg(NULL), "--gpu-architecture=sm_90"));
     jitop__unit_free(&u);
+}
+
+/* A well-formed arch this NVRTC does not compile for (sm_10, compute_999)
+ * is named, with the archs it does compile for (nvrtcGetSupportedArchs),
+ * not reported as "NVRTC rejected the options []". */
+static void test_unsupported_arch_named(void **state)
+{
+    (void)state;
+    const char *ok[] = {"sm_90", "sm_90a", "compute_90", "sm_80"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (jitop__nvrtc_check_arch(ok[i]) != JITOP_OK)
+            fail_msg("%s: %s", ok[i], jitop_errmsg(NULL));
+    const char *unsupported[][2] = {{"sm_10", "sm_90"}, {"compute_999", "compute_90"}};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(jitop__nvrtc_check_arch(unsupported[i][0]), JITOP_EINVAL);
+        const char *msg = jitop_errmsg(NULL);
+        assert_non_null(strstr(msg, unsupported[i][0]));
+        assert_non_null(strstr(msg, unsupported[i][1])); /* the list of supported ones */
+        assert_non_null(strstr(msg, "nvrtcGetSupportedArchs"));
+        jitop__unit u;
+        jitop__binary b;
+        assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, NULL, 0, NULL, 0,
+                                          unsupported[i][0]),
+                         JITOP_OK);
+        assert_int_equal(jitop__compile(&u, kernel_src, &b), JITOP_EINVAL);
+        msg = jitop_errmsg(NULL);
+        if (!strstr(msg, unsupported[i][0]) || !strstr(msg, unsupported[i][1]) ||
+            strstr(msg, "options []"))
+            fail_msg("%s: %s", unsupported[i][0], msg);
+        jitop__unit_free(&u);
+    }
+    assert_int_equal(jitop__nvrtc_check_arch("sm_9"), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "not valid"));
 }
 
 static void test_bad_name_expression(void **state)
@@ -420,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_ptx_for_compute_arch),
         cmocka_unit_test(test_syntax_error_has_file_and_line),
         cmocka_unit_test(test_unknown_option_rejected_by_nvrtc),
+        cmocka_unit_test(test_unsupported_arch_named),
         cmocka_unit_test(test_bad_name_expression),
         cmocka_unit_test(test_last_link_target),
         cmocka_unit_test(test_nvrtc_version),
