@@ -108,6 +108,14 @@ $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(STATIC) $(CLI) | $(DEPS_FIRST)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(STATIC) -lcmocka $(LDLIBS)
 
+# The compatibility suite's two programs link its case table (tests/compat).
+COMPAT_SRC := $(sort $(wildcard tests/compat/*.c))
+$(BUILD)/tests/cpu/test_compat $(BUILD)/tests/gpu/test_compat: $(BUILD)/tests/%: tests/%.c \
+		$(COMPAT_SRC) $(wildcard tests/compat/*.h) $(TEST_SUPPORT) $(STATIC) $(CLI)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Itests/support -Itests/compat $(CFLAGS) $(LDFLAGS) -o $@ $< $(COMPAT_SRC) \
+	  $(TEST_SUPPORT) $(STATIC) -lcmocka $(LDLIBS)
+
 # A fake CUDA driver (tests/fakecuda) that the tests/cpu/test_*_fake programs
 # load instead of the real one, through LD_LIBRARY_PATH. Only for tests: not
 # installed.
