@@ -61,9 +61,13 @@ void run_const_namespaced(compat_env *e)
         cx_eq_i64(e, "lut[idx & 63]", i, got[i], lut[idx[i] & 63]);
 }
 
-/* gain<float> is written after its kernel was asked for, gain<double>
- * before: the kernel must read the variable that was written either way
- * (an instance compiled on its own must not get a copy of its own). */
+/* A variable template read by template kernels: each instance jitop
+ * compiles on demand is a binary of its own with its own copy of the
+ * variable, and jitop_global_write writes every copy loaded (include/
+ * jitop.h, jitop_global_get). So the value is written after the kernel's
+ * instance was asked for, and the kernel must read exactly that value:
+ * gain<float> with the source's own instance also in the module, and
+ * gain<double>, which exists only in its instance's binary. */
 void run_const_template_var(compat_env *e)
 {
     int n = (int)cx_int(e, 10000, 100000);
@@ -84,9 +88,9 @@ void run_const_template_var(compat_env *e)
     }
     {
         double g = cx_signed(e, 0.5, 4.0);
+        jitop_op *op = cx_op(e, "apply_gain<double>");
         expect_global(e, "gain<double>", sizeof g);
         cx_global_write(e, "gain<double>", &g, sizeof g);
-        jitop_op *op = cx_op(e, "apply_gain<double>");
         double *x = cx_host(e, n * sizeof *x), *got = cx_host(e, n * sizeof *got);
         cx_fill_f64(e, x, n, -10.0, 10.0);
         CUdeviceptr dx = cx_upload_new(e, x, n * sizeof *x), dy = cx_alloc(e, n * sizeof *got);
