@@ -129,7 +129,7 @@ const char *jitop__file_check(const unsigned char *p, size_t n, const char *magi
  * process moved the tree away) makes the directory again and starts over
  * before it gives up. Each retry is a few system calls; a clean takes far
  * longer than this many of them to come round again. */
-#define JITOP__CACHE_RETRIES 16
+#define JITOP__CACHE_RETRIES 32
 
 /* Directories and their safety (file.c; ensure_dir in tree.c). ensure_dir
  * takes the root, the tree (c->vdir) or a directory below it, and makes

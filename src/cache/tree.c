@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ROOT_TAG "CACHEDIR.TAG"
@@ -691,6 +692,14 @@ int jitop__cache_write_atomic(jitop__cache *c, const char *dir, const char *name
         jitop__cache_vlog(c, "cache: %s went away while %s was written: writing again", dir,
                           name);
         jitop__clear_error();
+        /* A clean that keeps running (a loop of them, or one over a huge
+         * tree) can win several rounds in a row; after the first few, wait
+         * a little longer each time (about 0.1 s in all) so that the
+         * write gets a window between two of its moves. */
+        if (attempt >= 4) {
+            struct timespec pause = {0, 250000L * (attempt - 3)};
+            nanosleep(&pause, NULL);
+        }
     }
     return status;
 }
