@@ -19,7 +19,11 @@ typedef struct jitop__unit {
     char *source_name;        /* the name NVRTC reports in its log */
     char *inline_text;        /* load_inline's text, else NULL */
     jitop__strv options;      /* normalized NVRTC options, in order */
-    jitop__strv include_dirs; /* the source's own directory, then each -I, absolute */
+    /* The source's own directory, then each -I, then the CUDA toolkit's
+     * include folders (toolkit.c), absolute: where the include scanner looks,
+     * in NVRTC's order. Part of the key. */
+    jitop__strv include_dirs;
+    size_t toolkit_dirs;      /* how many of include_dirs, at the end, are the toolkit's */
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
     /* Ops asked for by name: a name whose identifier the source's own text
@@ -36,6 +40,11 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
                      const char *const *options, size_t noptions,
                      const char *const *names, size_t nnames, const char *arch);
 void jitop__unit_free(jitop__unit *u);
+
+/* The NVRTC library file jitop compiles with (or would): its path as the
+ * loader opens it, "" when there is none. Free where NVRTC is in the
+ * toolkit jitop was built against; otherwise it loads NVRTC (nvrtc.c). */
+const char *jitop__nvrtc_file(void);
 
 /* "13.0": the NVRTC jitop compiles with, for messages and --version only
  * (keys use the library file's identity). May load NVRTC. Static storage. */
@@ -54,6 +63,23 @@ void jitop__binary_free(jitop__binary *b);
 /* Compiles the unit with NVRTC, reading the source from text (what was
  * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
+
+/* ----------------------------------------------------------- toolkit.c */
+
+/* Appends the CUDA toolkit's include folders to dirs: "<toolkit>/include"
+ * and, on CUDA 13, "<toolkit>/include/cccl" (libcu++, CUB, Thrust). The
+ * toolkit is the one NVRTC came from (its library folder's ../include),
+ * else $CUDA_HOME, else the one jitop was built against: the first of these
+ * holding cuda_fp16.h. Found once per process (a few stats). Appends
+ * nothing when none is found: a header of it then fails to open, and
+ * jitop__missing_header_hint says where jitop looked and what to set. */
+int jitop__toolkit_include_dirs(jitop__strv *dirs);
+
+/* For a compile log in which NVRTC could not open a header: a sentence on
+ * what to do (a C++ standard library header: the libcu++ one to include
+ * instead; no toolkit headers found: where jitop looked and that CUDA_HOME
+ * names the toolkit). NULL when there is nothing to add. Malloc'd. */
+char *jitop__missing_header_hint(const char *log);
 
 /* ------------------------------------------------------------- cubin.c */
 

@@ -176,6 +176,28 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
                                                            : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
+/* The toolkit's include folders after the user's (a header of the user's
+ * with a toolkit header's name wins, as with nvcc), each one not already
+ * given as an -I. */
+static int add_toolkit_dirs(jitop__unit *u)
+{
+    jitop__strv dirs = {0};
+    int status = jitop__toolkit_include_dirs(&dirs);
+    for (size_t i = 0; status == JITOP_OK && i < dirs.n; i++) {
+        bool given = false;
+        for (size_t j = 0; j < u->include_dirs.n && !given; j++)
+            given = strcmp(u->include_dirs.v[j], dirs.v[i]) == 0;
+        if (given)
+            continue;
+        if (jitop__strv_push(&u->include_dirs, dirs.v[i]) != JITOP_OK)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        else
+            u->toolkit_dirs++;
+    }
+    jitop__strv_free(&dirs);
+    return status;
+}
+
 int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
                      const char *const *options, size_t noptions,
                      const char *const *names, size_t nnames, const char *arch)
@@ -231,6 +253,9 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
         if (status != JITOP_OK)
             goto out;
     }
+    status = add_toolkit_dirs(u);
+    if (status != JITOP_OK)
+        goto out;
     for (size_t i = 0; i < nnames; i++) {
         if (!names[i] || !*names[i]) {
             status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
@@ -375,7 +400,7 @@ static int nvrtc_load(void)
 
 /* The file NVRTC is (or would be) loaded from; "" when it cannot be had.
  * Free in the usual case; found by soname, it costs the load. */
-static const char *nvrtc_file(void)
+const char *jitop__nvrtc_file(void)
 {
     pthread_once(&where_once, where_init);
     if (g_in_home)
@@ -396,7 +421,7 @@ static char version_text[32] = "unknown";
 static void version_init(void)
 {
     char file[PATH_MAX];
-    jitop__last_link_target(nvrtc_file(), file, sizeof file);
+    jitop__last_link_target(jitop__nvrtc_file(), file, sizeof file);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int major = 0, minor = 0;
@@ -427,7 +452,7 @@ static char identity_text[64] = "unknown";
 static void identity_init(void)
 {
     struct stat st;
-    const char *file = nvrtc_file();
+    const char *file = jitop__nvrtc_file();
     long long size = g_in_home ? g_home_size : -1;
     if (size < 0 && file[0] && stat(file, &st) == 0)
         size = (long long)st.st_size;
@@ -508,7 +533,8 @@ static int take_lowered_names(nvrtcProgram prog, const jitop__unit *u, jitop__bi
 
 /* The argument vector NVRTC sees: the arch, the source's own directory
  * (so that <...> includes next to the source resolve, as the dependency
- * scanner assumes), then the normalized options, which hold every -I. */
+ * scanner assumes), then the normalized options, which hold every -I of
+ * the user's, then the toolkit's include folders. */
 static int compile_args(const jitop__unit *u, jitop__strv *args)
 {
     if (jitop__strv_pushf(args, "--gpu-architecture=%s", u->arch) != JITOP_OK)
@@ -518,6 +544,9 @@ static int compile_args(const jitop__unit *u, jitop__strv *args)
         return JITOP_ENOMEM;
     for (size_t i = 0; i < u->options.n; i++)
         if (jitop__strv_push(args, u->options.v[i]) != JITOP_OK)
+            return JITOP_ENOMEM;
+    for (size_t i = u->include_dirs.n - u->toolkit_dirs; i < u->include_dirs.n; i++)
+        if (jitop__strv_pushf(args, "-I%s", u->include_dirs.v[i]) != JITOP_OK)
             return JITOP_ENOMEM;
     return JITOP_OK;
 }
@@ -555,8 +584,11 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     r = g_nv.nvrtcCompileProgram(prog, (int)args.n, (const char *const *)args.v);
     log = program_log(prog);
     if (r == NVRTC_ERROR_COMPILATION) {
-        status = jitop__fail(JITOP_ECOMPILE, "%s: compile for %s failed:\n%s", u->source_name,
-                             u->arch, log ? log : "(NVRTC gave no log)");
+        char *hint = jitop__missing_header_hint(log);
+        status = jitop__fail(JITOP_ECOMPILE, "%s: compile for %s failed:\n%s%s%s", u->source_name,
+                             u->arch, log ? log : "(NVRTC gave no log)", hint ? "\n" : "",
+                             hint ? hint : "");
+        free(hint);
         goto out;
     }
     if (r == NVRTC_ERROR_INVALID_OPTION) {

@@ -92,8 +92,10 @@ static void test_options_normalized(void **state)
                           "--maxrregcount=32", "--maxrregcount=40", "--maxrregcount=48",
                           "--maxrregcount=64", "--extra-device-vectorization"};
     assert_options(&u, want, sizeof want / sizeof want[0]);
-    /* The source's own directory first, then each -I in order. */
-    assert_int_equal(u.include_dirs.n, 3);
+    /* The source's own directory first, then each -I in order, then the
+     * toolkit's include folders. */
+    assert_true(u.toolkit_dirs > 0);
+    assert_int_equal(u.include_dirs.n, 3 + u.toolkit_dirs);
     assert_string_equal(u.include_dirs.v[0], dir);
     assert_string_equal(u.include_dirs.v[1], rel + 2);
     assert_string_equal(u.include_dirs.v[2], "/abs/inc");
