@@ -16,6 +16,10 @@ typedef struct jitop__built {
     char key[33];
     bool cached;
     bool deferred;        /* a hit whose entry was not read: entry is empty */
+    /* Set on JITOP_ENOTFOUND when the answer is that a name expression
+     * names nothing in the unit (jitop__binary.unresolved), compiled now or
+     * read from the cache; the rest of the struct is empty then. */
+    bool unresolved;
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
     jitop__entry entry;

@@ -26,10 +26,6 @@ typedef struct jitop__unit {
     size_t toolkit_dirs;      /* how many of include_dirs, at the end, are the toolkit's */
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
-    /* Ops asked for by name: a name whose identifier the source's own text
-     * never mentions is refused (JITOP_ENOTFOUND) before NVRTC runs, so that
-     * a typo costs no compile. Not part of the key: it changes no binary. */
-    bool names_in_text;
 } jitop__unit;
 
 /* Builds a unit: normalizes the options (canonical spelling of -D/-U/-I/-std/
@@ -57,12 +53,38 @@ typedef struct jitop__binary {
     bool is_ptx;
     jitop__strv names;     /* name expressions, in the unit's order */
     jitop__strv lowered;   /* their lowered (mangled) names, same order */
+    char *log;             /* NVRTC's log of the compile (warnings); NULL when it said nothing */
+    /* The compile's answer was that a name expression names nothing this
+     * unit declares (every error NVRTC reported is in the name, none in the
+     * source): no code, and log holds NVRTC's errors. Kept in the cache like
+     * code, under the same key, so that asking again costs no compile: it is
+     * what a fresh compile of those bytes answers. */
+    bool unresolved;
 } jitop__binary;
 void jitop__binary_free(jitop__binary *b);
 
 /* Compiles the unit with NVRTC, reading the source from text (what was
- * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
+ * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). When
+ * the only errors are in the name expressions (the unit declares no such
+ * template or kernel, or the name does not parse): JITOP_ENOTFOUND, with
+ * out->unresolved set and out->log holding NVRTC's errors (the rest of out
+ * empty), so that the caller can keep that answer; out is freed in every
+ * other failure. */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
+
+/* A name expression without the white space that does not change its
+ * tokens: "f< float , 4 >" and "f<float, 4>" give "f<float,4>". A space
+ * stays between two identifiers or numbers ("unsigned int") and between two
+ * operator characters that could otherwise run into one token ("> >",
+ * "- -1"); literals are copied as they are. jitop__unit_init passes every
+ * name through it, so that spellings of one name share one key (one
+ * compile). Malloc'd; NULL on ENOMEM (nvrtc.c). */
+char *jitop__name_canonical(const char *expr);
+
+/* The failure a binary that is the answer "unresolved" stands for:
+ * JITOP_ENOTFOUND naming the unit and the names, with NVRTC's errors
+ * (nvrtc.c). */
+int jitop__unresolved_fail(const jitop__unit *u, const jitop__binary *b);
 
 /* ----------------------------------------------------------- toolkit.c */
 

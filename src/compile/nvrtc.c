@@ -176,6 +176,52 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
                                                            : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
+static bool name_word_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '$';
+}
+
+/* Operator characters that never join a neighbour into another token. */
+static bool name_separator(char c)
+{
+    return c && strchr(",;()[]{}", c) != NULL;
+}
+
+char *jitop__name_canonical(const char *expr)
+{
+    size_t n = strlen(expr), o = 0;
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        char c = expr[i];
+        if (isspace((unsigned char)c)) {
+            while (i < n && isspace((unsigned char)expr[i]))
+                i++;
+            char a = o ? out[o - 1] : '\0', b = i < n ? expr[i] : '\0';
+            bool words = name_word_char(a) && name_word_char(b);
+            bool ops = a && b && !name_word_char(a) && !name_word_char(b) &&
+                       !name_separator(a) && !name_separator(b);
+            if (words || ops)
+                out[o++] = ' ';
+            continue;
+        }
+        out[o++] = expr[i++];
+        if (c == '"' || c == '\'') {
+            /* A literal as it is, escapes included. */
+            while (i < n && expr[i] != c) {
+                if (expr[i] == '\\' && i + 1 < n)
+                    out[o++] = expr[i++];
+                out[o++] = expr[i++];
+            }
+            if (i < n)
+                out[o++] = expr[i++];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* The toolkit's include folders after the user's (a header of the user's
  * with a toolkit header's name wins, as with nvcc), each one not already
  * given as an -I. */
@@ -261,8 +307,15 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
             status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
             goto out;
         }
-        if (jitop__strv_push(&u->names, names[i]) != JITOP_OK) {
+        char *canon = jitop__name_canonical(names[i]);
+        if (!canon || jitop__strv_push(&u->names, canon) != JITOP_OK) {
+            free(canon);
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        free(canon);
+        if (!u->names.v[u->names.n - 1][0]) {
+            status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
             goto out;
         }
     }
@@ -473,6 +526,7 @@ void jitop__binary_free(jitop__binary *b)
     free(b->data);
     jitop__strv_free(&b->names);
     jitop__strv_free(&b->lowered);
+    free(b->log);
     memset(b, 0, sizeof *b);
 }
 
@@ -488,6 +542,58 @@ static char *program_log(nvrtcProgram prog)
         return NULL;
     }
     return log;
+}
+
+/* Whether the log has anything but white space (NVRTC gives "" or a lone
+ * newline for a quiet compile). */
+static bool log_says_something(const char *log)
+{
+    for (const char *p = log; p && *p; p++)
+        if (!isspace((unsigned char)*p))
+            return true;
+    return false;
+}
+
+/* NVRTC compiles each name expression as a line of a pseudo-file named
+ * __nv_name_map ("#pragma nv_mangled_name NAME"): an error there is about
+ * the name (an identifier the unit does not declare, a name that does not
+ * parse, wrong template arguments), one anywhere else is about the source
+ * (an instantiation that fails, a syntax error). Error lines look like
+ * "FILE(LINE): error: ..." (also "catastrophic error", "internal error").
+ * True when there is at least one error and every one is in the name map. */
+static bool errors_only_in_names(const char *log)
+{
+    static const char map[] = "__nv_name_map(";
+    bool any = false;
+    for (const char *line = log; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        const char *paren = memchr(line, '(', n);
+        const char *close = paren ? memchr(paren, ')', n - (size_t)(paren - line)) : NULL;
+        const char *rest = close ? close + 1 : NULL;
+        size_t left = rest ? n - (size_t)(rest - line) : 0;
+        bool error = rest && left > 2 && rest[0] == ':' && rest[1] == ' ' &&
+                     ((left >= 8 && strncmp(rest + 2, "error:", 6) == 0) ||
+                      (left >= 21 && strncmp(rest + 2, "catastrophic error:", 19) == 0) ||
+                      (left >= 17 && strncmp(rest + 2, "internal error:", 15) == 0));
+        if (error) {
+            if (strncmp(line, map, sizeof map - 1) != 0)
+                return false;
+            any = true;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return any;
+}
+
+int jitop__unresolved_fail(const jitop__unit *u, const jitop__binary *b)
+{
+    char *names = jitop__strv_join(&u->names, "', '");
+    int status = jitop__fail(JITOP_ENOTFOUND, "%s declares nothing named '%s' (for %s):\n%s",
+                             u->source_name, names ? names : "?", u->arch,
+                             b->log ? b->log : "(NVRTC gave no log)");
+    free(names);
+    return status;
 }
 
 /* Copies the compiled code out; data[size] is always a NUL, so that PTX can
@@ -583,6 +689,13 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     }
     r = g_nv.nvrtcCompileProgram(prog, (int)args.n, (const char *const *)args.v);
     log = program_log(prog);
+    if (r == NVRTC_ERROR_COMPILATION && u->names.n > 0 && errors_only_in_names(log)) {
+        out->unresolved = true;
+        out->log = log;
+        log = NULL;
+        status = jitop__unresolved_fail(u, out);
+        goto out;
+    }
     if (r == NVRTC_ERROR_COMPILATION) {
         char *hint = jitop__missing_header_hint(log);
         status = jitop__fail(JITOP_ECOMPILE, "%s: compile for %s failed:\n%s%s%s", u->source_name,
@@ -607,6 +720,10 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     status = take_lowered_names(prog, u, out);
     if (status == JITOP_OK)
         status = take_code(prog, u, out);
+    if (status == JITOP_OK && log_says_something(log)) {
+        out->log = log;
+        log = NULL;
+    }
 out:
     if (prog) {
         r = g_nv.nvrtcDestroyProgram(&prog);
@@ -614,7 +731,7 @@ out:
             status = jitop__fail(JITOP_ENVRTC, "%s: nvrtcDestroyProgram: %s", u->source_name,
                                  g_nv.nvrtcGetErrorString(r));
     }
-    if (status != JITOP_OK)
+    if (status != JITOP_OK && !(status == JITOP_ENOTFOUND && out->unresolved))
         jitop__binary_free(out);
     free(log);
     jitop__strv_free(&args);

@@ -618,10 +618,12 @@ static void count_compile(const char *source)
     g_compiles++;
 }
 
-/* A module of one source reads nothing to find the unit of an instance; a
- * name its text does not mention is still refused with the op list, before
- * NVRTC runs (a typo costs no compile). A module of several sources compiles
- * the instance from the source that defines the template. */
+/* What exists is what the compiler says. A plain name is looked up in the
+ * sources' images (no compile: a typo costs nothing). A name expression is
+ * compiled: a source that does not declare it answers so once, that
+ * answer is cached like a binary, and asking again, in this context or a
+ * new one, compiles nothing. A module of several sources compiles the
+ * instance from the first that declares it. */
 static void test_instance_unit_and_unknown_names(void **state)
 {
     (void)state;
@@ -630,31 +632,60 @@ static void test_instance_unit_and_unknown_names(void **state)
     g_compiles = 0;
     jitop__before_compile_hook = count_compile;
     jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(f.m, "kk", &op), JITOP_ENOTFOUND); /* plain: the image says */
+    assert_null(op);
+    assert_non_null(strstr(jitop_errmsg(NULL), "has no kernel 'kk'; its ops: k"));
+    assert_int_equal(g_compiles, 0);
     assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
     assert_null(op);
     const char *msg = jitop_errmsg(NULL);
     assert_non_null(strstr(msg, "nope<2>"));
+    assert_non_null(strstr(msg, "identifier \"nope\" is undefined")); /* NVRTC's answer */
     assert_non_null(strstr(msg, "its ops: k")); /* what exists */
-    assert_int_equal(g_compiles, 0);
-    /* Asked again: the same answer, still no compile. */
-    assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
-    assert_int_equal(g_compiles, 0);
-    /* A mentioned name that does not compile is NVRTC's error, with its log. */
-    assert_int_equal(jitop_op_get(f.m, "t<int>", &op), JITOP_ECOMPILE);
+    assert_null(strstr(msg, "template"));       /* no template in sight */
     assert_int_equal(g_compiles, 1);
-    assert_non_null(strstr(jitop_errmsg(NULL), "k.cu"));
+    /* Asked again: the same answer, no compile. */
+    assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
+    assert_int_equal(jitop_op_get(f.m, "nope< 2 >", &op), JITOP_ENOTFOUND);
+    assert_int_equal(g_compiles, 1);
+    /* Template arguments that fit no instance are an answer about the name. */
+    assert_int_equal(jitop_op_get(f.m, "t<int>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "t<int>"));
+    assert_int_equal(g_compiles, 2);
+    /* A new context on the same cache: the same answers, no compile. */
+    jitop_ctx *ctx2 = jt_ctx_driver(g_cache);
+    jitop_module *m2 = NULL;
+    const char *one[] = {f.src};
+    assert_int_equal(jitop_load(ctx2, "fake", one, 1, NULL, 0, &m2), JITOP_OK);
+    assert_int_equal(jitop_op_get(m2, "nope<2>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "identifier \"nope\" is undefined"));
+    assert_int_equal(jitop_op_get(m2, "t<int>", &op), JITOP_ENOTFOUND);
+    assert_int_equal(g_compiles, 2);
+    jitop_ctx_destroy(ctx2);
 
     char *text = kernel_source(7);
     char *other = jt_write(f.dir, "other.cu", "extern \"C\" __global__ void o(int *out) { *out = 1; }\n");
     char *defs = jt_write(f.dir, "defs.cu", text);
     free(text);
     const char *two[] = {other, defs};
-    jitop_module *m2 = NULL;
-    assert_int_equal(jitop_load(f.ctx, "two", two, 2, NULL, 0, &m2), JITOP_OK);
+    jitop_module *mm = NULL;
+    assert_int_equal(jitop_load(f.ctx, "two", two, 2, NULL, 0, &mm), JITOP_OK);
+    int before = g_compiles;
+    assert_int_equal(jitop_op_get(mm, "t<4>", &op), JITOP_OK);
+    assert_string_equal(mm->instances[0]->unit.source_path, defs);
+    assert_int_equal(g_compiles - before, 2); /* other.cu says no, defs.cu compiles it */
+    assert_int_equal(jitop_op_get(mm, "absent<1>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "absent<1>"));
+    assert_non_null(strstr(jitop_errmsg(NULL), "its ops: o, k"));
+    /* Warm, in a new context: other.cu's answer is cached too. */
+    before = g_compiles;
+    ctx2 = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx2, "two", two, 2, NULL, 0, &m2), JITOP_OK);
     assert_int_equal(jitop_op_get(m2, "t<4>", &op), JITOP_OK);
     assert_string_equal(m2->instances[0]->unit.source_path, defs);
     assert_int_equal(jitop_op_get(m2, "absent<1>", &op), JITOP_ENOTFOUND);
-    assert_non_null(strstr(jitop_errmsg(NULL), "absent<1>"));
+    assert_int_equal(g_compiles, before);
+    jitop_ctx_destroy(ctx2);
     jitop__before_compile_hook = NULL;
     free(other);
     free(defs);
