@@ -103,6 +103,19 @@ int jitop__toolkit_include_dirs(jitop__strv *dirs);
  * names the toolkit). NULL when there is nothing to add. Malloc'd. */
 char *jitop__missing_header_hint(const char *log);
 
+/* The search behind both, for a given NVRTC file, $CUDA_HOME and built-in
+ * toolkit (each may be NULL), so that tests can point it at folders of
+ * their own; the process's own is jitop__toolkit_get(). */
+typedef struct jitop__toolkit {
+    char include[4096]; /* "<toolkit>/include", "" when none was found */
+    char cccl[4096];    /* "<toolkit>/include/cccl" (CUDA 13), "" when absent */
+    char tried[3 * 4096 + 64]; /* the folders looked at, ", "-separated */
+} jitop__toolkit;
+void jitop__toolkit_find(jitop__toolkit *t, const char *nvrtc_file, const char *cuda_home,
+                         const char *built_home);
+const jitop__toolkit *jitop__toolkit_get(void);
+char *jitop__toolkit_hint(const jitop__toolkit *t, const char *log);
+
 /* ------------------------------------------------------------- cubin.c */
 
 /* Bytes of __device__ variables in a cubin, which the driver allocates and

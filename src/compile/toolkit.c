@@ -18,12 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Found once per process (two or three stats); read-only afterwards. */
-static pthread_once_t toolkit_once = PTHREAD_ONCE_INIT;
-static char g_include[4096]; /* "<toolkit>/include", "" when none was found */
-static char g_cccl[4096];    /* "<toolkit>/include/cccl" (CUDA 13), "" when absent */
-static char g_tried[3 * 4096 + 64]; /* the folders looked at, for messages */
-
 static bool is_file(const char *path)
 {
     struct stat st;
@@ -37,20 +31,20 @@ static bool is_dir(const char *path)
 }
 
 /* Takes dir (malloc'd, consumed) when it holds the toolkit's cuda_fp16.h:
- * an include folder of NVRTC's own pip wheel has nvrtc.h only. */
-static bool try_include(char *dir)
+ * the include folder of NVRTC's own pip wheel has nvrtc.h only. */
+static bool try_include(jitop__toolkit *t, char *dir)
 {
     bool taken = false;
     if (!dir)
         return false;
-    size_t used = strlen(g_tried);
-    snprintf(g_tried + used, sizeof g_tried - used, "%s%s", used ? ", " : "", dir);
+    size_t used = strlen(t->tried);
+    snprintf(t->tried + used, sizeof t->tried - used, "%s%s", used ? ", " : "", dir);
     char *marker = jitop__sprintf("%s/cuda_fp16.h", dir);
-    if (marker && is_file(marker) && strlen(dir) + sizeof "/cccl" <= sizeof g_include) {
-        snprintf(g_include, sizeof g_include, "%s", dir);
-        snprintf(g_cccl, sizeof g_cccl, "%s/cccl", dir);
-        if (!is_dir(g_cccl))
-            g_cccl[0] = '\0';
+    if (marker && is_file(marker) && strlen(dir) + sizeof "/cccl" <= sizeof t->include) {
+        snprintf(t->include, sizeof t->include, "%s", dir);
+        snprintf(t->cccl, sizeof t->cccl, "%s/cccl", dir);
+        if (!is_dir(t->cccl))
+            t->cccl[0] = '\0';
         taken = true;
     }
     free(marker);
@@ -58,43 +52,60 @@ static bool try_include(char *dir)
     return taken;
 }
 
-/* The toolkit NVRTC came from first (its lib folder's ../include), so that
- * the headers match the compiler; then $CUDA_HOME, then the toolkit jitop
- * was built against. */
+/* dir/rel, normalized (no symlink resolution); NULL on ENOMEM. */
+static char *joined(const char *dir, const char *rel)
+{
+    char *j = jitop__sprintf("%s/%s", dir, rel);
+    char *abs = j ? jitop__abspath(j) : NULL;
+    free(j);
+    return abs;
+}
+
+void jitop__toolkit_find(jitop__toolkit *t, const char *nvrtc_file, const char *cuda_home,
+                         const char *built_home)
+{
+    memset(t, 0, sizeof *t);
+    if (nvrtc_file && nvrtc_file[0]) {
+        char *lib = jitop__dirname(nvrtc_file);
+        bool found = lib && try_include(t, joined(lib, "../include"));
+        free(lib);
+        if (found)
+            return;
+    }
+    if (cuda_home && cuda_home[0] && try_include(t, joined(cuda_home, "include")))
+        return;
+    if (built_home && built_home[0] && try_include(t, joined(built_home, "include")))
+        return;
+}
+
+/* The process's toolkit, found once (a few stats); read-only afterwards. */
+static pthread_once_t toolkit_once = PTHREAD_ONCE_INIT;
+static jitop__toolkit g_toolkit;
+
 static void toolkit_init(void)
 {
-    const char *nvrtc = jitop__nvrtc_file();
-    if (nvrtc[0]) {
-        char *lib = jitop__dirname(nvrtc);
-        char *inc = lib ? jitop__sprintf("%s/../include", lib) : NULL;
-        char *abs = inc ? jitop__abspath(inc) : NULL;
-        free(lib);
-        free(inc);
-        if (try_include(abs))
-            return;
-    }
-    const char *home = getenv("CUDA_HOME");
-    if (home && home[0]) {
-        char *inc = jitop__sprintf("%s/include", home);
-        char *abs = inc ? jitop__abspath(inc) : NULL;
-        free(inc);
-        if (try_include(abs))
-            return;
-    }
 #ifdef JITOP_CUDA_HOME
-    if (try_include(jitop__sprintf("%s/include", JITOP_CUDA_HOME)))
-        return;
+    const char *built = JITOP_CUDA_HOME;
+#else
+    const char *built = NULL;
 #endif
+    jitop__toolkit_find(&g_toolkit, jitop__nvrtc_file(), getenv("CUDA_HOME"), built);
+}
+
+const jitop__toolkit *jitop__toolkit_get(void)
+{
+    pthread_once(&toolkit_once, toolkit_init);
+    return &g_toolkit;
 }
 
 int jitop__toolkit_include_dirs(jitop__strv *dirs)
 {
-    pthread_once(&toolkit_once, toolkit_init);
+    const jitop__toolkit *t = jitop__toolkit_get();
     int rc = JITOP_OK;
-    if (g_include[0])
-        rc = jitop__strv_push(dirs, g_include);
-    if (rc == JITOP_OK && g_cccl[0])
-        rc = jitop__strv_push(dirs, g_cccl);
+    if (t->include[0])
+        rc = jitop__strv_push(dirs, t->include);
+    if (rc == JITOP_OK && t->cccl[0])
+        rc = jitop__strv_push(dirs, t->cccl);
     return rc == JITOP_OK ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
@@ -129,7 +140,7 @@ static bool is_std_header(const char *name)
 
 /* "<cuda/std/X>" when the toolkit's libcu++ has X for the standard header
  * name ("stdint.h" -> "cstdint"), else NULL. Malloc'd. */
-static char *libcudacxx_for(const char *name)
+static char *libcudacxx_for(const jitop__toolkit *t, const char *name)
 {
     char *cxx = NULL, *found = NULL;
     size_t n = strlen(name);
@@ -137,7 +148,7 @@ static char *libcudacxx_for(const char *name)
         cxx = jitop__sprintf("c%.*s", (int)(n - 2), name);
     else
         cxx = jitop__strdup(name);
-    const char *roots[] = {g_cccl, g_include};
+    const char *roots[] = {t->cccl, t->include};
     for (size_t i = 0; cxx && !found && i < 2; i++) {
         if (!roots[i][0])
             continue;
@@ -150,7 +161,7 @@ static char *libcudacxx_for(const char *name)
     return found;
 }
 
-char *jitop__missing_header_hint(const char *log)
+char *jitop__toolkit_hint(const jitop__toolkit *t, const char *log)
 {
     static const char *const marks[] = {"open source file \"", "open include file \""};
     const char *p = NULL;
@@ -164,9 +175,8 @@ char *jitop__missing_header_hint(const char *log)
     char *hint = NULL;
     if (!name)
         return NULL;
-    pthread_once(&toolkit_once, toolkit_init);
     if (is_std_header(name)) {
-        char *alt = libcudacxx_for(name);
+        char *alt = libcudacxx_for(t, name);
         hint = alt ? jitop__sprintf("NVRTC has no C++ standard library, so <%s> does not exist "
                                     "in device code: include %s (libcu++, which ships with the "
                                     "CUDA toolkit and is found without an -I) instead",
@@ -175,12 +185,17 @@ char *jitop__missing_header_hint(const char *log)
                                     "in device code; libcu++ (<cuda/std/...>, in the CUDA "
                                     "toolkit) has device versions of much of it",
                                     name);
-    } else if (!g_include[0]) {
+    } else if (!t->include[0]) {
         hint = jitop__sprintf("the CUDA toolkit's headers were not found (jitop looked for "
                               "cuda_fp16.h in %s): if %s is one of them, install the toolkit's "
                               "headers or set CUDA_HOME to the toolkit's folder",
-                              g_tried[0] ? g_tried : "no folder", name);
+                              t->tried[0] ? t->tried : "no folder", name);
     }
     free(name);
     return hint;
+}
+
+char *jitop__missing_header_hint(const char *log)
+{
+    return jitop__toolkit_hint(jitop__toolkit_get(), log);
 }

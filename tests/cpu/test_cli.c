@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -597,6 +599,36 @@ static void test_warnings_printed_like_a_compiler(void **state)
     free(src);
 }
 
+/* The toolkit's stub libcuda.so found first on the library path: asking
+ * GPU 0 for the arch fails saying it is the stub (not "update the
+ * driver"), naming where it was found. */
+static void test_stub_driver_named(void **state)
+{
+    fixture *f = *state;
+    const char *stub = JITOP_CUDA_HOME "/lib64/stubs/libcuda.so";
+    if (access(stub, R_OK) != 0) {
+        print_message("SKIP: no toolkit stub at %s\n", stub);
+        skip();
+    }
+    char *dir = jt_path(f->dir, "stubs");
+    char *link = jt_path(dir, "libcuda.so.1");
+    char *cmd = NULL, *out = NULL;
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(symlink(stub, link), 0);
+    assert_true(asprintf(&cmd,
+                         "cd '%s' && env -u JITOP_ARCH LD_LIBRARY_PATH='%s' JITOP_CACHE_DIR='%s' "
+                         "'%s' build src/sub/b.cu",
+                         f->dir, dir, f->cache, jt_cli()) > 0);
+    assert_int_equal(jt_run(cmd, &out), 2);
+    if (!strstr(out, "stub library") || !strstr(out, "CUDA_ERROR_STUB_LIBRARY") ||
+        !strstr(out, link) || !strstr(out, "LD_LIBRARY_PATH") || strstr(out, "update the"))
+        fail_msg("%s", out);
+    free(out);
+    free(cmd);
+    free(link);
+    free(dir);
+}
+
 /* On a terminal (a pseudo-terminal from script(1)) a progress line is drawn
  * on stderr and erased again; results still come one per line. */
 static void test_progress_on_terminal(void **state)
@@ -792,6 +824,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_names_prewarm_runtime_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_name_from_a_header, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warnings_printed_like_a_compiler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stub_driver_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_and_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_on_terminal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_is_hit, setup, teardown),

@@ -692,6 +692,44 @@ static void test_instance_unit_and_unknown_names(void **state)
     fixture_close(&f);
 }
 
+/* PTX whose ISA version the driver's JIT does not know (NVRTC newer than
+ * the driver) fails its load naming the cause and both ways out, not as
+ * an arch mismatch. The fake refuses PTX newer than $FAKE_CUDA_MAX_PTX. */
+static void test_ptx_newer_than_the_driver(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *text = kernel_source(31);
+    char *src = jt_write(dir, "k.cu", text);
+    free(text);
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = g_cache;
+    cfg.arch = "compute_90";
+    jitop_ctx *ctx = NULL;
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+    const char *sources[] = {src};
+    jitop_module *m = NULL;
+    assert_int_equal(setenv("FAKE_CUDA_MAX_PTX", "1.0", 1), 0);
+    int st = jitop_load(ctx, "ptx", sources, 1, NULL, 0, &m);
+    assert_int_equal(unsetenv("FAKE_CUDA_MAX_PTX"), 0);
+    assert_int_equal(st, JITOP_ECUDA);
+    const char *msg = jitop_errmsg(NULL);
+    if (!strstr(msg, "the PTX needs a newer driver") || !strstr(msg, "compile for sm_90") ||
+        !strstr(msg, "update the NVIDIA driver") || !strstr(msg, "CUDA_ERROR_UNSUPPORTED_PTX"))
+        fail_msg("%s", msg);
+    assert_null(strstr(msg, "was built for")); /* not an arch mismatch */
+    /* A driver that knows the version loads it. */
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_load(ctx, "ptx", sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_int_equal(jitop_op_get(m, "k", &op), JITOP_OK);
+    jitop_ctx_destroy(ctx);
+    assert_int_equal(stats().modules_loaded, 0);
+    free(src);
+    jt_rm_rf(dir);
+    free(dir);
+}
+
 /* After jitop_layernorm_prewarm / jitop_lltm_prewarm for the device's arch,
  * the ops' calls compile nothing: every instance they ask for is a cache hit.
  * The fake runs no kernel and describes every kernel as taking one pointer,
@@ -1153,6 +1191,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_occupancy_clusters),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),
+        cmocka_unit_test(test_ptx_newer_than_the_driver),
         cmocka_unit_test(test_source_entry_read_with_its_image),
         cmocka_unit_test(test_instance_follows_the_loaded_sources),
         cmocka_unit_test(test_instance_during_a_prepared_rebuild),
