@@ -94,6 +94,7 @@ $(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/lo
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
 $(BUILD)/tests/cpu/test_loader_fake: $(FAKE_CUDA)
+$(BUILD)/tests/cpu/test_op_names: $(FAKE_CUDA)
 
 # The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed".
 test: all $(CPU_TESTS)

@@ -491,6 +491,18 @@ static int op_new(jitop_module *m, const char *name, size_t instance, jitop__bin
     return JITOP_OK;
 }
 
+/* The op of the sources' kernel whose symbol is symbol, or NULL. Under
+ * m->lock. */
+static jitop_op *kernel_op(const jitop_module *m, const char *symbol)
+{
+    for (jitop_op *op = m->ops; op; op = op->next) {
+        const jitop__binding *b = atomic_load_explicit(&op->cur, memory_order_relaxed);
+        if (op->instance == SIZE_MAX && b->image && strcmp(b->lowered, symbol) == 0)
+            return op;
+    }
+    return NULL;
+}
+
 /* The op made for instance i of m, or NULL. Under m->lock. */
 static jitop_op *instance_op(const jitop_module *m, size_t i)
 {
@@ -644,24 +656,31 @@ static int instantiate_from(jitop_module *m, const jitop__modunit *src, const ch
 static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *about_name)
 {
     int status = JITOP_OK;
-    char *said = NULL; /* NVRTC's answer from the first source, for the message */
+    jitop__strv said = {0}; /* NVRTC's first error for each source, for the message */
+    char *detail = NULL;
     *about_name = false;
     for (size_t i = 0; i < m->nunits; i++) {
         bool undeclared = false;
         status = instantiate_from(m, &m->units[i], name, out, &undeclared, about_name);
         if (status == JITOP_OK || !undeclared)
             goto out;
-        if (!said) {
-            char *e = first_error(jitop_errmsg(NULL));
-            said = e ? jitop__sprintf("NVRTC, for %s: %s", m->units[i].unit.source_name, e)
-                     : NULL;
+        char *e = first_error(jitop_errmsg(NULL));
+        if (e && jitop__strv_pushf(&said, "%s: %s", m->units[i].unit.source_name, e) !=
+                     JITOP_OK) {
             free(e);
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
         }
+        free(e);
     }
-    status = not_found_locked(m, name, said);
+    char *joined = said.n ? jitop__strv_join(&said, "; for ") : NULL;
+    detail = joined ? jitop__sprintf("NVRTC, for %s", joined) : NULL;
+    free(joined);
+    status = not_found_locked(m, name, detail);
     *about_name = true;
 out:
-    free(said);
+    free(detail);
+    jitop__strv_free(&said);
     return status;
 }
 
@@ -705,7 +724,12 @@ static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **o
     if (status != JITOP_OK)
         goto unlock;
     int found = jitop__find_kernel(m, NULL, canon, &img, &fn, &symbol);
-    if (found == 1) {
+    jitop_op *same = found == 1 ? kernel_op(m, symbol) : NULL;
+    if (same) {
+        /* Another name of a kernel that has an op ("::ns::k", "ns::k"). */
+        *op = same;
+        status = op_alias(m, name, same);
+    } else if (found == 1) {
         status = op_bind(m, name, img, fn, symbol, &b);
         if (status == JITOP_OK)
             status = op_new(m, name, SIZE_MAX, b, op);
