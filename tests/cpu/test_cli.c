@@ -591,6 +591,12 @@ static void test_warnings_printed_like_a_compiler(void **state)
         assert_null(strstr(err, "warning"));
         free(err);
     }
+    /* --verbose (JITOP_VERBOSE): the library's log says it too, from the
+     * cache entry on a hit. */
+    assert_int_equal(cli(f, 0, &out, "build --verbose --arch sm_90 w/warn.cu 2>&1 >/dev/null"), 0);
+    if (!strstr(out, "NVRTC's log (from the cache):") || !strstr(out, "unused"))
+        fail_msg("%s", out);
+    free(out);
     /* A quiet file prints nothing there. */
     assert_int_equal(cli(f, 0, &out, "build --arch sm_90 src/sub/b.cu 2>&1 >/dev/null"), 0);
     assert_string_equal(out, "");
