@@ -185,6 +185,7 @@ char *jitop__toolkit_hint(const jitop__toolkit *t, const char *log)
                                     "in device code; libcu++ (<cuda/std/...>, in the CUDA "
                                     "toolkit) has device versions of much of it",
                                     name);
+        free(alt);
     } else if (!t->include[0]) {
         hint = jitop__sprintf("the CUDA toolkit's headers were not found (jitop looked for "
                               "cuda_fp16.h in %s): if %s is one of them, install the toolkit's "
