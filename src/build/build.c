@@ -195,10 +195,7 @@ static void log_rebuild(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps 
     free(why);
 }
 
-/* Logs (verbose only) NVRTC's log of the binary, as a compiler prints its
- * warnings: at the compile, and at each hit that reads the entry (as ccache
- * does), so that a warning is not lost to the cache. */
-static void log_warnings(jitop_ctx *ctx, const jitop__unit *u, const jitop__binary *bin,
+void jitop__log_warnings(jitop_ctx *ctx, const jitop__unit *u, const jitop__binary *bin,
                          bool cached)
 {
     if (!ctx->verbose || !bin->log || bin->unresolved)
@@ -221,7 +218,7 @@ static int entry_answer(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
         out->unresolved = true;
         return jitop__unresolved_fail(u, &out->entry.bin);
     }
-    log_warnings(ctx, u, &out->entry.bin, true);
+    jitop__log_warnings(ctx, u, &out->entry.bin, true);
     return JITOP_OK;
 }
 
@@ -295,7 +292,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         goto out;
     out->cached = found;
     if (!found) {
-        log_warnings(ctx, u, &bin, false);
+        jitop__log_warnings(ctx, u, &bin, false);
         double t_put = jitop__now_ms();
         status = make_entry(u, &deps, &bin, &out->entry);
         if (status == JITOP_OK)

@@ -48,6 +48,13 @@ int jitop__build_would_hit(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *names, size_t nnames, bool *hit);
 void jitop__built_free(jitop__built *b);
 
+/* Logs (verbose only) NVRTC's log of the binary of u, as a compiler prints
+ * its warnings: at the compile, and at each hit that reads the entry (as
+ * ccache does), so that a warning is not lost to the cache. cached: the
+ * binary was read from the cache. */
+void jitop__log_warnings(jitop_ctx *ctx, const jitop__unit *u, const jitop__binary *bin,
+                         bool cached);
+
 /* A test seam (build.c): when set, the build calls it after NVRTC returns
  * and before it checks the files again, with the unit's source name. Tests
  * use it to edit a header "during" a compile, or to die there, at a known

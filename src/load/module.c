@@ -397,6 +397,7 @@ static int unit_binary_fetch(jitop_module *m, jitop__modunit *mu)
     if (status != JITOP_OK)
         return status;
     if (found) {
+        jitop__log_warnings(m->ctx, &mu->unit, &e.bin, true);
         mu->unloaded = e.bin;
         memset(&e.bin, 0, sizeof e.bin);
         jitop__entry_free(&e);
