@@ -21,6 +21,10 @@ typedef struct jitop__built {
     bool cached;
     bool deferred;        /* a hit whose entry was not read: entry is empty */
     bool needs_inputs;    /* a link that missed with inputs not in hand: nothing built */
+    /* Set on JITOP_ENOTFOUND when the answer is that a name expression
+     * names nothing in the unit (jitop__binary.unresolved), compiled now or
+     * read from the cache; the rest of the struct is empty then. */
+    bool unresolved;
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
     jitop__entry entry;
@@ -79,6 +83,13 @@ int jitop__build_link(jitop_ctx *ctx, const jitop__link_input *in, size_t n, boo
 /* A test seam like the compile hooks below: called just before nvJitLink
  * runs, with the first unit's label (tests count links with it). */
 extern void (*jitop__before_link_hook)(const char *label);
+
+/* Logs (verbose only) NVRTC's log of the binary of u, as a compiler prints
+ * its warnings: at the compile, and at each hit that reads the entry (as
+ * ccache does), so that a warning is not lost to the cache. cached: the
+ * binary was read from the cache. */
+void jitop__log_warnings(jitop_ctx *ctx, const jitop__unit *u, const jitop__binary *bin,
+                         bool cached);
 
 /* A test seam (build.c): when set, the build calls it after NVRTC returns
  * and before it checks the files again, with the unit's source name. Tests
