@@ -51,7 +51,9 @@ int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **
  * A miss leaves the cache as it was and sets result->ms to the time the
  * check took (the CLI adds it to the compile's). Costs the stat fast path,
  * or one hashing pass when that fails; never a compile, and never the walk
- * of the cache that explaining a miss may take (the CLI's hit pass). */
+ * of the cache that explaining a miss may take (the CLI's hit pass). A
+ * cached answer that the unit declares no such name fails as jitop_build
+ * does (JITOP_ENOTFOUND with NVRTC's errors). */
 int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
                            const char *const *names, size_t nnames, bool *hit,
