@@ -124,6 +124,7 @@ $(FAKE_CUDA): tests/fakecuda/fake_libcuda.c tests/fakecuda/fake_libcuda.h src/lo
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -o $@ $< -lpthread
 $(filter %_fake,$(CPU_TESTS)): $(FAKE_CUDA)
+$(BUILD)/tests/cpu/test_op_names: $(FAKE_CUDA)
 
 # An LD_PRELOAD shim whose flock() fails as on NFS without a lock daemon;
 # test_cache_safety runs the CLI under it. No sanitizers: it is preloaded

@@ -140,20 +140,48 @@ typedef struct jitop_build_result {
     int cached;     /* 1: served from the cache; 0: compiled by this call */
     char key[33];   /* the cache key, 32 hex digits */
     double ms;      /* wall time of the call */
+    /* 1: NVRTC printed something (warnings) when it compiled this binary;
+     * the log is kept with the cache entry, so a hit has it too:
+     * jitop_build_log(ctx, key, ...) gives it. */
+    int warnings;
 } jitop_build_result;
 
 /* Compiles one .cu file for one arch into the cache, unless an entry for the
  * same key is there already. options: NVRTC flags (-D, -U, -I, -std,
  * --use_fast_math, -lineinfo, -G, -maxrregcount, ...), normalized before they
  * enter the key. names: template name expressions to instantiate (for
- * example "layernorm_fwd<float, 1024, true>"), may be NULL with nnames 0.
- * arch NULL: the context's arch. On a compile error: JITOP_ECOMPILE with the
- * log in jitop_errmsg(), and nothing is written to the cache. Thread-safe;
- * concurrent processes building the same key compile it once. */
+ * example "layernorm_fwd<float, 1024, true>"), may be NULL with nnames 0;
+ * spellings that differ only in white space ("f<float, 4>", "f< float,4 >")
+ * are one name. arch NULL: the context's arch. On a compile error:
+ * JITOP_ECOMPILE with the log in jitop_errmsg(), and nothing is written to
+ * the cache. A name the source (with its headers) does not declare:
+ * JITOP_ENOTFOUND with NVRTC's errors; that answer is cached like a binary,
+ * so asking again compiles nothing until a file changes. Thread-safe;
+ * concurrent processes building the same key compile it once.
+ *
+ * The CUDA toolkit's headers (<cuda_fp16.h>, <cuda_bf16.h>,
+ * <cooperative_groups.h>, <cub/...>, <curand_kernel.h>, libcu++'s
+ * <cuda/std/...>) need no -I: jitop searches the toolkit's include folder
+ * (and, on CUDA 13, include/cccl) after the -I folders. The toolkit is the
+ * one NVRTC was loaded from (its lib folder's ../include), else $CUDA_HOME,
+ * else the one jitop was built against: the first that holds cuda_fp16.h.
+ * Its headers are hashed into the key like any other. Where none is found,
+ * a source that includes one fails with a message naming the folders tried
+ * and CUDA_HOME. NVRTC has no C++ standard library: <type_traits>,
+ * <cstdint>, <vector>... fail, with the libcu++ header to use instead. */
 JITOP_API int jitop_build(jitop_ctx *ctx, const char *path, const char *arch,
                           const char *const *options, size_t noptions,
                           const char *const *names, size_t nnames,
                           jitop_build_result *result);
+
+/* NVRTC's log (its warnings, as "file(line): warning ...") from the compile
+ * that made the cache entry under key (a jitop_build_result's key), kept
+ * with the entry so that a cache hit gives it too, as ccache keeps a
+ * compiler's output. *log is malloc'd (free it with jitop_free): "" when the
+ * compile printed nothing. JITOP_ENOTFOUND when the cache holds no valid
+ * entry under key (evicted or cleaned since), JITOP_EINVAL for a key that is
+ * not 32 lowercase hex digits. */
+JITOP_API int jitop_build_log(jitop_ctx *ctx, const char *key, char **log);
 
 /* Says, without compiling, whether jitop_build with the same arguments would
  * hit the cache (*would_hit = 1) and why not otherwise: which file changed,
@@ -261,15 +289,38 @@ JITOP_API const char *jitop_module_name(const jitop_module *m);
 /* How many times the module's code was swapped in by a reload (0 at load). */
 JITOP_API uint64_t jitop_module_generation(const jitop_module *m);
 
-/* Gets an op by name: an extern "C" kernel ("lltm_forward") or a template
- * instance ("layernorm_fwd<__nv_bfloat16, 4096, true>"), which is compiled
- * on demand (through the cache) the first time it is asked for, from the
- * source whose own text names the template (a module of one source reads its
- * text for that only when the cache misses: a warm get reads no source). The handle
- * stays valid for the life of the module, across reloads. An unknown name
- * fails with JITOP_ENOTFOUND and a message listing the ops that exist; the
- * failure is remembered (asking again fails at once, without compiling) until
- * the module's code is reloaded. */
+/* NVRTC's logs (warnings) of the code m runs now: each source's compile,
+ * then each template instance's, in that order, a log that repeats one
+ * before left out (an instance's compile repeats its source's warnings).
+ * Read from the cache entries of the current generation, so a module loaded
+ * from a warm cache has them too; an entry evicted since is skipped. *log is
+ * malloc'd (free it with jitop_free): "" when no compile printed anything.
+ * JITOP_VERBOSE=1 also prints each log when its binary is compiled or read
+ * from the cache. */
+JITOP_API int jitop_module_log(jitop_module *m, char **log);
+
+/* Gets an op by name. What exists is what the compiler says, never a
+ * search of the source text, so kernels and templates defined in included
+ * headers are found like the source's own, and the answer is the same
+ * whether or not the cache was warm:
+ *  - a kernel of the sources' images: an extern "C" kernel by its name
+ *    ("lltm_forward"), a C++ one by its qualified name ("ns::scale", for
+ *    the kernel ns::scale(float*)); overloads are told apart with a name
+ *    expression ("(void (*)(float *))ns::scale");
+ *  - a template instance ("layernorm_fwd<__nv_bfloat16, 4096, true>", any
+ *    other name expression): compiled on demand (through the cache) the
+ *    first time it is asked for, as its own unit, from the first source (in
+ *    the order given to jitop_load) that declares it; a source that does not
+ *    answers so once, and that answer is cached like a binary. Spellings the
+ *    compiler takes for the same instance ("f<float,4>", "f< float, 4 >",
+ *    "f<float, 4u>") give the same op: one compile per white-space-free
+ *    spelling, one instance and one handle per kernel symbol.
+ * The handle stays valid for the life of the module, across reloads. An
+ * unknown name fails with JITOP_ENOTFOUND and a message listing the ops that
+ * exist (by their C++ names); the failure is remembered (asking again fails
+ * at once, without compiling) until the module's code is reloaded. A
+ * template instance that does not compile fails with JITOP_ECOMPILE and
+ * NVRTC's log. */
 JITOP_API int jitop_op_get(jitop_module *m, const char *name, jitop_op **out);
 
 typedef struct jitop_op_info {
@@ -319,7 +370,7 @@ typedef struct jitop_global_info {
  * The name is matched against the variables the module's code defines,
  * demangled; a template argument spelled differently from the demangler
  * ("scale<4>" for "scale<4u>") is resolved by compiling the name
- * expression "&name" against the source that mentions it (once: through
+ * expression "&name" against the sources until one declares it (once: through
  * the cache). A variable template must be instantiated in the code (used
  * by a kernel, or explicitly: template __device__ float scale<float>;).
  *

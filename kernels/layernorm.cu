@@ -57,11 +57,12 @@
 #endif
 #endif
 #ifndef LN_HAVE_HALF_HEADERS
-// NVRTC 13 has no built-in cuda_fp16.h / cuda_bf16.h (they need
-// -I<toolkit>/include, which a machine with only the driver and NVRTC may
-// lack). These kernels use only the types' 16-bit storage and convert with
-// PTX, so a storage-only definition with the same name and layout suffices,
-// and the op names and mangled symbols are the same either way.
+// jitop finds the toolkit's cuda_fp16.h / cuda_bf16.h without an -I, but a
+// machine with only the driver and NVRTC (NVRTC's pip wheel, for one) has
+// none: NVRTC 13 has no built-in copy. These kernels use only the types'
+// 16-bit storage and convert with PTX, so a storage-only definition with the
+// same name and layout suffices there, and the op names and mangled symbols
+// are the same either way.
 struct __align__(2) __half {
     unsigned short __x;
 };

@@ -28,10 +28,6 @@
  *                  that hits from the cache on the main thread (its time
  *                  covers its hashing), so that a no-op build starts no
  *                  worker thread
- *   cli_units.c    jitop__read_file, jitop__mentions_template (base/base.h):
- *                  the runtime's own test of which source defines a
- *                  template, so that `jitop build` prewarms what jitop_op_get
- *                  builds
  *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
  *                  cache: jitop_watch watches loaded modules, which need a
  *                  GPU; `jitop watch` must not
@@ -99,15 +95,16 @@ typedef struct jitop_cli_unit {
     const char *name;        /* a --name, borrowed; NULL: the file alone */
 } jitop_cli_unit;
 
-/* The units of a command line: for each file, the file alone and each
- * --name whose template the file mentions, each for every arch. That is how
- * the runtime builds them (jitop_load compiles each source alone, and
- * jitop_op_get each instance as its own unit, from the source that defines
- * it), so that what `jitop build` prewarms is what a program looks up. A
- * file that cannot be read gets every name (its build reports why). On
- * success *out (free it) and *n; otherwise prints "jitop CMD: ..." and
- * returns JITOP_CLI_EXIT_USAGE (a --name no file mentions) or
- * JITOP_CLI_EXIT_FAIL (out of memory). */
+/* The units of a command line: for each file, the file alone and with each
+ * --name, each for every arch. That is how the runtime builds them
+ * (jitop_load compiles each source alone, and jitop_op_get each instance as
+ * its own unit, from the first source that declares it), so that what
+ * `jitop build` prewarms is what a program looks up. Which file declares a
+ * name is for the compiler to say, not a search of the text: a template
+ * may come from a header. A file that does not declare a name answers so
+ * (JITOP_ENOTFOUND), and that answer is cached like a binary, so a second
+ * build compiles nothing. On success *out (free it) and *n; otherwise
+ * prints "jitop CMD: out of memory" and returns JITOP_CLI_EXIT_FAIL. */
 int jitop_cli_units(const char *cmd, const jitop_cli_strs *files, const jitop_cli_strs *archs,
                     const jitop_cli_strs *names, jitop_cli_unit **out, size_t *n);
 

@@ -1,6 +1,6 @@
 /*
  * `jitop build` and `jitop explain`: every unit of the command line (each
- * file alone and with each --name its source defines, for each arch:
+ * file alone and with each --name, for each arch:
  * jitop_cli_units), built into the cache or explained.
  *
  * A no-op build must cost a few milliseconds for the whole process, so the
@@ -30,7 +30,18 @@ typedef struct job {
     double check_ms;         /* the hit check that found it missing */
     int hit;                 /* build: built by the hit check; explain: would hit */
     char *why;               /* explain's answer (jitop_free) */
+    char *log;               /* NVRTC's warnings for the binary (from the cache on a hit), malloc'd */
+    int log_printed;         /* print_log printed it (under the output lock) */
 } job;
+
+/* A --name the file does not declare (NVRTC's answer, maybe cached): not a
+ * failure of the build as long as another file of the command line
+ * declares the name (checked at the end). A missing file fails its
+ * file-alone job too. */
+static int undeclared(const job *j)
+{
+    return j->name && j->status == JITOP_ENOTFOUND;
+}
 
 typedef struct build_run {
     jitop_ctx *ctx;
@@ -101,10 +112,51 @@ static void clear_progress(build_run *r)
     }
 }
 
+/* NVRTC's log as a compiler prints its diagnostics, on stderr: NVRTC's
+ * "FILE(LINE): warning ..." as "FILE:LINE: warning ...", the source lines
+ * and carets as they are. A log printed already (an instance's compile
+ * repeats its source's warnings) is not printed again. */
+static void print_log(build_run *r, const job *j)
+{
+    if (!j->log || !*j->log)
+        return;
+    for (const job *o = r->jobs; o < r->jobs + r->njobs; o++)
+        if (o->log_printed && strcmp(o->log, j->log) == 0)
+            return;
+    ((job *)j)->log_printed = 1;
+    for (const char *line = j->log; *line;) {
+        size_t n = strcspn(line, "\n");
+        const char *open = memchr(line, '(', n);
+        const char *close = open ? memchr(open, ')', n - (size_t)(open - line)) : NULL;
+        size_t digits = open ? strspn(open + 1, "0123456789") : 0;
+        if (open && close && digits > 0 && open + 1 + digits == close && close[1] == ':')
+            fprintf(stderr, "%.*s:%.*s%.*s\n", (int)(open - line), line, (int)digits, open + 1,
+                    (int)(n - (size_t)(close + 1 - line)), close + 1);
+        else
+            fprintf(stderr, "%.*s\n", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+}
+
 static void print_result(build_run *r, const job *j)
 {
     const char *status = j->status != JITOP_OK ? "error" : j->res.cached ? "cached" : "compiled";
     clear_progress(r);
+    if (undeclared(j)) {
+        /* Expected for every file but the one(s) that declare the name. */
+        if (r->a->json) {
+            fputs("{\"file\":", stdout);
+            jitop_cli_json_str(stdout, j->file);
+            fputs(",\"arch\":", stdout);
+            jitop_cli_json_str(stdout, j->arch);
+            fputs(",\"name\":", stdout);
+            jitop_cli_json_str(stdout, j->name);
+            printf(",\"status\":\"undeclared\",\"key\":null,\"ms\":%.3f}\n", j->res.ms);
+            fflush(stdout);
+        }
+        return;
+    }
+    print_log(r, j);
     if (r->a->json) {
         fputs("{\"file\":", stdout);
         jitop_cli_json_str(stdout, j->file);
@@ -160,6 +212,8 @@ static void build_job(build_run *r, job *j)
         j->error = strdup(msg && *msg ? msg : jitop_strerror(j->status));
         memset(&j->res, 0, sizeof j->res);
         j->res.ms = jitop__now_ms() - t0;
+    } else if (j->res.warnings && jitop_build_log(r->ctx, j->res.key, &j->log) != JITOP_OK) {
+        j->log = NULL; /* evicted meanwhile: the warnings are only not shown */
     }
     j->res.ms += j->check_ms;
 }
@@ -190,11 +244,38 @@ static void compile_task(void *user, size_t task)
 
     pthread_mutex_lock(&r->out);
     r->in_flight--;
-    if (j->status != JITOP_OK)
+    if (j->status != JITOP_OK && !undeclared(j))
         r->failed++;
     print_result(r, j);
     draw_progress(r);
     pthread_mutex_unlock(&r->out);
+}
+
+/* Reports each --name that no file declares, for each arch (NVRTC's first
+ * answer says why); returns how many. */
+static size_t names_nowhere(const build_run *r)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < r->njobs; i++) {
+        const job *j = &r->jobs[i];
+        if (!undeclared(j))
+            continue;
+        /* Once per (name, arch): at its first job. */
+        bool earlier = false, declared = false;
+        for (size_t k = 0; k < r->njobs; k++) {
+            const job *o = &r->jobs[k];
+            if (!o->name || strcmp(o->name, j->name) != 0 || strcmp(o->arch, j->arch) != 0)
+                continue;
+            earlier = earlier || k < i;
+            declared = declared || !undeclared(o);
+        }
+        if (earlier || declared)
+            continue;
+        fprintf(stderr, "jitop build: --name '%s' (%s): no file given declares it\n%s\n", j->name,
+                j->arch, j->error ? j->error : "");
+        bad++;
+    }
+    return bad;
 }
 
 /* One job per unit of the command line. */
@@ -250,11 +331,25 @@ int jitop_cli_build(int argc, char **argv)
         job *j = &r.jobs[i];
         bool hit = false;
         jitop_build_result res;
+        double t0 = jitop__now_ms();
         int st = jitop__build_if_cached(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
                                         names_of(j), nnames_of(j), &hit, &res);
         if (st == JITOP_OK && hit) {
             j->status = JITOP_OK;
             j->res = res;
+            j->hit = 1;
+            if (res.warnings && jitop_build_log(r.ctx, res.key, &j->log) != JITOP_OK)
+                j->log = NULL; /* evicted meanwhile: the warnings are only not shown */
+            continue;
+        }
+        if (st == JITOP_ENOTFOUND && j->name) {
+            /* The file does not declare the name: the answer the cache
+             * kept (jitop_build would give the same, compiling nothing). */
+            const char *msg = jitop_errmsg(r.ctx);
+            j->status = st;
+            j->error = strdup(msg && *msg ? msg : jitop_strerror(st));
+            memset(&j->res, 0, sizeof j->res);
+            j->res.ms = jitop__now_ms() - t0;
             j->hit = 1;
             continue;
         }
@@ -292,6 +387,7 @@ int jitop_cli_build(int argc, char **argv)
         goto out;
     }
     clear_progress(&r);
+    r.failed += names_nowhere(&r);
     if (r.failed) {
         fprintf(stderr, "jitop build: %zu of %zu builds failed\n", r.failed, r.njobs);
         rc = JITOP_CLI_EXIT_FAIL;
@@ -301,8 +397,10 @@ int jitop_cli_build(int argc, char **argv)
         rc = JITOP_CLI_EXIT_FAIL;
     }
 out:
-    for (size_t i = 0; i < r.njobs; i++)
+    for (size_t i = 0; i < r.njobs; i++) {
         free(r.jobs[i].error);
+        free(r.jobs[i].log);
+    }
     free(r.jobs);
     free(r.todo);
     if (lock_ok)

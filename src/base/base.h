@@ -32,7 +32,7 @@
 
 /* Bumped whenever the entry or manifest layout, or what goes into a key,
  * changes: older entries then simply miss. */
-#define JITOP__FORMAT_VERSION 2
+#define JITOP__FORMAT_VERSION 3
 
 #define JITOP__DEFAULT_CACHE_MAX ((int64_t)1 << 30) /* 1 GiB */
 
@@ -100,11 +100,6 @@ int jitop__fail_abspath(const char *path);
 /* The directory part of path: "/a/b" -> "/a", "/a" -> "/", "a" -> "".
  * Malloc'd; NULL on ENOMEM. */
 char *jitop__dirname(const char *path);
-/* Whether text mentions, as a whole word, the identifier of the template a
- * name expression instantiates ("ns::fwd<float, 4>" -> "fwd"): how the
- * source that can compile an instance is found among several. False when
- * the expression has no identifier. */
-bool jitop__mentions_template(const char *text, const char *name_expr);
 /* The compute capability major of an arch name: sm_90 / sm_90a / compute_90
  * -> 9, sm_100 -> 10, sm_120 -> 12; -1 when it is none of these forms. */
 int jitop__arch_major(const char *arch);

@@ -411,32 +411,6 @@ size_t jitop_dtype_size(jitop_dtype dtype)
     return 0;
 }
 
-static bool is_ident_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_';
-}
-
-bool jitop__mentions_template(const char *text, const char *name_expr)
-{
-    /* The identifier: the word just before the first '<' or '('. */
-    size_t end = strcspn(name_expr, "<(");
-    while (end > 0 && (name_expr[end - 1] == ' ' || name_expr[end - 1] == '\t'))
-        end--;
-    size_t start = end;
-    while (start > 0 && is_ident_char(name_expr[start - 1]))
-        start--;
-    size_t n = end - start;
-    if (n == 0)
-        return false;
-    const char *word = name_expr + start; /* n bytes, not NUL-terminated */
-    for (const char *p = strchr(text, word[0]); p; p = strchr(p + 1, word[0]))
-        if (strncmp(p, word, n) == 0 && (p == text || !is_ident_char(p[-1])) &&
-            !is_ident_char(p[n]))
-            return true;
-    return false;
-}
-
 int jitop__arch_major(const char *arch)
 {
     const char *p = NULL;

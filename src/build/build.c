@@ -201,14 +201,30 @@ static void log_rebuild(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps 
     free(why);
 }
 
-/* See jitop__unit.names_in_text: checked on a miss only, where the text is
- * in memory anyway (a hit proves the name compiled before). */
-static int names_mentioned(const jitop__unit *u, const char *text)
+void jitop__log_warnings(jitop_ctx *ctx, const jitop__unit *u, const jitop__binary *bin,
+                         bool cached)
 {
-    for (size_t i = 0; u->names_in_text && i < u->names.n; i++)
-        if (!jitop__mentions_template(text, u->names.v[i]))
-            return jitop__fail(JITOP_ENOTFOUND, "%s does not mention %s", u->source_name,
-                               u->names.v[i]);
+    if (!ctx->verbose || !bin->log || bin->unresolved)
+        return;
+    jitop__log(ctx, "%s: NVRTC's log%s:", u->source_name, cached ? " (from the cache)" : "");
+    for (const char *line = bin->log; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        int n = nl ? (int)(nl - line) : (int)strlen(line);
+        if (n > 0)
+            jitop__log(ctx, "  %.*s", n, line);
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+/* What the entry of out, read from the cache, answers: its code, or the
+ * failure it recorded (jitop__binary.unresolved, then out->unresolved). */
+static int entry_answer(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
+{
+    if (out->entry.bin.unresolved) {
+        out->unresolved = true;
+        return jitop__unresolved_fail(u, &out->entry.bin);
+    }
+    jitop__log_warnings(ctx, u, &out->entry.bin, true);
     return JITOP_OK;
 }
 
@@ -222,6 +238,7 @@ static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
     int status = JITOP_OK;
     out->cached = found;
     if (!found) {
+        jitop__log_warnings(ctx, u, bin, false);
         double t_put = jitop__now_ms();
         status = make_entry(u, deps, bin, &out->entry);
         if (status == JITOP_OK)
@@ -234,6 +251,12 @@ static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                    jitop__now_ms() - t_put);
     }
     save_manifest(ctx, id, deps, out->key);
+    out->unresolved = !found && out->entry.bin.unresolved;
+    status = found             ? entry_answer(ctx, u, out)
+             : out->unresolved ? jitop__unresolved_fail(u, &out->entry.bin)
+                               : JITOP_OK;
+    if (status != JITOP_OK)
+        return status;
     out->deps = *deps;
     memset(deps, 0, sizeof *deps);
     return JITOP_OK;
@@ -268,9 +291,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         }
         if (mode == BUILD_CACHED_ONLY)
             goto out; /* a miss: out->cached stays false, nothing is built */
-        status = names_mentioned(u, text);
-        if (status == JITOP_OK)
-            status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
+        status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
         if (status != JITOP_OK)
             goto out;
         /* Another process may have built it while we waited for the lock. */
@@ -283,6 +304,11 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         t_compile = jitop__now_ms();
         status = jitop__compile(u, text, &bin);
         t_compile = jitop__now_ms() - t_compile;
+        /* A name this unit does not declare is an answer like code: kept
+         * in the cache below, so that asking again (in this process or the
+         * next) compiles nothing; the failure is returned at the end. */
+        if (status == JITOP_ENOTFOUND && bin.unresolved)
+            status = JITOP_OK;
         if (status != JITOP_OK)
             goto out;
         if (jitop__after_compile_hook)
@@ -352,6 +378,8 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         if (found) {
             out->cached = true;
             out->deferred = mode == BUILD_DEFER;
+            if (mode != BUILD_DEFER)
+                status = entry_answer(ctx, u, out);
             out->deps = mdeps;
             memset(&mdeps, 0, sizeof mdeps);
             goto out;
@@ -389,6 +417,8 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
         return jitop__fail(JITOP_EINVAL, "build: NULL context, cache, unit or files");
     jitop__cache_key(u, known, out->key);
     int status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+    if (status == JITOP_OK && found)
+        status = entry_answer(ctx, u, out);
     if (status == JITOP_OK && found)
         status = jitop__deps_copy(known, &out->deps);
     if (status != JITOP_OK) {
@@ -512,6 +542,7 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
         result->cached = b.cached;
         memcpy(result->key, b.key, sizeof result->key);
         result->ms = jitop__now_ms() - t0;
+        result->warnings = b.entry.bin.log != NULL;
     }
     if (status == JITOP_OK)
         jitop__built_free(&b);
@@ -538,6 +569,7 @@ int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
         result->cached = b.cached;
         if (b.cached)
             memcpy(result->key, b.key, sizeof result->key);
+        result->warnings = b.cached && b.entry.bin.log != NULL;
         result->ms = jitop__now_ms() - t0;
         jitop__built_free(&b);
     }
@@ -563,4 +595,28 @@ int jitop_explain(jitop_ctx *ctx, const char *path, const char *arch,
     *would_hit = hit;
     jitop__unit_free(&u);
     return status;
+}
+
+int jitop_build_log(jitop_ctx *ctx, const char *key, char **log)
+{
+    jitop__entry e;
+    bool found = false;
+    if (!ctx || !ctx->cache || !key || !log)
+        return jitop__fail(JITOP_EINVAL, "jitop_build_log: NULL argument");
+    *log = NULL;
+    size_t n = strspn(key, "0123456789abcdef");
+    if (n != 32 || key[n] != '\0')
+        return jitop__fail(JITOP_EINVAL, "jitop_build_log: '%s' is not a cache key (32 lowercase "
+                                         "hex digits)",
+                           key);
+    int status = jitop__cache_get(ctx->cache, key, &e, &found);
+    if (status != JITOP_OK)
+        return status;
+    if (!found)
+        return jitop__fail(JITOP_ENOTFOUND, "jitop_build_log: no entry %s in the cache at %s "
+                                            "(evicted or cleaned since it was built?)",
+                           key, jitop__cache_root(ctx->cache));
+    *log = jitop__strdup(e.bin.log ? e.bin.log : "");
+    jitop__entry_free(&e);
+    return *log ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
 }

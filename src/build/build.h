@@ -21,6 +21,10 @@ typedef struct jitop__built {
     bool cached;
     bool deferred;        /* a hit whose entry was not read: entry is empty */
     bool needs_inputs;    /* a link that missed with inputs not in hand: nothing built */
+    /* Set on JITOP_ENOTFOUND when the answer is that a name expression
+     * names nothing in the unit (jitop__binary.unresolved), compiled now or
+     * read from the cache; the rest of the struct is empty then. */
+    bool unresolved;
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
     jitop__entry entry;
@@ -47,7 +51,9 @@ int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **
  * A miss leaves the cache as it was and sets result->ms to the time the
  * check took (the CLI adds it to the compile's). Costs the stat fast path,
  * or one hashing pass when that fails; never a compile, and never the walk
- * of the cache that explaining a miss may take (the CLI's hit pass). */
+ * of the cache that explaining a miss may take (the CLI's hit pass). A
+ * cached answer that the unit declares no such name fails as jitop_build
+ * does (JITOP_ENOTFOUND with NVRTC's errors). */
 int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
                            const char *const *names, size_t nnames, bool *hit,
@@ -79,6 +85,13 @@ int jitop__build_link(jitop_ctx *ctx, const jitop__link_input *in, size_t n, boo
 /* A test seam like the compile hooks below: called just before nvJitLink
  * runs, with the first unit's label (tests count links with it). */
 extern void (*jitop__before_link_hook)(const char *label);
+
+/* Logs (verbose only) NVRTC's log of the binary of u, as a compiler prints
+ * its warnings: at the compile, and at each hit that reads the entry (as
+ * ccache does), so that a warning is not lost to the cache. cached: the
+ * binary was read from the cache. */
+void jitop__log_warnings(jitop_ctx *ctx, const jitop__unit *u, const jitop__binary *bin,
+                         bool cached);
 
 /* A test seam (build.c): when set, the build calls it after NVRTC returns
  * and before it checks the files again, with the unit's source name. Tests

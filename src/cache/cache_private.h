@@ -48,6 +48,9 @@
 #define JITOP__ENTRY_MAGIC "JITOPBIN"
 #define JITOP__MANIFEST_MAGIC "JITOPMAN"
 #define JITOP__ENTRY_FLAG_PTX 1u
+/* The entry is the answer "a name expression names nothing in this unit"
+ * (jitop__binary.unresolved): no code, the log says why. */
+#define JITOP__ENTRY_FLAG_UNRESOLVED 2u
 
 /* One file kept in memory when the root cannot be written. */
 struct jitop__mem_item {

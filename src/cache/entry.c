@@ -32,7 +32,9 @@ void jitop__entry_free(jitop__entry *e)
 int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
                                  struct jitop__wbuf *b)
 {
-    jitop__file_begin(b, JITOP__ENTRY_MAGIC, e->bin.is_ptx ? JITOP__ENTRY_FLAG_PTX : 0);
+    jitop__file_begin(b, JITOP__ENTRY_MAGIC,
+                      (e->bin.is_ptx ? JITOP__ENTRY_FLAG_PTX : 0) |
+                          (e->bin.unresolved ? JITOP__ENTRY_FLAG_UNRESOLVED : 0));
     /* The key inside the payload: a file copied or linked under another
      * key's name is invalid. */
     jitop__wb_str(b, key);
@@ -48,6 +50,7 @@ int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
     }
     jitop__wb_u64(b, e->bin.size);
     jitop__wb_bytes(b, e->bin.data, e->bin.size);
+    jitop__wb_str(b, e->bin.log);
     jitop__file_seal(b);
     return b->oom ? jitop__fail(JITOP_ENOMEM, "cache: out of memory serializing %s", key)
                   : JITOP_OK;
@@ -79,13 +82,23 @@ const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, s
         free(lowered);
     }
     uint64_t size = jitop__rb_u64(&r);
+    size_t code_at = r.off;
     jitop__rb_take(&r, size);
+    char *log = jitop__rb_str(&r);
+    if (log && *log)
+        e->bin.log = log;
+    else
+        free(log);
     if (r.bad) {
         why = "malformed metadata";
         goto out;
     }
     if (r.off != n) {
-        why = "trailing bytes after the binary";
+        why = "trailing bytes after the log";
+        goto out;
+    }
+    if ((flags & JITOP__ENTRY_FLAG_UNRESOLVED) && (size != 0 || !e->bin.log)) {
+        why = "an unresolved-name answer with code or without a log";
         goto out;
     }
     if (key && (!stored_key || strcmp(stored_key, key) != 0)) {
@@ -98,13 +111,14 @@ const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, s
      * cubin the copy would be a third of a warm hit. The metadata it overwrites
      * was copied out above. size + 1 <= n, since the header precedes it. */
     unsigned char *buf = *bufp;
-    memmove(buf, buf + (r.off - size), size);
+    memmove(buf, buf + code_at, size);
     buf[size] = '\0';
     unsigned char *shrunk = realloc(buf, size + 1);
     e->bin.data = shrunk ? shrunk : buf;
     *bufp = NULL;
     e->bin.size = size;
     e->bin.is_ptx = (flags & JITOP__ENTRY_FLAG_PTX) != 0;
+    e->bin.unresolved = (flags & JITOP__ENTRY_FLAG_UNRESOLVED) != 0;
 out:
     free(stored_key);
     if (why)

@@ -34,6 +34,9 @@ static void key_unit(XXH3_state_t *st, const char *kind, const jitop__unit *u)
     key_u64(st, u->inline_text != NULL);
     key_str(st, u->inline_text);
     key_strv(st, &u->options);
+    /* The include folders, the toolkit's included (they are no option): a
+     * header found in one, or __has_include of one, depends on them. */
+    key_strv(st, &u->include_dirs);
     key_strv(st, &u->names);
 }
 

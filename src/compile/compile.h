@@ -1,7 +1,8 @@
 /*
  * The compile room: one translation unit from its files to a binary. Units
- * and their option normalization, NVRTC (nvrtc.c), the files a unit reads and
- * their stat/hash freshness (deps.c), a look inside cubins (cubin.c), the
+ * and their option normalization, NVRTC (nvrtc.c), the CUDA toolkit's
+ * include folders (toolkit.c), the files a unit reads and their stat/hash
+ * freshness (deps.c), a look inside cubins (cubin.c), the
  * variables a binary defines (globals.c), and nvJitLink, which links
  * relocatable units into one binary (link.c).
  * Knows nothing of the cache: callers above hash, key and store.
@@ -21,13 +22,13 @@ typedef struct jitop__unit {
     char *source_name;        /* the name NVRTC reports in its log */
     char *inline_text;        /* load_inline's text, else NULL */
     jitop__strv options;      /* normalized NVRTC options, in order */
-    jitop__strv include_dirs; /* the source's own directory, then each -I, absolute */
+    /* The source's own directory, then each -I, then the CUDA toolkit's
+     * include folders (toolkit.c), absolute: where the include scanner looks,
+     * in NVRTC's order. Part of the key. */
+    jitop__strv include_dirs;
+    size_t toolkit_dirs;      /* how many of include_dirs, at the end, are the toolkit's */
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
-    /* Ops asked for by name: a name whose identifier the source's own text
-     * never mentions is refused (JITOP_ENOTFOUND) before NVRTC runs, so that
-     * a typo costs no compile. Not part of the key: it changes no binary. */
-    bool names_in_text;
     /* -rdc (any spelling) or -dlto: the unit compiles to a relocatable
      * cubin (PTX for compute_XX), or with lto to LTO-IR, which only a link
      * makes loadable (jitop__link). Their canonical options ("-rdc=true",
@@ -45,6 +46,11 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
                      const char *const *names, size_t nnames, const char *arch);
 void jitop__unit_free(jitop__unit *u);
 
+/* The NVRTC library file jitop compiles with (or would): its path as the
+ * loader opens it, "" when there is none. Free where NVRTC is in the
+ * toolkit jitop was built against; otherwise it loads NVRTC (nvrtc.c). */
+const char *jitop__nvrtc_file(void);
+
 /* "13.0": the NVRTC jitop compiles with, for messages and --version only
  * (keys use the library file's identity). May load NVRTC. Static storage. */
 const char *jitop__nvrtc_version(void);
@@ -56,6 +62,13 @@ typedef struct jitop__binary {
     bool is_ptx;
     jitop__strv names;     /* name expressions, in the unit's order */
     jitop__strv lowered;   /* their lowered (mangled) names, same order */
+    char *log;             /* NVRTC's log of the compile (warnings); NULL when it said nothing */
+    /* The compile's answer was that a name expression names nothing this
+     * unit declares (every error NVRTC reported is in the name, none in the
+     * source): no code, and log holds NVRTC's errors. Kept in the cache like
+     * code, under the same key, so that asking again costs no compile: it is
+     * what a fresh compile of those bytes answers. */
+    bool unresolved;
 } jitop__binary;
 void jitop__binary_free(jitop__binary *b);
 
@@ -71,8 +84,61 @@ bool jitop__arch_valid(const char *arch);
 int jitop__nvrtc_check_arch(const char *arch);
 
 /* Compiles the unit with NVRTC, reading the source from text (what was
- * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
+ * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). When
+ * the only errors are in the name expressions (the unit declares no such
+ * template or kernel, or the name does not parse): JITOP_ENOTFOUND, with
+ * out->unresolved set and out->log holding NVRTC's errors (the rest of out
+ * empty), so that the caller can keep that answer; out is freed in every
+ * other failure. */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
+
+/* A name expression without the white space that does not change its
+ * tokens: "f< float , 4 >" and "f<float, 4>" give "f<float,4>". A space
+ * stays between two identifiers or numbers ("unsigned int") and between two
+ * operator characters that could otherwise run into one token ("> >",
+ * "- -1"); literals are copied as they are. jitop__unit_init passes every
+ * name through it, so that spellings of one name share one key (one
+ * compile). Malloc'd; NULL on ENOMEM (nvrtc.c). */
+char *jitop__name_canonical(const char *expr);
+
+/* The failure a binary that is the answer "unresolved" stands for:
+ * JITOP_ENOTFOUND naming the unit and the names, with NVRTC's errors
+ * (nvrtc.c). */
+int jitop__unresolved_fail(const jitop__unit *u, const jitop__binary *b);
+
+/* ----------------------------------------------------------- toolkit.c */
+
+/* The toolkit's search and hints are toolkit.c's; the process's own
+ * toolkit (jitop__toolkit_get and the two calls that use it) is nvrtc.c's,
+ * since it is found from the NVRTC jitop compiles with. */
+
+/* Appends the CUDA toolkit's include folders to dirs: "<toolkit>/include"
+ * and, on CUDA 13, "<toolkit>/include/cccl" (libcu++, CUB, Thrust). The
+ * toolkit is the one NVRTC came from (its library folder's ../include),
+ * else $CUDA_HOME, else the one jitop was built against: the first of these
+ * holding cuda_fp16.h. Found once per process (a few stats). Appends
+ * nothing when none is found: a header of it then fails to open, and
+ * jitop__missing_header_hint says where jitop looked and what to set. */
+int jitop__toolkit_include_dirs(jitop__strv *dirs);
+
+/* For a compile log in which NVRTC could not open a header: a sentence on
+ * what to do (a C++ standard library header: the libcu++ one to include
+ * instead; no toolkit headers found: where jitop looked and that CUDA_HOME
+ * names the toolkit). NULL when there is nothing to add. Malloc'd. */
+char *jitop__missing_header_hint(const char *log);
+
+/* The search behind both, for a given NVRTC file, $CUDA_HOME and built-in
+ * toolkit (each may be NULL), so that tests can point it at folders of
+ * their own; the process's own is jitop__toolkit_get(). */
+typedef struct jitop__toolkit {
+    char include[4096]; /* "<toolkit>/include", "" when none was found */
+    char cccl[4096];    /* "<toolkit>/include/cccl" (CUDA 13), "" when absent */
+    char tried[3 * 4096 + 64]; /* the folders looked at, ", "-separated */
+} jitop__toolkit;
+void jitop__toolkit_find(jitop__toolkit *t, const char *nvrtc_file, const char *cuda_home,
+                         const char *built_home);
+const jitop__toolkit *jitop__toolkit_get(void);
+char *jitop__toolkit_hint(const jitop__toolkit *t, const char *log);
 
 /* ------------------------------------------------------------- cubin.c */
 

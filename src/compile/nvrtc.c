@@ -201,6 +201,74 @@ static int normalize_option(jitop__unit *u, const char *const *options, size_t n
                                                            : jitop__fail(JITOP_ENOMEM, "out of memory");
 }
 
+static bool name_word_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '$';
+}
+
+/* Operator characters that never join a neighbour into another token. */
+static bool name_separator(char c)
+{
+    return c && strchr(",;()[]{}", c) != NULL;
+}
+
+char *jitop__name_canonical(const char *expr)
+{
+    size_t n = strlen(expr), o = 0;
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        char c = expr[i];
+        if (isspace((unsigned char)c)) {
+            while (i < n && isspace((unsigned char)expr[i]))
+                i++;
+            char a = o ? out[o - 1] : '\0', b = i < n ? expr[i] : '\0';
+            bool words = name_word_char(a) && name_word_char(b);
+            bool ops = a && b && !name_word_char(a) && !name_word_char(b) &&
+                       !name_separator(a) && !name_separator(b);
+            if (words || ops)
+                out[o++] = ' ';
+            continue;
+        }
+        out[o++] = expr[i++];
+        if (c == '"' || c == '\'') {
+            /* A literal as it is, escapes included. */
+            while (i < n && expr[i] != c) {
+                if (expr[i] == '\\' && i + 1 < n)
+                    out[o++] = expr[i++];
+                out[o++] = expr[i++];
+            }
+            if (i < n)
+                out[o++] = expr[i++];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* The toolkit's include folders after the user's (a header of the user's
+ * with a toolkit header's name wins, as with nvcc), each one not already
+ * given as an -I. */
+static int add_toolkit_dirs(jitop__unit *u)
+{
+    jitop__strv dirs = {0};
+    int status = jitop__toolkit_include_dirs(&dirs);
+    for (size_t i = 0; status == JITOP_OK && i < dirs.n; i++) {
+        bool given = false;
+        for (size_t j = 0; j < u->include_dirs.n && !given; j++)
+            given = strcmp(u->include_dirs.v[j], dirs.v[i]) == 0;
+        if (given)
+            continue;
+        if (jitop__strv_push(&u->include_dirs, dirs.v[i]) != JITOP_OK)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        else
+            u->toolkit_dirs++;
+    }
+    jitop__strv_free(&dirs);
+    return status;
+}
+
 int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
                      const char *const *options, size_t noptions,
                      const char *const *names, size_t nnames, const char *arch)
@@ -262,13 +330,23 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
+    status = add_toolkit_dirs(u);
+    if (status != JITOP_OK)
+        goto out;
     for (size_t i = 0; i < nnames; i++) {
         if (!names[i] || !*names[i]) {
             status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
             goto out;
         }
-        if (jitop__strv_push(&u->names, names[i]) != JITOP_OK) {
+        char *canon = jitop__name_canonical(names[i]);
+        if (!canon || jitop__strv_push(&u->names, canon) != JITOP_OK) {
+            free(canon);
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        free(canon);
+        if (!u->names.v[u->names.n - 1][0]) {
+            status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);
             goto out;
         }
     }
@@ -410,7 +488,7 @@ static int nvrtc_load(void)
 
 /* The file NVRTC is (or would be) loaded from; "" when it cannot be had.
  * Free in the usual case; found by soname, it costs the load. */
-static const char *nvrtc_file(void)
+const char *jitop__nvrtc_file(void)
 {
     pthread_once(&where_once, where_init);
     if (g_in_home)
@@ -418,6 +496,46 @@ static const char *nvrtc_file(void)
     if (nvrtc_load() != JITOP_OK)
         jitop__clear_error(); /* no NVRTC: the caller says "unknown" */
     return g_file;
+}
+
+/* ------------------------------------------------------------ the toolkit */
+
+/* The process's toolkit: toolkit.c's search for the NVRTC jitop compiles
+ * with, done once (a few stats); read-only afterwards. Here rather than in
+ * toolkit.c, which calls nothing of nvrtc.c (calls in a room go one way). */
+static pthread_once_t toolkit_once = PTHREAD_ONCE_INIT;
+static jitop__toolkit g_toolkit;
+
+static void toolkit_init(void)
+{
+#ifdef JITOP_CUDA_HOME
+    const char *built = JITOP_CUDA_HOME;
+#else
+    const char *built = NULL;
+#endif
+    jitop__toolkit_find(&g_toolkit, jitop__nvrtc_file(), getenv("CUDA_HOME"), built);
+}
+
+const jitop__toolkit *jitop__toolkit_get(void)
+{
+    pthread_once(&toolkit_once, toolkit_init);
+    return &g_toolkit;
+}
+
+int jitop__toolkit_include_dirs(jitop__strv *dirs)
+{
+    const jitop__toolkit *t = jitop__toolkit_get();
+    int rc = JITOP_OK;
+    if (t->include[0])
+        rc = jitop__strv_push(dirs, t->include);
+    if (rc == JITOP_OK && t->cccl[0])
+        rc = jitop__strv_push(dirs, t->cccl);
+    return rc == JITOP_OK ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+}
+
+char *jitop__missing_header_hint(const char *log)
+{
+    return jitop__toolkit_hint(jitop__toolkit_get(), log);
 }
 
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
@@ -431,7 +549,7 @@ static char version_text[32] = "unknown";
 static void version_init(void)
 {
     char file[PATH_MAX];
-    jitop__last_link_target(nvrtc_file(), file, sizeof file);
+    jitop__last_link_target(jitop__nvrtc_file(), file, sizeof file);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int major = 0, minor = 0;
@@ -462,7 +580,7 @@ static char identity_text[64] = "unknown";
 static void identity_init(void)
 {
     struct stat st;
-    const char *file = nvrtc_file();
+    const char *file = jitop__nvrtc_file();
     long long size = g_in_home ? g_home_size : -1;
     if (size < 0 && file[0] && stat(file, &st) == 0)
         size = (long long)st.st_size;
@@ -527,6 +645,7 @@ void jitop__binary_free(jitop__binary *b)
     free(b->data);
     jitop__strv_free(&b->names);
     jitop__strv_free(&b->lowered);
+    free(b->log);
     memset(b, 0, sizeof *b);
 }
 
@@ -542,6 +661,58 @@ static char *program_log(nvrtcProgram prog)
         return NULL;
     }
     return log;
+}
+
+/* Whether the log has anything but white space (NVRTC gives "" or a lone
+ * newline for a quiet compile). */
+static bool log_says_something(const char *log)
+{
+    for (const char *p = log; p && *p; p++)
+        if (!isspace((unsigned char)*p))
+            return true;
+    return false;
+}
+
+/* NVRTC compiles each name expression as a line of a pseudo-file named
+ * __nv_name_map ("#pragma nv_mangled_name NAME"): an error there is about
+ * the name (an identifier the unit does not declare, a name that does not
+ * parse, wrong template arguments), one anywhere else is about the source
+ * (an instantiation that fails, a syntax error). Error lines look like
+ * "FILE(LINE): error: ..." (also "catastrophic error", "internal error").
+ * True when there is at least one error and every one is in the name map. */
+static bool errors_only_in_names(const char *log)
+{
+    static const char map[] = "__nv_name_map(";
+    bool any = false;
+    for (const char *line = log; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        const char *paren = memchr(line, '(', n);
+        const char *close = paren ? memchr(paren, ')', n - (size_t)(paren - line)) : NULL;
+        const char *rest = close ? close + 1 : NULL;
+        size_t left = rest ? n - (size_t)(rest - line) : 0;
+        bool error = rest && left > 2 && rest[0] == ':' && rest[1] == ' ' &&
+                     ((left >= 8 && strncmp(rest + 2, "error:", 6) == 0) ||
+                      (left >= 21 && strncmp(rest + 2, "catastrophic error:", 19) == 0) ||
+                      (left >= 17 && strncmp(rest + 2, "internal error:", 15) == 0));
+        if (error) {
+            if (strncmp(line, map, sizeof map - 1) != 0)
+                return false;
+            any = true;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return any;
+}
+
+int jitop__unresolved_fail(const jitop__unit *u, const jitop__binary *b)
+{
+    char *names = jitop__strv_join(&u->names, "', '");
+    int status = jitop__fail(JITOP_ENOTFOUND, "%s declares nothing named '%s' (for %s):\n%s",
+                             u->source_name, names ? names : "?", u->arch,
+                             b->log ? b->log : "(NVRTC gave no log)");
+    free(names);
+    return status;
 }
 
 /* Copies the compiled code out; data[size] is always a NUL, so that PTX can
@@ -595,7 +766,8 @@ static int take_lowered_names(nvrtcProgram prog, const jitop__unit *u, jitop__bi
 
 /* The argument vector NVRTC sees: the arch, the source's own directory
  * (so that <...> includes next to the source resolve, as the dependency
- * scanner assumes), then the normalized options, which hold every -I. */
+ * scanner assumes), then the normalized options, which hold every -I of
+ * the user's, then the toolkit's include folders. */
 static int compile_args(const jitop__unit *u, jitop__strv *args)
 {
     if (jitop__strv_pushf(args, "--gpu-architecture=%s", u->arch) != JITOP_OK)
@@ -605,6 +777,9 @@ static int compile_args(const jitop__unit *u, jitop__strv *args)
         return JITOP_ENOMEM;
     for (size_t i = 0; i < u->options.n; i++)
         if (jitop__strv_push(args, u->options.v[i]) != JITOP_OK)
+            return JITOP_ENOMEM;
+    for (size_t i = u->include_dirs.n - u->toolkit_dirs; i < u->include_dirs.n; i++)
+        if (jitop__strv_pushf(args, "-I%s", u->include_dirs.v[i]) != JITOP_OK)
             return JITOP_ENOMEM;
     return JITOP_OK;
 }
@@ -641,9 +816,19 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     }
     r = g_nv.nvrtcCompileProgram(prog, (int)args.n, (const char *const *)args.v);
     log = program_log(prog);
+    if (r == NVRTC_ERROR_COMPILATION && u->names.n > 0 && errors_only_in_names(log)) {
+        out->unresolved = true;
+        out->log = log;
+        log = NULL;
+        status = jitop__unresolved_fail(u, out);
+        goto out;
+    }
     if (r == NVRTC_ERROR_COMPILATION) {
-        status = jitop__fail(JITOP_ECOMPILE, "%s: compile for %s failed:\n%s", u->source_name,
-                             u->arch, log ? log : "(NVRTC gave no log)");
+        char *hint = jitop__missing_header_hint(log);
+        status = jitop__fail(JITOP_ECOMPILE, "%s: compile for %s failed:\n%s%s%s", u->source_name,
+                             u->arch, log ? log : "(NVRTC gave no log)", hint ? "\n" : "",
+                             hint ? hint : "");
+        free(hint);
         goto out;
     }
     if (r == NVRTC_ERROR_INVALID_OPTION) {
@@ -669,6 +854,10 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     status = take_lowered_names(prog, u, out);
     if (status == JITOP_OK)
         status = take_code(prog, u, out);
+    if (status == JITOP_OK && log_says_something(log)) {
+        out->log = log;
+        log = NULL;
+    }
 out:
     if (prog) {
         r = g_nv.nvrtcDestroyProgram(&prog);
@@ -676,7 +865,7 @@ out:
             status = jitop__fail(JITOP_ENVRTC, "%s: nvrtcDestroyProgram: %s", u->source_name,
                                  g_nv.nvrtcGetErrorString(r));
     }
-    if (status != JITOP_OK)
+    if (status != JITOP_OK && !(status == JITOP_ENOTFOUND && out->unresolved))
         jitop__binary_free(out);
     free(log);
     jitop__strv_free(&args);

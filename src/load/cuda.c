@@ -5,6 +5,7 @@
 
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ static jitop__cuda_api g_api;
 /* Published once the core entries are resolved and cuInit succeeded. */
 static const jitop__cuda_api *g_ready;
 static int g_status;
-static char g_msg[512];
+static char g_msg[1024];
 
 typedef __typeof__(cuGetProcAddress) *getproc_fn;
 static getproc_fn g_getproc; /* for the rest of the table, later */
@@ -27,7 +28,7 @@ static getproc_fn g_getproc; /* for the rest of the table, later */
 /* The rest of the table (JITOP__CUDA_MORE), resolved on first need. */
 static pthread_once_t g_more_once = PTHREAD_ONCE_INIT;
 static int g_more_status = JITOP_ENODRIVER;
-static char g_more_msg[512];
+static char g_more_msg[1024];
 
 /* Each table entry's prototype is the ABI version we ask the driver for. */
 #define JITOP__CHECK_ABI(fn, version)                                                             \
@@ -36,11 +37,35 @@ static char g_more_msg[512];
 JITOP__CUDA_FUNCS(JITOP__CHECK_ABI)
 #undef JITOP__CHECK_ABI
 
+/* Where libcuda.so.1 was found (the path the loader opened), for messages;
+ * "" until open_driver knows it. */
+static char g_path[256];
+
+/* The toolkit's stub libcuda.so (lib64/stubs) lets programs link without a
+ * driver; every call of it returns CUDA_ERROR_STUB_LIBRARY. Found first on
+ * the library path (a stubs folder in LD_LIBRARY_PATH, or copied as
+ * libcuda.so.1), it hides the driver: "update the driver" would be wrong. */
+static int stub_found(char *msg, size_t cap)
+{
+    snprintf(msg, cap,
+             "the libcuda.so.1 found (%s) is the CUDA toolkit's stub library "
+             "(CUDA_ERROR_STUB_LIBRARY), not the NVIDIA driver: it only lets programs link. Take "
+             "its folder (.../lib64/stubs) out of LD_LIBRARY_PATH or the loader's configuration "
+             "so that the driver's libcuda.so.1 is found, or install the NVIDIA driver; "
+             "compiling and prewarming the cache still work",
+             g_path[0] ? g_path : "path unknown");
+    return JITOP_ENODRIVER;
+}
+
 static int resolve(getproc_fn getproc, const char *sym, int version, void **slot, char *msg,
                    size_t cap)
 {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     CUresult r = getproc(sym, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &found);
+    if (r == CUDA_ERROR_STUB_LIBRARY) {
+        *slot = NULL;
+        return stub_found(msg, cap);
+    }
     if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !*slot) {
         *slot = NULL;
         snprintf(msg, cap,
@@ -67,6 +92,9 @@ static void open_driver(void)
         status = JITOP_ENODRIVER;
         goto out;
     }
+    struct link_map *where = NULL;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &where) == 0 && where && where->l_name)
+        snprintf(g_path, sizeof g_path, "%s", where->l_name);
     getproc_fn getproc = (getproc_fn)dlsym(h, "cuGetProcAddress_v2");
     if (!getproc) {
         snprintf(g_msg, sizeof g_msg,
@@ -99,6 +127,10 @@ static void open_driver(void)
         goto out;
     g_getproc = getproc;
     r = g_api.cuInit(0);
+    if (r == CUDA_ERROR_STUB_LIBRARY) {
+        status = stub_found(g_msg, sizeof g_msg);
+        goto out;
+    }
     if (r != CUDA_SUCCESS) {
         const char *name = NULL, *text = NULL;
         if (g_api.cuGetErrorName(r, &name) != CUDA_SUCCESS)
@@ -145,6 +177,15 @@ const jitop__cuda_api *jitop__cuda(void)
     if (api && jitop__cuda_more() != JITOP_OK)
         return NULL;
     return api;
+}
+
+int jitop__driver_version(void)
+{
+    const jitop__cuda_api *api = __atomic_load_n(&g_ready, __ATOMIC_ACQUIRE);
+    int v = 0;
+    if (!api || api->cuDriverGetVersion(&v) != CUDA_SUCCESS)
+        v = 0;
+    return v;
 }
 
 int jitop__cu_check(CUresult r, const char *what, const char *op)

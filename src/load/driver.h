@@ -150,6 +150,10 @@ int jitop__cuda_more(void);
  * and the driver's name and text for the error. */
 int jitop__cu_check(CUresult r, const char *what, const char *op);
 
+/* The CUDA version the driver supports (cuDriverGetVersion: 13000 for
+ * 13.0), 0 when the driver is not started. For messages. */
+int jitop__driver_version(void);
+
 /* Makes ctx's CUcontext current on the calling thread if it is not already
  * (one cuCtxGetCurrent: a thread-local read in the driver). */
 int jitop__driver_make_current(const jitop__driver *d);

@@ -120,8 +120,18 @@ int jitop__image_load(jitop_module *m, const char key[33], const jitop__binary *
     if (r != CUDA_SUCCESS) {
         img->mod = NULL;
         status = jitop__cu_check(r, "cuModuleLoadData", what);
-        if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE ||
-            r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+        if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION) {
+            /* PTX from an NVRTC newer than the driver: its ISA version is
+             * one the driver's JIT does not know. A cubin needs no JIT. */
+            int v = jitop__driver_version();
+            jitop__fail_prefix(status,
+                               "module %s: %s: the PTX needs a newer driver (NVRTC %s made it; "
+                               "the driver is CUDA %d.%d): compile for %s (a cubin, which the "
+                               "driver loads without its PTX compiler: arch %s, JITOP_ARCH=%s) "
+                               "or update the NVIDIA driver",
+                               m->name, what, jitop__nvrtc_version(), v / 1000, v % 1000 / 10,
+                               drv->arch, drv->arch, drv->arch);
+        } else if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE) {
             char name[128];
             jitop__driver_device_name(drv, name, sizeof name);
             jitop__fail_prefix(status, "module %s: %s was built for %s but device %d is %s (%s)",

@@ -172,8 +172,9 @@ typedef struct jitop__modunit {
     char *lowered;            /* instances: the instance's symbol in the current image */
 } jitop__modunit;
 
-/* The op room's lock-free op table (op/op.h). */
+/* The op room's lock-free op table and the names in it (op/op.h). */
 typedef struct jitop__optab jitop__optab;
+typedef struct jitop__opname jitop__opname;
 
 struct jitop_module {
     jitop_ctx *ctx;
@@ -190,6 +191,7 @@ struct jitop_module {
     pthread_mutex_t lock;
     _Atomic(jitop__optab *) optab;
     jitop_op *ops;            /* every op, newest first (m->lock) */
+    jitop__opname *opnames;   /* every name in optab (m->lock) */
     jitop__image *images;     /* live and retired (m->lock) */
     _Atomic uint64_t generation;
     uint64_t reaps;           /* tickets handed to jitop__module_reap calls (m->lock) */
@@ -284,11 +286,13 @@ void jitop__loader_ctx_destroy(jitop_ctx *ctx);
  * mu->unloaded). names: template name expressions (may be NULL). known: the
  * unit's files as another unit of m read them (jitop__build_unit_known), or
  * NULL. On success mu holds the unit, its key, deps, image or binary and,
- * for one name, its lowered symbol; on failure mu is zeroed. The image is
+ * for one name, its lowered symbol; on failure mu is zeroed, and
+ * *unresolved (may be NULL) says whether the failure is the answer that
+ * the unit declares no such name (jitop__built.unresolved). The image is
  * linked into m->images by the caller (under m->lock). */
 int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
                          const char *const *names, size_t nnames, bool lazy,
-                         const jitop__deps *known, jitop__modunit *mu);
+                         const jitop__deps *known, jitop__modunit *mu, bool *unresolved);
 void jitop__modunit_free(jitop__modunit *mu);
 
 /* Loads the source images not loaded yet (m->lock held): after it, every
@@ -325,13 +329,26 @@ void jitop__binding_free_chain(jitop__binding *b);
 int jitop__function_load(const jitop_module *m, const jitop__image *img, CUfunction fn,
                          const char *what);
 
-/* Where an extern "C" op's kernel lives now: the first unit image (in
- * source order) holding a kernel of that name. images[i] overrides
- * m->units[i].image (commit looks up in the images it is about to swap in);
- * may be NULL. Source images not loaded are not searched: load them first
- * (jitop__units_load). */
+/* Where the kernel an op of the sources names lives now: the first unit
+ * image (in source order) holding a kernel whose symbol is name (an extern
+ * "C" kernel, or a symbol asked for as it is), else whose C++ name is name
+ * ("ns::scale" for the symbol of ns::scale(float*): qualified as declared,
+ * parameters left out). images[i] overrides m->units[i].image (commit looks
+ * up in the images it is about to swap in); may be NULL. Source images not
+ * loaded are not searched: load them first (jitop__units_load). Returns 1
+ * with *img, *fn and *symbol (owned by the image) set; 0 when no kernel has
+ * that name; -1 when several kernels of one image do (overloads), with
+ * *symbol the first. The C++ match reads the symbols' own encoding of plain
+ * names (no demangler); only a name it cannot match that way (an anonymous
+ * namespace) demangles the image's symbols (jitop__demangle). */
 int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
-                       jitop__image **img, CUfunction *fn);
+                       jitop__image **img, CUfunction *fn, const char **symbol);
+
+/* Identifiers joined by "::" (a leading "::" allowed): a name that the
+ * kernels of the sources' images answer for (jitop__find_kernel), with no
+ * compile. Anything else ("f<float>", "(void (*)(int *))k", "&k") is a name
+ * expression for NVRTC. */
+bool jitop__name_is_plain(const char *name);
 
 /* Linked modules (linked.c). */
 

@@ -30,7 +30,7 @@ static const char *unit_label(const jitop__unit *u)
 /* Builds mu->unit (already initialized) and loads its image, or keeps its
  * binary when lazy; key, deps and lowered name move into mu. */
 static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
-                          const jitop__deps *known)
+                          const jitop__deps *known, bool *unresolved)
 {
     jitop__built built;
     memset(&built, 0, sizeof built);
@@ -39,6 +39,8 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
                  : lazy ? jitop__build_unit_deferred(m->ctx, &mu->unit, &built)
                         : jitop__build_unit(m->ctx, &mu->unit, &built);
     t_build = jitop__now_ms() - t_build;
+    if (unresolved)
+        *unresolved = status == JITOP_ENOTFOUND && built.unresolved;
     if (status != JITOP_OK)
         goto out;
     if (mu->unit.names.n > 0) {
@@ -89,8 +91,10 @@ out:
 
 int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
                          const char *const *names, size_t nnames, bool lazy,
-                         const jitop__deps *known, jitop__modunit *mu)
+                         const jitop__deps *known, jitop__modunit *mu, bool *unresolved)
 {
+    if (unresolved)
+        *unresolved = false;
     memset(mu, 0, sizeof *mu);
     int status = jitop__unit_init(&mu->unit, path, text, (const char *const *)m->options.v,
                                   m->options.n, names, nnames, m->arch);
@@ -98,8 +102,7 @@ int jitop__modunit_build(jitop_module *m, const char *path, const char *text,
         memset(mu, 0, sizeof *mu);
         return jitop__fail_prefix(status, "module %s", m->name);
     }
-    mu->unit.names_in_text = nnames > 0; /* an instance asked for by op name */
-    status = build_and_load(m, mu, lazy, known);
+    status = build_and_load(m, mu, lazy, known, unresolved);
     if (status != JITOP_OK)
         jitop__modunit_free(mu);
     return status;
@@ -242,7 +245,7 @@ static int module_build(jitop_module *m, const jitop__strv *paths, const char *t
      * ones are (a hit reads nothing), then linked. */
     for (size_t i = 0; i < n; i++) {
         int status = jitop__modunit_build(m, text ? NULL : paths->v[i], text, NULL, 0,
-                                          lazy || m->linked, NULL, &m->units[i]);
+                                          lazy || m->linked, NULL, &m->units[i], NULL);
         if (status != JITOP_OK)
             return status;
         if (m->units[i].image)
@@ -267,6 +270,7 @@ static int unit_binary_fetch(jitop_module *m, jitop__modunit *mu)
     if (status != JITOP_OK)
         return status;
     if (found) {
+        jitop__log_warnings(m->ctx, &mu->unit, &e.bin, true);
         mu->unloaded = e.bin;
         memset(&e.bin, 0, sizeof e.bin);
         jitop__entry_free(&e);
@@ -422,6 +426,40 @@ const char *jitop_module_name(const jitop_module *m)
 uint64_t jitop_module_generation(const jitop_module *m)
 {
     return m ? atomic_load_explicit(&m->generation, memory_order_acquire) : 0;
+}
+
+int jitop_module_log(jitop_module *m, char **log)
+{
+    jitop__strv keys = {0}, logs = {0};
+    int status = JITOP_OK;
+    if (!m || !log)
+        return jitop__fail(JITOP_EINVAL, "jitop_module_log: NULL argument");
+    *log = NULL;
+    /* The keys of the code in place; the entries are read without the lock
+     * (a source loaded lazily never read its entry). */
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits + m->ninstances; i++) {
+        const jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
+        status = jitop__strv_push(&keys, mu->key);
+    }
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; status == JITOP_OK && i < keys.n; i++) {
+        jitop__entry e;
+        bool found = false, seen = false;
+        status = jitop__cache_get(m->ctx->cache, keys.v[i], &e, &found);
+        if (status != JITOP_OK || !found)
+            continue;
+        for (size_t j = 0; e.bin.log && j < logs.n && !seen; j++)
+            seen = strcmp(logs.v[j], e.bin.log) == 0;
+        if (e.bin.log && !seen)
+            status = jitop__strv_push(&logs, e.bin.log);
+        jitop__entry_free(&e);
+    }
+    if (status == JITOP_OK && !(*log = jitop__strv_join(&logs, "")))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    jitop__strv_free(&keys);
+    jitop__strv_free(&logs);
+    return status;
 }
 
 /* ------------------------------------------------------------ reload */
@@ -648,16 +686,134 @@ out:
     return status;
 }
 
-int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
-                       jitop__image **img, CUfunction *fn)
+static bool ident_start(char c)
 {
-    for (size_t i = 0; i < m->nunits; i++) {
-        jitop__image *cand = images ? images[i] : m->units[i].image;
-        const jitop__kernel *kk = jitop__image_find(cand, name);
-        if (kk) {
-            *img = cand;
-            *fn = kk->fn;
-            return 1;
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static bool ident_char(char c)
+{
+    return ident_start(c) || (c >= '0' && c <= '9');
+}
+
+bool jitop__name_is_plain(const char *name)
+{
+    const char *p = name[0] == ':' && name[1] == ':' ? name + 2 : name;
+    for (;;) {
+        if (!ident_start(*p))
+            return false;
+        while (ident_char(*p))
+            p++;
+        if (*p == '\0')
+            return true;
+        if (p[0] != ':' || p[1] != ':')
+            return false;
+        p += 2;
+    }
+}
+
+/* The start of the symbol of a function whose plain name is name, the
+ * identifiers a::b::c (a leading "::" allowed), as the Itanium C++ ABI
+ * encodes it: "_Z1c" for one identifier, "_ZN1a1b1cE" for a qualified one,
+ * the parameter types following. A template's symbol has its arguments
+ * ("I...E") where a plain function's name ends, so it never starts so.
+ * False (buf unset) for anything else, and for std:: (abbreviated "St"). */
+static bool symbol_prefix(const char *name, char *buf, size_t cap)
+{
+    size_t o = 0, parts = 0;
+    const char *p = name[0] == ':' && name[1] == ':' ? name + 2 : name;
+    if (strncmp(p, "std::", 5) == 0)
+        return false;
+    char body[512];
+    for (;;) {
+        const char *id = p;
+        if (!ident_start(*p))
+            return false;
+        while (ident_char(*p))
+            p++;
+        int w = snprintf(body + o, sizeof body - o, "%zu%.*s", (size_t)(p - id), (int)(p - id),
+                         id);
+        if (w < 0 || (size_t)w >= sizeof body - o)
+            return false;
+        o += (size_t)w;
+        parts++;
+        if (*p == '\0')
+            break;
+        if (p[0] != ':' || p[1] != ':')
+            return false;
+        p += 2;
+    }
+    int w = parts == 1 ? snprintf(buf, cap, "_Z%s", body) : snprintf(buf, cap, "_ZN%sE", body);
+    return w > 0 && (size_t)w < cap;
+}
+
+/* Whether symbol demangles to the function name(...): its parameter list
+ * left out, "(anonymous namespace)::" too (NVRTC names that namespace per
+ * file, and it is written without a name). */
+static bool demangles_to(const char *symbol, const char *name)
+{
+    static const char anon[] = "(anonymous namespace)::";
+    char *d = jitop__demangle(symbol);
+    bool same = false;
+    size_t n = d ? strlen(d) : 0;
+    if (n > 0 && d[n - 1] == ')') {
+        int depth = 0;
+        while (n > 0) {
+            char c = d[--n];
+            depth += c == ')' ? 1 : c == '(' ? -1 : 0;
+            if (depth == 0)
+                break;
+        }
+        d[n] = '\0';
+        for (char *a = strstr(d, anon); a; a = strstr(a, anon))
+            memmove(a, a + sizeof anon - 1, strlen(a + sizeof anon - 1) + 1);
+        same = strcmp(d, name[0] == ':' && name[1] == ':' ? name + 2 : name) == 0;
+    }
+    free(d);
+    return same;
+}
+
+enum kernel_match { MATCH_SYMBOL, MATCH_PREFIX, MATCH_DEMANGLED };
+
+static bool kernel_matches(const char *symbol, const char *name, const char *prefix,
+                           enum kernel_match how)
+{
+    switch (how) {
+    case MATCH_SYMBOL:
+        return strcmp(symbol, name) == 0;
+    case MATCH_PREFIX: {
+        size_t n = strlen(prefix);
+        return strncmp(symbol, prefix, n) == 0 && symbol[n] != '\0' && symbol[n] != 'I';
+    }
+    case MATCH_DEMANGLED:
+        return strncmp(symbol, "_Z", 2) == 0 && demangles_to(symbol, name);
+    }
+    return false;
+}
+
+int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const char *name,
+                       jitop__image **img, CUfunction *fn, const char **symbol)
+{
+    char prefix[600];
+    bool plain = jitop__name_is_plain(name);
+    bool cxx = plain && symbol_prefix(name, prefix, sizeof prefix);
+    for (int how = MATCH_SYMBOL; how <= MATCH_DEMANGLED; how++) {
+        if ((how == MATCH_PREFIX && !cxx) || (how == MATCH_DEMANGLED && !plain))
+            continue;
+        for (size_t i = 0; i < m->nunits; i++) {
+            jitop__image *cand = images ? images[i] : m->units[i].image;
+            int found = 0;
+            for (size_t j = 0; cand && j < cand->nkernels; j++) {
+                if (!kernel_matches(cand->kernels[j].name, name, prefix, how))
+                    continue;
+                if (found++ == 0) {
+                    *img = cand;
+                    *fn = cand->kernels[j].fn;
+                    *symbol = cand->kernels[j].name;
+                }
+            }
+            if (found)
+                return found == 1 ? 1 : -1;
         }
     }
     return 0;
@@ -674,7 +830,12 @@ static int commit_target(jitop_module *m, jitop__pending *p, jitop__image *const
     *unchanged = false;
     *lowered = op->name;
     if (op->instance == SIZE_MAX) {
-        found = jitop__find_kernel(m, images, op->name, img, fn);
+        /* Found by its name again, as jitop_op_get did: a C++ kernel whose
+         * parameters changed has another symbol but the same name. Several
+         * kernels of that name now (an overload added) is no kernel. */
+        found = jitop__find_kernel(m, images, op->name, img, fn, lowered) == 1;
+        if (!found)
+            *lowered = op->name;
     } else {
         size_t idx = m->nunits + op->instance;
         if (idx >= p->n) {

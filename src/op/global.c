@@ -244,7 +244,9 @@ static int alias_compile(jitop_module *m, const char *norm, char **symbol)
             break;
         status = jitop__build_unit(m->ctx, &u, &built);
         jitop__unit_free(&u);
-        if (status == JITOP_ECOMPILE) { /* not this source's */
+        /* Not this source's: it declares no such variable (NVRTC's answer,
+         * kept in the cache), or the expression does not compile there. */
+        if (status == JITOP_ECOMPILE || (status == JITOP_ENOTFOUND && built.unresolved)) {
             jitop__clear_error();
             status = JITOP_OK;
             continue;

@@ -148,48 +148,69 @@ static jitop_op *optab_find(const jitop__optab *t, const char *name, uint64_t h)
     if (!t)
         return NULL;
     for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
-        jitop_op *op = atomic_load_explicit(&t->slots[i], memory_order_acquire);
-        if (!op || strcmp(op->name, name) == 0)
-            return op;
+        jitop__opname *e = atomic_load_explicit(&t->slots[i], memory_order_acquire);
+        if (!e)
+            return NULL;
+        if (strcmp(e->name, name) == 0)
+            return e->op;
     }
 }
 
-static void optab_put(jitop__optab *t, jitop_op *op)
+static void optab_put(jitop__optab *t, jitop__opname *e)
 {
-    size_t i = name_hash(op->name) & (t->cap - 1);
+    size_t i = name_hash(e->name) & (t->cap - 1);
     while (atomic_load_explicit(&t->slots[i], memory_order_relaxed))
         i = (i + 1) & (t->cap - 1);
-    atomic_store_explicit(&t->slots[i], op, memory_order_release);
+    atomic_store_explicit(&t->slots[i], e, memory_order_release);
     t->count++;
 }
 
-/* Under m->lock. Grows by publishing a bigger table; readers still probing
- * the old one find everything it had, and the old one lives until the
- * module is freed. */
-static int optab_insert(jitop_module *m, jitop_op *op)
+/* Under m->lock: name now finds op. Grows by publishing a bigger table;
+ * readers still probing the old one find everything it had, and the old
+ * one lives until the module is freed. */
+static int optab_insert(jitop_module *m, const char *name, jitop_op *op)
 {
-    jitop__optab *t = atomic_load_explicit(&m->optab, memory_order_relaxed);
-    if (t && (t->count + 1) * 2 <= t->cap) {
-        optab_put(t, op);
-        return JITOP_OK;
-    }
-    size_t cap = t ? t->cap * 2 : 16;
-    jitop__optab *n = calloc(1, sizeof *n);
-    if (n)
-        n->slots = calloc(cap, sizeof *n->slots);
-    if (!n || !n->slots) {
-        free(n);
+    jitop__opname *e = calloc(1, sizeof *e);
+    if (!e || !(e->name = jitop__strdup(name))) {
+        free(e);
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     }
-    n->cap = cap;
-    for (size_t i = 0; i < cap; i++)
-        atomic_init(&n->slots[i], NULL);
-    for (jitop_op *o = m->ops; o; o = o->next)
-        optab_put(n, o);
-    optab_put(n, op);
-    n->older = t;
-    atomic_store_explicit(&m->optab, n, memory_order_release);
+    e->op = op;
+    jitop__optab *t = atomic_load_explicit(&m->optab, memory_order_relaxed);
+    if (t && (t->count + 1) * 2 <= t->cap) {
+        optab_put(t, e);
+    } else {
+        size_t cap = t ? t->cap * 2 : 16;
+        jitop__optab *n = calloc(1, sizeof *n);
+        if (n)
+            n->slots = calloc(cap, sizeof *n->slots);
+        if (!n || !n->slots) {
+            free(n);
+            free(e->name);
+            free(e);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+        n->cap = cap;
+        for (size_t i = 0; i < cap; i++)
+            atomic_init(&n->slots[i], NULL);
+        for (jitop__opname *o = m->opnames; o; o = o->next)
+            optab_put(n, o);
+        optab_put(n, e);
+        n->older = t;
+        atomic_store_explicit(&m->optab, n, memory_order_release);
+    }
+    e->next = m->opnames;
+    m->opnames = e;
     return JITOP_OK;
+}
+
+/* Under m->lock: name (another spelling) finds op too, unless it finds an
+ * op already. */
+static int op_alias(jitop_module *m, const char *name, jitop_op *op)
+{
+    if (optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, name_hash(name)))
+        return JITOP_OK;
+    return optab_insert(m, name, op);
 }
 
 /* A name op_get failed on, for m->failed. */
@@ -277,6 +298,12 @@ static void ops_free(jitop_module *m)
         op = next;
     }
     m->ops = NULL;
+    while (m->opnames) {
+        jitop__opname *next = m->opnames->next;
+        free(m->opnames->name);
+        free(m->opnames);
+        m->opnames = next;
+    }
     jitop__optab *t = atomic_load_explicit(&m->optab, memory_order_relaxed);
     while (t) {
         jitop__optab *older = t->older;
@@ -289,68 +316,117 @@ static void ops_free(jitop_module *m)
 
 /* ------------------------------------------------------------ op lookup */
 
-/* The kernels the module holds and the instances made so far, for the
- * "no such op" message. Under m->lock. Loads the source images if needed;
- * should that fail, the list has what is loaded. */
-static char *list_ops(jitop_module *m)
+/* Whether a demangled symbol is an instance of a function template named
+ * name ("void f<float, 4>(float*)" for "f"). */
+static bool instance_of(const char *demangled, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(demangled, name); p && n; p = strstr(p + 1, name))
+        if (p[n] == '<' && (p == demangled || p[-1] == ' ' || p[-1] == ':'))
+            return true;
+    return false;
+}
+
+/* The kernels of the sources' images and the instances made so far, by
+ * their C++ names (demangled), for the "no such op" message. *templated:
+ * one is an instance of a template named name. Under m->lock. Loads the
+ * source images if needed; should that fail, the list has what is loaded. */
+static char *list_ops(jitop_module *m, const char *name, bool *templated)
 {
     jitop__strv names = {0};
     int status = JITOP_OK;
+    bool plain = jitop__name_is_plain(name);
+    *templated = false;
     if (jitop__units_load(m) != JITOP_OK)
         jitop__clear_error();
-    for (size_t i = 0; status == JITOP_OK && i < m->nunits; i++) {
-        const jitop__image *img = m->units[i].image;
-        for (size_t j = 0; status == JITOP_OK && img && j < img->nkernels; j++)
-            status = jitop__strv_push(&names, img->kernels[j].name);
+    for (size_t i = 0; status == JITOP_OK && i < m->nunits + m->ninstances; i++) {
+        const jitop__modunit *mu = i < m->nunits ? &m->units[i] : m->instances[i - m->nunits];
+        const jitop__image *img = mu->image;
+        for (size_t j = 0; status == JITOP_OK && img && j < img->nkernels; j++) {
+            if (i >= m->nunits && strcmp(img->kernels[j].name, mu->lowered) != 0)
+                continue;
+            char *d = jitop__demangle(img->kernels[j].name);
+            bool dup = false;
+            for (size_t k = 0; d && k < names.n && !dup; k++)
+                dup = strcmp(names.v[k], d) == 0;
+            status = !d ? JITOP_ENOMEM : dup ? JITOP_OK : jitop__strv_push(&names, d);
+            *templated = *templated || (d && plain && instance_of(d, name));
+            free(d);
+        }
     }
-    for (size_t i = 0; status == JITOP_OK && i < m->ninstances; i++)
-        status = jitop__strv_push(&names, m->instances[i]->unit.names.v[0]);
     char *s = status == JITOP_OK ? jitop__strv_join(&names, ", ") : NULL;
     jitop__strv_free(&names);
     return s;
 }
 
-static int not_found(jitop_module *m, const char *name, const char *extra)
+/* JITOP_ENOTFOUND for name, listing what exists. detail: what the compiler
+ * said about the name (NULL: nothing to add). Under m->lock. */
+static int not_found(jitop_module *m, const char *name, const char *detail)
 {
-    char *list = list_ops(m);
-    int status = jitop__fail(JITOP_ENOTFOUND,
-                             "module %s has no op '%s'%s; its ops: %s (a template instance is "
-                             "asked for as 'name<args>')",
-                             m->name, name, extra, list && *list ? list : "(none)");
+    bool templated = false;
+    char *list = list_ops(m, name, &templated);
+    char *hint = templated ? jitop__sprintf("; '%s' is a template: ask for an instance, as "
+                                            "'%s<arguments>'",
+                                            name, name)
+                           : NULL;
+    int status = jitop__fail(JITOP_ENOTFOUND, "module %s has no %s '%s'%s%s%s; its ops: %s%s",
+                             m->name, jitop__name_is_plain(name) ? "kernel" : "op", name,
+                             detail ? " (" : "", detail ? detail : "", detail ? ")" : "",
+                             list && *list ? list : "(none)", hint ? hint : "");
+    free(hint);
     free(list);
     return status;
 }
 
-/* Whether u's own text mentions the identifier of name. */
-static int unit_mentions(const jitop__unit *u, const char *name, bool *yes)
+static int not_found_locked(jitop_module *m, const char *name, const char *detail)
 {
-    if (u->inline_text) {
-        *yes = jitop__mentions_template(u->inline_text, name);
-        return JITOP_OK;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    int status = jitop__read_file(u->source_path, &text, &len);
-    *yes = status == JITOP_OK && jitop__mentions_template(text, name);
-    free(text);
+    pthread_mutex_lock(&m->lock);
+    int status = not_found(m, name, detail);
+    pthread_mutex_unlock(&m->lock);
     return status;
 }
 
-/* The unit whose text mentions the template's identifier (a module of
- * several sources compiles the instance from the one that defines it). A
- * module of one source reads nothing here: its build refuses a name the
- * text does not mention, on a cache miss only (jitop__unit.names_in_text). */
-static int pick_unit(jitop_module *m, const char *name, const jitop__modunit **unit)
+/* JITOP_EINVAL for a plain name that several kernels of img answer to
+ * (overloads), naming them and how to ask for one. Under m->lock. */
+static int ambiguous(const jitop_module *m, const jitop__image *img, const char *name)
 {
+    jitop__strv which = {0};
+    const char *plain = name[0] == ':' ? name + 2 : name;
+    char *example = NULL;
     int status = JITOP_OK;
-    bool yes = false;
-    *unit = m->nunits == 1 ? &m->units[0] : NULL;
-    for (size_t i = 0; status == JITOP_OK && !*unit && i < m->nunits; i++) {
-        status = unit_mentions(&m->units[i].unit, name, &yes);
-        if (yes)
-            *unit = &m->units[i];
+    for (size_t j = 0; status == JITOP_OK && j < img->nkernels; j++) {
+        char *d = jitop__demangle(img->kernels[j].name);
+        const char *at = d ? strstr(d, plain) : NULL;
+        const char *params = at ? at + strlen(plain) : NULL;
+        if (!d)
+            status = JITOP_ENOMEM;
+        else if (params && *params == '(' && (at == d || at[-1] == ':'))
+            status = jitop__strv_push(&which, d);
+        if (status == JITOP_OK && params && *params == '(' && !example)
+            example = jitop__sprintf("(void (*)%s)%s", params, plain);
+        free(d);
     }
+    char *list = status == JITOP_OK ? jitop__strv_join(&which, ", ") : NULL;
+    status = list ? jitop__fail(JITOP_EINVAL,
+                                "module %s: '%s' names %zu kernels (%s): ask for one by a name "
+                                "expression with its type, as '%s'",
+                                m->name, name, which.n, list, example ? example : "?")
+                  : jitop__fail(JITOP_ENOMEM, "out of memory");
+    free(list);
+    free(example);
+    jitop__strv_free(&which);
     return status;
+}
+
+/* The first "error: ..." line of a message (NVRTC's), malloc'd; NULL when
+ * there is none. */
+static char *first_error(const char *msg)
+{
+    const char *e = strstr(msg, "error: ");
+    if (!e)
+        return NULL;
+    e += strlen("error: ");
+    return jitop__sprintf("%.*s", (int)strcspn(e, "\n"), e);
 }
 
 /* The first binding of op name, with its time in the verbose log. */
@@ -379,7 +455,7 @@ static int op_new(jitop_module *m, const char *name, size_t instance, jitop__bin
     op->instance = instance;
     atomic_init(&op->cur, b);
     atomic_init(&op->changed_gen, atomic_load_explicit(&m->generation, memory_order_relaxed));
-    int status = optab_insert(m, op);
+    int status = optab_insert(m, name, op);
     if (status != JITOP_OK) {
         free(op->name);
         free(op);
@@ -391,17 +467,32 @@ static int op_new(jitop_module *m, const char *name, size_t instance, jitop__bin
     return JITOP_OK;
 }
 
-static int not_found_locked(jitop_module *m, const char *name, const char *extra)
+/* The op of the sources' kernel whose symbol is symbol, or NULL. Under
+ * m->lock. */
+static jitop_op *kernel_op(const jitop_module *m, const char *symbol)
 {
-    pthread_mutex_lock(&m->lock);
-    int status = not_found(m, name, extra);
-    pthread_mutex_unlock(&m->lock);
-    return status;
+    for (jitop_op *op = m->ops; op; op = op->next) {
+        const jitop__binding *b = atomic_load_explicit(&op->cur, memory_order_relaxed);
+        if (op->instance == SIZE_MAX && b->image && strcmp(b->lowered, symbol) == 0)
+            return op;
+    }
+    return NULL;
+}
+
+/* The op made for instance i of m, or NULL. Under m->lock. */
+static jitop_op *instance_op(const jitop_module *m, size_t i)
+{
+    for (jitop_op *op = m->ops; op; op = op->next)
+        if (op->instance == i)
+            return op;
+    return NULL;
 }
 
 /* Adds a built instance to m as the op name, unless another thread added
- * the same name meanwhile (*out is then that op). *taken: mu now belongs to
- * m. known_at: for an instance whose key came from the module's file
+ * the same name meanwhile, or an instance with the same kernel symbol is
+ * there already (another spelling: "f<float, 4u>" after "f<float,4>"):
+ * *out is then that op, which name now finds too. *taken: mu now belongs
+ * to m. known_at: for an instance whose key came from the module's file
  * hashes, m->prepares when they were copied; if a rebuild began since, mu
  * may be built from the files that rebuild replaces, and a rebuild's commit
  * keeps the instances made after it began as they are: nothing is
@@ -413,6 +504,7 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
     int status = JITOP_OK;
     jitop__binding *b = NULL;
     const jitop__kernel *k = jitop__image_find(mu->image, mu->lowered);
+    const char *canon = mu->unit.names.v[0];
     *taken = *stale = false;
     pthread_mutex_lock(&m->lock);
     if (known_at != UINT64_MAX && known_at != m->prepares) {
@@ -432,6 +524,18 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
         *out = raced;
         goto out;
     }
+    for (size_t i = 0; i < m->ninstances; i++) {
+        jitop_op *same = strcmp(m->instances[i]->lowered, mu->lowered) == 0 ? instance_op(m, i)
+                                                                             : NULL;
+        if (same) {
+            status = op_alias(m, name, same);
+            if (status == JITOP_OK)
+                status = op_alias(m, canon, same);
+            if (status == JITOP_OK)
+                *out = same;
+            goto out;
+        }
+    }
     if (m->ninstances == m->cap_instances) {
         size_t cap = m->cap_instances ? m->cap_instances * 2 : 4;
         jitop__modunit **v = realloc(m->instances, cap * sizeof *v);
@@ -450,6 +554,8 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
         m->instances[m->ninstances++] = mu;
         jitop__module_add_image(m, mu->image);
         *taken = true;
+        /* The canonical spelling finds it too, without a compile. */
+        status = op_alias(m, canon, *out);
     }
 out:
     pthread_mutex_unlock(&m->lock);
@@ -457,71 +563,49 @@ out:
     return status;
 }
 
-/* Compiles name as a name expression from the unit that mentions it and
- * makes it an op. Compiling runs without m->lock (it may take long, and the
- * build may take ctx->lock). *about_name: the failure is the answer for
- * this name and these sources (no unit mentions it, it does not compile,
- * it is no kernel), not a passing one (memory, I/O, the driver). */
-static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *about_name)
+/* Compiles name as a name expression from source src and makes it an op.
+ * Compiling runs without m->lock (it may take long, and the build may take
+ * ctx->lock). *undeclared: src declares no such name (NVRTC said so, now or
+ * in an answer the cache kept). *about_name: the failure is the answer for
+ * this name and these sources (it does not compile, it is no kernel), not a
+ * passing one (memory, I/O, the driver). */
+static int instantiate_from(jitop_module *m, const jitop__modunit *src, const char *name,
+                            jitop_op **out, bool *undeclared, bool *about_name)
 {
-    const jitop__modunit *src = NULL;
-    const jitop__unit *u = NULL;
-    jitop__modunit *mu = NULL;
+    const jitop__unit *u = &src->unit;
     jitop__deps known = {0};
     uint64_t known_at = UINT64_MAX;
-    bool is_template = strchr(name, '<') != NULL, taken = false, stale = false;
+    bool taken = false, stale = false;
     int status = JITOP_OK;
-
-    *about_name = false;
-    status = pick_unit(m, name, &src);
-    if (status == JITOP_OK && !src) {
-        status = not_found_locked(m, name, "");
-        *about_name = true;
+    *undeclared = *about_name = false;
+    /* The instance reads the files its source unit read: their hashes as
+     * the module's current generation has them give the instance's key
+     * without reading its manifest or stat'ing the files again (about 20 us
+     * of a warm get in a new process on the GPU machine). The copy is taken
+     * under the lock, which a reload holds while it replaces them; not while
+     * a rebuild is prepared (its commit would leave this instance on the
+     * files it replaces). */
+    pthread_mutex_lock(&m->lock);
+    if (m->pending == 0) {
+        known_at = m->prepares;
+        status = jitop__deps_copy(&src->deps, &known);
     }
-    if (status == JITOP_OK) {
-        /* The instance reads the files its source unit read: their hashes
-         * as the module's current generation has them give the instance's
-         * key without reading its manifest or stat'ing the files again
-         * (about 20 us of a warm get in a new process on the GPU machine).
-         * The copy is taken under the lock, which a reload holds while it
-         * replaces them; not while a rebuild is prepared (its commit would
-         * leave this instance on the files it replaces). */
-        u = &src->unit;
-        pthread_mutex_lock(&m->lock);
-        if (m->pending == 0) {
-            known_at = m->prepares;
-            status = jitop__deps_copy(&src->deps, &known);
-        }
-        pthread_mutex_unlock(&m->lock);
-    }
+    pthread_mutex_unlock(&m->lock);
     /* Twice at most: a rebuild that began while the instance was built
      * from the known hashes sends it back to the files as they are. */
     for (int attempt = 0; status == JITOP_OK && attempt < 2; attempt++) {
-        if (!(mu = calloc(1, sizeof *mu))) {
+        jitop__modunit *mu = calloc(1, sizeof *mu);
+        if (!mu) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             break;
         }
         const char *names[1] = {name};
         bool use_known = attempt == 0 && known_at != UINT64_MAX;
         status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false,
-                                      use_known ? &known : NULL, mu);
-        bool mentioned = true;
-        if (status == JITOP_ENOTFOUND) {
-            char *why = jitop__strdup(jitop_errmsg(NULL));
-            if (unit_mentions(u, name, &mentioned) != JITOP_OK) /* the build's error stands */
-                jitop__fail(status, "%s", why ? why : "module source not found");
-            free(why);
-        }
-        *about_name = status == JITOP_ECOMPILE || !mentioned;
-        /* No such name in the source, or a plain word that merely occurs in
-         * it (a typo more often than a C++ kernel): say what exists. */
-        if (!mentioned)
-            status = not_found_locked(m, name, "");
-        else if (status == JITOP_ECOMPILE && !is_template)
-            status = not_found_locked(m, name, " (and it does not compile as a name expression)");
+                                      use_known ? &known : NULL, mu, undeclared);
         if (status != JITOP_OK) {
+            *about_name = status == JITOP_ECOMPILE;
             free(mu); /* modunit_build left it empty */
-            mu = NULL;
             break;
         }
         status = instance_publish(m, name, mu, use_known ? known_at : UINT64_MAX, out, &taken,
@@ -532,7 +616,6 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
             jitop__modunit_free(mu);
             free(mu);
         }
-        mu = NULL;
         if (!stale)
             break;
     }
@@ -540,49 +623,115 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
     return status;
 }
 
-/* The slow path of jitop_op_get: an extern "C" kernel of the sources made
- * an op under m->lock, or else a name expression compiled on demand (unless
- * that name already failed on the code in place: the same error again). */
+/* Makes the name expression name an op: an instance compiled (through the
+ * cache) from the first source, in the order given, that declares it. A
+ * source that does not is asked once: NVRTC's answer is cached like a
+ * binary, so a warm get compiles nothing however many sources come first.
+ * Not a search of the sources' text: a template defined in a header counts
+ * as the including source's own. */
+static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *about_name)
+{
+    int status = JITOP_OK;
+    jitop__strv said = {0}; /* NVRTC's first error for each source, for the message */
+    char *detail = NULL;
+    *about_name = false;
+    for (size_t i = 0; i < m->nunits; i++) {
+        bool undeclared = false;
+        status = instantiate_from(m, &m->units[i], name, out, &undeclared, about_name);
+        if (status == JITOP_OK || !undeclared)
+            goto out;
+        char *e = first_error(jitop_errmsg(NULL));
+        if (e && jitop__strv_pushf(&said, "%s: %s", m->units[i].unit.source_name, e) !=
+                     JITOP_OK) {
+            free(e);
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            goto out;
+        }
+        free(e);
+    }
+    char *joined = said.n ? jitop__strv_join(&said, "; for ") : NULL;
+    detail = joined ? jitop__sprintf("NVRTC, for %s", joined) : NULL;
+    free(joined);
+    status = not_found_locked(m, name, detail);
+    *about_name = true;
+out:
+    free(detail);
+    jitop__strv_free(&said);
+    return status;
+}
+
+/* The slow path of jitop_op_get, under m->lock but for compiles. Another
+ * spelling of a name already made (the same after jitop__name_canonical)
+ * is that op. A plain name is a kernel of the sources' images, the
+ * compiler's own list (loading them may fail: the driver's error is the
+ * answer); anything else is a name expression compiled on demand. A name
+ * that failed on the code in place fails the same way again, at once. */
 static int op_create(jitop_module *m, const char *name, uint64_t h, jitop_op **op)
 {
     int status = JITOP_OK;
     jitop__binding *b = NULL;
     jitop__image *img = NULL;
     CUfunction fn = NULL;
+    const char *symbol = NULL;
     const jitop__failed_name *failed = NULL;
-    bool compile = false;
+    bool compile = false, missing = false;
     uint64_t gen = 0;
+    char *canon = jitop__name_canonical(name);
+    if (!canon)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    bool plain = jitop__name_is_plain(canon);
     pthread_mutex_lock(&m->lock);
     m->ops_free = ops_free; /* before anything of the op room goes into m */
-    *op = optab_find(atomic_load_explicit(&m->optab, memory_order_relaxed), name, h);
-    /* A name expression ("fwd<float, 4>", "ns::k") is no kernel's symbol
-     * and needs no source image; anything else may be an extern "C" kernel
-     * (loading the sources may fail: the driver's error is the answer). */
-    if (!*op && !strpbrk(name, "<>:( "))
-        status = jitop__units_load(m);
-    if (*op || status != JITOP_OK)
+    jitop__optab *t = atomic_load_explicit(&m->optab, memory_order_relaxed);
+    *op = optab_find(t, name, h);
+    if (!*op && strcmp(canon, name) != 0 && (*op = optab_find(t, canon, name_hash(canon))))
+        status = op_alias(m, name, *op);
+    if (*op)
         goto unlock;
-    if (jitop__find_kernel(m, NULL, name, &img, &fn)) {
-        status = op_bind(m, name, img, fn, name, &b);
+    if ((failed = failed_name_find(m, canon))) {
+        status = jitop__fail(failed->status, "%s", failed->message);
+        goto unlock;
+    }
+    gen = m->failed_gen; /* the generation failed_name_find just saw */
+    if (!plain) {
+        compile = true;
+        goto unlock;
+    }
+    status = jitop__units_load(m);
+    if (status != JITOP_OK)
+        goto unlock;
+    int found = jitop__find_kernel(m, NULL, canon, &img, &fn, &symbol);
+    jitop_op *same = found == 1 ? kernel_op(m, symbol) : NULL;
+    if (same) {
+        /* Another name of a kernel that has an op ("::ns::k", "ns::k"). */
+        *op = same;
+        status = op_alias(m, name, same);
+    } else if (found == 1) {
+        status = op_bind(m, name, img, fn, symbol, &b);
         if (status == JITOP_OK)
             status = op_new(m, name, SIZE_MAX, b, op);
-        if (status == JITOP_OK)
+        if (status == JITOP_OK) {
             b = NULL;
-    } else if ((failed = failed_name_find(m, name))) {
-        status = jitop__fail(failed->status, "%s", failed->message);
+            status = op_alias(m, canon, *op);
+        }
+    } else if (found < 0) {
+        status = ambiguous(m, img, canon);
     } else {
-        compile = true;
-        gen = m->failed_gen; /* the generation failed_name_find just saw */
+        status = not_found(m, name, NULL);
+        missing = true;
     }
 unlock:
     pthread_mutex_unlock(&m->lock);
     jitop__binding_free_chain(b);
+    if (missing)
+        failed_name_remember(m, canon, status, gen);
     if (compile) {
         bool about_name = false;
         status = instantiate(m, name, op, &about_name);
         if (status != JITOP_OK && about_name)
-            failed_name_remember(m, name, status, gen);
+            failed_name_remember(m, canon, status, gen);
     }
+    free(canon);
     return status;
 }
 

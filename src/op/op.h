@@ -20,13 +20,23 @@
 
 #include "load/load.h"
 
-/* The lock-free op table: open addressing, power-of-two capacity, grown by
- * publishing a new table (old ones are kept until the module is freed, since
- * a reader may still be probing one). */
+/* One name an op answers to: the name it was made for, and each other
+ * spelling asked for that found the same kernel ("f<float, 4>" after
+ * "f<float,4>", "f<float, 4u>"). Immutable once in the table; freed with the
+ * module. */
+struct jitop__opname {
+    char *name;
+    jitop_op *op;
+    struct jitop__opname *next; /* every name of the module (m->lock) */
+};
+
+/* The lock-free op table from names to ops: open addressing, power-of-two
+ * capacity, grown by publishing a new table (old ones are kept until the
+ * module is freed, since a reader may still be probing one). */
 struct jitop__optab {
     size_t cap;               /* power of two */
     size_t count;
-    _Atomic(jitop_op *) *slots;
+    _Atomic(jitop__opname *) *slots;
     struct jitop__optab *older;
 };
 

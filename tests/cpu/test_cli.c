@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -459,9 +461,15 @@ static void test_options_and_names(void **state)
     assert_non_null(strstr(out, "t/fill.cu sm_90 compiled"));
     assert_non_null(strstr(out, "t/fill.cu sm_90 cached")); /* the file alone */
     free(out);
-    /* a name no source mentions is a usage error that names it */
-    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 -I src --name 'nope<1>' t/fill.cu"), 2);
-    assert_non_null(strstr(out, "nope<1>"));
+    /* a name no source declares fails the build, naming it and NVRTC's answer */
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 -I src --name 'nope<1>' t/fill.cu"), 1);
+    assert_non_null(strstr(out, "--name 'nope<1>' (sm_90): no file given declares it"));
+    assert_non_null(strstr(out, "identifier \"nope\" is undefined"));
+    free(out);
+    /* the same answer again, from the cache: nothing compiled */
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 -I src --name 'nope<1>' t/fill.cu"), 1);
+    assert_non_null(strstr(out, "no file given declares it"));
+    assert_null(strstr(out, "compiled"));
     free(out);
     /* without -I src the header is not found: the log names it */
     assert_int_equal(cli(f, 0, &out, "build --arch sm_90 --name 'fill<float, 4>' t/fill.cu"), 1);
@@ -475,8 +483,9 @@ static void test_options_and_names(void **state)
 }
 
 /* What `jitop build --name` prewarms is what the runtime looks up: the
- * instance built on its own, from the file that defines it (not from every
- * file given), under the key jitop_build gives it with one name. */
+ * instance built on its own, from the file that declares it, under the key
+ * jitop_build gives it with one name; each other file answers that it does
+ * not declare it (cached too: the runtime asks them the same). */
 static void test_names_prewarm_runtime_keys(void **state)
 {
     fixture *f = *state;
@@ -489,8 +498,8 @@ static void test_names_prewarm_runtime_keys(void **state)
                          "build --json --arch sm_90,sm_100 --name 'addn<1>' --name 'addn<2>' "
                          "--name 'twice<float>' p/one.cu p/two.cu"),
                      0);
-    /* one.cu: alone, addn<1>, addn<2>; two.cu: alone, twice<float>; x 2 archs */
-    assert_int_equal(count_lines(out), 10);
+    /* each file alone and with each name (declared or not), x 2 archs */
+    assert_int_equal(count_lines(out), 16);
     jitop_config cfg;
     jitop_config_init(&cfg);
     cfg.cache_dir = f->cache;
@@ -498,32 +507,132 @@ static void test_names_prewarm_runtime_keys(void **state)
     jitop_ctx *ctx = NULL;
     assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
     jfield fields[16];
-    int instances = 0;
+    int instances = 0, undeclared = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         int n = parse_json_line(line, fields, 16);
         assert_int_equal(n, 6);
         const jfield *file = jget(fields, n, "file"), *arch = jget(fields, n, "arch"),
-                     *name = jget(fields, n, "name"), *key = jget(fields, n, "key");
+                     *name = jget(fields, n, "name"), *key = jget(fields, n, "key"),
+                     *status = jget(fields, n, "status");
         bool alone = !name->is_string;
-        if (!alone) {
-            instances++;
-            /* each name with the file that defines it only */
-            assert_true(strstr(file->value, strncmp(name->value, "addn", 4) == 0 ? "one.cu"
-                                                                               : "two.cu"));
-        }
+        bool defines = alone || strstr(file->value, strncmp(name->value, "addn", 4) == 0
+                                                        ? "one.cu"
+                                                        : "two.cu");
         char *path = jt_path(f->dir, file->value);
         const char *names[1] = {name->value};
         jitop_build_result r;
-        assert_int_equal(jitop_build(ctx, path, arch->value, NULL, 0, alone ? NULL : names,
-                                     alone ? 0 : 1, &r),
-                         JITOP_OK);
-        assert_int_equal(r.cached, 1);
-        assert_string_equal(r.key, key->value);
+        int st = jitop_build(ctx, path, arch->value, NULL, 0, alone ? NULL : names, alone ? 0 : 1,
+                             &r);
+        if (defines) {
+            instances += !alone;
+            assert_int_equal(st, JITOP_OK);
+            assert_int_equal(r.cached, 1);
+            assert_string_equal(r.key, key->value);
+        } else {
+            /* the other file's answer, cached: JITOP_ENOTFOUND without a compile */
+            undeclared++;
+            assert_string_equal(status->value, "undeclared");
+            assert_int_equal(st, JITOP_ENOTFOUND);
+        }
         free(path);
     }
     assert_int_equal(instances, 6);
+    assert_int_equal(undeclared, 6);
     jitop_ctx_destroy(ctx);
     free(out);
+}
+
+/* A template defined in a header is the including file's, as NVRTC sees
+ * it: --name builds it from that file, with no mention of it in its text. */
+static void test_name_from_a_header(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL;
+    free(jt_write(f->dir, "h/tmpl.cuh",
+                  "template <typename T> __global__ void from_header(T *x) { x[0] = T(1); }\n"));
+    free(jt_write(f->dir, "h/user.cu", "#include \"tmpl.cuh\"\n"));
+    free(jt_write(f->dir, "h/other.cu", "extern \"C\" __global__ void other(int *x) {}\n"));
+    assert_int_equal(cli(f, 0, &out,
+                         "build --arch sm_90 --name 'from_header<float>' h/other.cu h/user.cu"),
+                     0);
+    assert_non_null(strstr(out, "h/user.cu sm_90 compiled"));
+    assert_non_null(strstr(out, "  from_header<float>\n"));
+    assert_int_equal(count_lines(out), 3); /* both files alone, the instance; not other.cu's no */
+    free(out);
+    assert_int_equal(cli(f, 0, &out,
+                         "build --arch sm_90 --name 'from_header< float >' h/other.cu h/user.cu"),
+                     0);
+    assert_null(strstr(out, "compiled")); /* another spelling: the same key */
+    free(out);
+}
+
+/* NVRTC's warnings are printed on stderr as a compiler prints them
+ * (FILE:LINE: warning ...), at the compile and again on a cache hit, from
+ * the entry; once per distinct log. */
+static void test_warnings_printed_like_a_compiler(void **state)
+{
+    fixture *f = *state;
+    char *out = NULL, *err = NULL;
+    free(jt_write(f->dir, "w/warn.cu",
+                  "extern \"C\" __global__ void warn(int *x) {\n"
+                  "    int unused = 1;\n"
+                  "    x[0] = 2;\n"
+                  "}\n"));
+    char *src = jt_path(f->dir, "w/warn.cu");
+    char *where = NULL;
+    assert_true(asprintf(&where, "%s:2: warning", src) > 0);
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(cli(f, 0, &out, "build --arch sm_90 w/warn.cu 2>&1 >/dev/null"), 0);
+        if (!strstr(out, where) || !strstr(out, "unused"))
+            fail_msg("pass %d: expected '%s' on stderr: %s", pass, where, out);
+        free(out);
+        assert_int_equal(cli(f, 1, &err, "build --arch sm_90 w/warn.cu"), 0);
+        assert_non_null(strstr(err, "cached")); /* stdout: results only */
+        assert_null(strstr(err, "warning"));
+        free(err);
+    }
+    /* --verbose (JITOP_VERBOSE): the library's log says it too, from the
+     * cache entry on a hit. */
+    assert_int_equal(cli(f, 0, &out, "build --verbose --arch sm_90 w/warn.cu 2>&1 >/dev/null"), 0);
+    if (!strstr(out, "NVRTC's log (from the cache):") || !strstr(out, "unused"))
+        fail_msg("%s", out);
+    free(out);
+    /* A quiet file prints nothing there. */
+    assert_int_equal(cli(f, 0, &out, "build --arch sm_90 src/sub/b.cu 2>&1 >/dev/null"), 0);
+    assert_string_equal(out, "");
+    free(out);
+    free(where);
+    free(src);
+}
+
+/* The toolkit's stub libcuda.so found first on the library path: asking
+ * GPU 0 for the arch fails saying it is the stub (not "update the
+ * driver"), naming where it was found. */
+static void test_stub_driver_named(void **state)
+{
+    fixture *f = *state;
+    const char *stub = JITOP_CUDA_HOME "/lib64/stubs/libcuda.so";
+    if (access(stub, R_OK) != 0) {
+        print_message("SKIP: no toolkit stub at %s\n", stub);
+        skip();
+    }
+    char *dir = jt_path(f->dir, "stubs");
+    char *link = jt_path(dir, "libcuda.so.1");
+    char *cmd = NULL, *out = NULL;
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(symlink(stub, link), 0);
+    assert_true(asprintf(&cmd,
+                         "cd '%s' && env -u JITOP_ARCH LD_LIBRARY_PATH='%s' JITOP_CACHE_DIR='%s' "
+                         "'%s' build src/sub/b.cu",
+                         f->dir, dir, f->cache, jt_cli()) > 0);
+    assert_int_equal(jt_run(cmd, &out), 2);
+    if (!strstr(out, "stub library") || !strstr(out, "CUDA_ERROR_STUB_LIBRARY") ||
+        !strstr(out, link) || !strstr(out, "LD_LIBRARY_PATH") || strstr(out, "update the"))
+        fail_msg("%s", out);
+    free(out);
+    free(cmd);
+    free(link);
+    free(dir);
 }
 
 /* On a terminal (a pseudo-terminal from script(1)) a progress line is drawn
@@ -826,6 +935,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_arch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names_prewarm_runtime_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_name_from_a_header, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_warnings_printed_like_a_compiler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stub_driver_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_and_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_on_terminal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_is_hit, setup, teardown),

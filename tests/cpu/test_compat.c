@@ -200,13 +200,19 @@ out:
     return ok;
 }
 
-/* The symbol of a name expression compiled into u, or NULL. */
+/* The symbol of a name expression compiled into u, or NULL. The entry
+ * holds the names as jitop__unit_init keeps them: canonical spelling. */
 static const char *lowered_of(const unit_syms *u, const char *expr)
 {
-    for (size_t i = 0; i < u->names.n; i++)
-        if (strcmp(u->names.v[i], expr) == 0)
-            return u->lowered.v[i];
-    return NULL;
+    char *canon = jitop__name_canonical(expr);
+    const char *found = NULL;
+    if (!canon)
+        fail_msg("out of memory");
+    for (size_t i = 0; i < u->names.n && !found; i++)
+        if (strcmp(u->names.v[i], canon) == 0)
+            found = u->lowered.v[i];
+    free(canon);
+    return found;
 }
 
 /* Every op and global of c in the units' binaries. */

@@ -92,8 +92,10 @@ static void test_options_normalized(void **state)
                           "--maxrregcount=32", "--maxrregcount=40", "--maxrregcount=48",
                           "--maxrregcount=64", "--extra-device-vectorization"};
     assert_options(&u, want, sizeof want / sizeof want[0]);
-    /* The source's own directory first, then each -I in order. */
-    assert_int_equal(u.include_dirs.n, 3);
+    /* The source's own directory first, then each -I in order, then the
+     * toolkit's include folders. */
+    assert_true(u.toolkit_dirs > 0);
+    assert_int_equal(u.include_dirs.n, 3 + u.toolkit_dirs);
     assert_string_equal(u.include_dirs.v[0], dir);
     assert_string_equal(u.include_dirs.v[1], rel + 2);
     assert_string_equal(u.include_dirs.v[2], "/abs/inc");
@@ -242,7 +244,7 @@ static void test_cubin_and_lowered_names(void **state)
     assert_int_equal(b.data[b.size], 0);
     assert_int_equal(b.names.n, 2);
     assert_int_equal(b.lowered.n, 2);
-    assert_string_equal(b.names.v[0], "scale<float, 4>");
+    assert_string_equal(b.names.v[0], "scale<float,4>"); /* white space taken out */
     assert_string_equal(b.lowered.v[0], "_Z5scaleIfLi4EEvPT_");
     assert_string_equal(b.lowered.v[1], "_Z5scaleIdLi2EEvPT_");
     jitop__binary_free(&b);
@@ -375,17 +377,93 @@ static void test_unsupported_arch_named(void **state)
     assert_non_null(strstr(jitop_errmsg(NULL), "not valid"));
 }
 
+/* A name the unit does not declare (or that does not parse, or names no
+ * instance) is NVRTC's answer about the name, kept with its errors so that
+ * the cache can hold it: JITOP_ENOTFOUND, unresolved, no code. */
 static void test_bad_name_expression(void **state)
 {
     (void)state;
-    const char *names[] = {"no_such_kernel<int>"};
+    const char *bad[] = {"no_such_kernel<int>", "scale<float, 4", "scale<float>",
+                         "scale<no_such_type, 4>"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        jitop__unit u;
+        assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, NULL, 0, &bad[i], 1, "sm_90"),
+                         JITOP_OK);
+        jitop__binary b;
+        int st = jitop__compile(&u, kernel_src, &b);
+        if (st != JITOP_ENOTFOUND || !b.unresolved || !b.log || b.data ||
+            !strstr(b.log, "__nv_name_map"))
+            fail_msg("%s: status %d, unresolved %d: %s", bad[i], st, b.unresolved,
+                     jitop_errmsg(NULL));
+        assert_non_null(strstr(jitop_errmsg(NULL), "declares nothing named"));
+        jitop__binary_free(&b);
+        jitop__unit_free(&u);
+    }
+}
+
+/* An instance whose template is declared but does not compile is an error
+ * in the source (file:line), not an answer about the name. */
+static void test_instance_error_is_a_compile_error(void **state)
+{
+    (void)state;
+    static const char src[] = "template <int N> __global__ void pos(int *x) {\n"
+                              "  static_assert(N > 0, \"N must be positive\");\n  *x = N;\n}\n";
+    const char *names[] = {"pos<-1>"};
     jitop__unit u;
-    assert_int_equal(jitop__unit_init(&u, NULL, kernel_src, NULL, 0, names, 1, "sm_90"), JITOP_OK);
+    assert_int_equal(jitop__unit_init(&u, NULL, src, NULL, 0, names, 1, "sm_90"), JITOP_OK);
     jitop__binary b;
-    int st = jitop__compile(&u, kernel_src, &b);
-    assert_true(st == JITOP_ECOMPILE);
-    assert_non_null(strstr(jitop_errmsg(NULL), "no_such_kernel"));
+    assert_int_equal(jitop__compile(&u, src, &b), JITOP_ECOMPILE);
+    assert_false(b.unresolved);
+    assert_null(b.log);
+    assert_non_null(strstr(jitop_errmsg(NULL), "jitop_inline.cu(2): error"));
+    assert_non_null(strstr(jitop_errmsg(NULL), "N must be positive"));
     jitop__unit_free(&u);
+}
+
+/* White space that changes no token goes; the rest stays. */
+static void test_name_canonical(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"f<float,4>", "f<float,4>"},
+        {"f<float, 4>", "f<float,4>"},
+        {"  f < float ,\t4 >  ", "f<float,4>"},
+        {"f<unsigned  int, 2>", "f<unsigned int,2>"},
+        {"ns::f<const float *, -1>", "ns::f<const float*,-1>"},
+        {"f<g<int> >", "f<g<int> >"},     /* "> >" is not ">>" to every reader */
+        {"f<1 - -1>", "f<1- -1>"},         /* "- -" is not "--" */
+        {"f<1 - - 1>", "f<1- -1>"},
+        {"f< ::ns::T>", "f< ::ns::T>"},    /* "<:" is a digraph */
+        {"f<'a', \" x  y \">", "f<'a',\" x  y \">"}, /* literals as they are */
+        {"(void (*)(float *))k", "(void(*)(float*))k"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *c = jitop__name_canonical(cases[i][0]);
+        assert_non_null(c);
+        if (strcmp(c, cases[i][1]) != 0)
+            fail_msg("'%s' -> '%s', expected '%s'", cases[i][0], c, cases[i][1]);
+        free(c);
+    }
+    /* Every spelling has one key: one compile. */
+    const char *a[] = {"scale<float, 4>"}, *b[] = {"scale< float ,4 >"}, *c[] = {"scale<float,8>"};
+    jitop__unit ua, ub, uc;
+    jitop__deps none = {0};
+    char ka[33], kb[33], kc[33];
+    assert_int_equal(jitop__unit_init(&ua, NULL, kernel_src, NULL, 0, a, 1, "sm_90"), JITOP_OK);
+    assert_int_equal(jitop__unit_init(&ub, NULL, kernel_src, NULL, 0, b, 1, "sm_90"), JITOP_OK);
+    assert_int_equal(jitop__unit_init(&uc, NULL, kernel_src, NULL, 0, c, 1, "sm_90"), JITOP_OK);
+    jitop__cache_key(&ua, &none, ka);
+    jitop__cache_key(&ub, &none, kb);
+    jitop__cache_key(&uc, &none, kc);
+    assert_string_equal(ka, kb);
+    assert_string_not_equal(ka, kc);
+    jitop__unit_free(&ua);
+    jitop__unit_free(&ub);
+    jitop__unit_free(&uc);
+    /* A name of nothing but white space is empty. */
+    const char *blank[] = {"  \t "};
+    assert_int_equal(jitop__unit_init(&ua, NULL, kernel_src, NULL, 0, blank, 1, "sm_90"),
+                     JITOP_EINVAL);
 }
 
 /* The NVRTC file is named after the links of its last component only:
@@ -445,6 +523,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvrtc_loaded_only_by_a_compile),
         cmocka_unit_test(test_options_normalized),
+        cmocka_unit_test(test_instance_error_is_a_compile_error),
+        cmocka_unit_test(test_name_canonical),
         cmocka_unit_test(test_arch_options_refused),
         cmocka_unit_test(test_arch_validated),
         cmocka_unit_test(test_bad_values_refused),

@@ -204,6 +204,35 @@ static void test_global_cxx_names(void **state)
     free(dir);
 }
 
+/* A spelling the demangler does not give, for a variable of the second
+ * source: the first source's answer that it declares no such name (NVRTC's
+ * errors in the name expression, kept in the cache) sends the lookup on to
+ * the next source, cold and warm. */
+static void test_global_cxx_name_in_second_source(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *first = jt_write_rename(dir, "first.cu",
+                                  "extern \"C\" __global__ void f(int *out) { *out = 1; }\n");
+    char *second = jt_write_rename(dir, "second.cu", globals_src);
+    const char *sources[] = {first, second};
+    for (int warm = 0; warm < 2; warm++) {
+        jitop_ctx *ctx = jt_ctx_driver(g_cache);
+        jitop_module *m = NULL;
+        jitop_global_info a, b;
+        assert_int_equal(jitop_load(ctx, "two", sources, 2, NULL, 0, &m), JITOP_OK);
+        assert_int_equal(jitop_global_get(m, "widths<4u>", &a), JITOP_OK);
+        if (jitop_global_get(m, "widths<4>", &b) != JITOP_OK)
+            fail_msg("%s", jitop_errmsg(NULL));
+        assert_true(b.dptr == a.dptr);
+        jitop_ctx_destroy(ctx);
+    }
+    free(first);
+    free(second);
+    jt_rm_rf(dir);
+    free(dir);
+}
+
 static const char instance_src[] =
     "__constant__ int bias = 10;\n"
     "extern \"C\" __global__ void k(int *out) { *out = bias; }\n"
@@ -488,6 +517,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_global_by_c_name),
         cmocka_unit_test(test_global_cxx_names),
+        cmocka_unit_test(test_global_cxx_name_in_second_source),
         cmocka_unit_test(test_global_copies_in_instances),
         cmocka_unit_test(test_global_across_reload),
         cmocka_unit_test(test_many_params),

@@ -608,10 +608,12 @@ static void count_compile(const char *source)
     g_compiles++;
 }
 
-/* A module of one source reads nothing to find the unit of an instance; a
- * name its text does not mention is still refused with the op list, before
- * NVRTC runs (a typo costs no compile). A module of several sources compiles
- * the instance from the source that defines the template. */
+/* What exists is what the compiler says. A plain name is looked up in the
+ * sources' images (no compile: a typo costs nothing). A name expression is
+ * compiled: a source that does not declare it answers so once, that
+ * answer is cached like a binary, and asking again, in this context or a
+ * new one, compiles nothing. A module of several sources compiles the
+ * instance from the first that declares it. */
 static void test_instance_unit_and_unknown_names(void **state)
 {
     (void)state;
@@ -620,35 +622,102 @@ static void test_instance_unit_and_unknown_names(void **state)
     g_compiles = 0;
     jitop__before_compile_hook = count_compile;
     jitop_op *op = NULL;
+    assert_int_equal(jitop_op_get(f.m, "kk", &op), JITOP_ENOTFOUND); /* plain: the image says */
+    assert_null(op);
+    assert_non_null(strstr(jitop_errmsg(NULL), "has no kernel 'kk'; its ops: k"));
+    assert_int_equal(g_compiles, 0);
     assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
     assert_null(op);
     const char *msg = jitop_errmsg(NULL);
     assert_non_null(strstr(msg, "nope<2>"));
+    assert_non_null(strstr(msg, "identifier \"nope\" is undefined")); /* NVRTC's answer */
     assert_non_null(strstr(msg, "its ops: k")); /* what exists */
-    assert_int_equal(g_compiles, 0);
-    /* Asked again: the same answer, still no compile. */
-    assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
-    assert_int_equal(g_compiles, 0);
-    /* A mentioned name that does not compile is NVRTC's error, with its log. */
-    assert_int_equal(jitop_op_get(f.m, "t<int>", &op), JITOP_ECOMPILE);
+    assert_null(strstr(msg, "template"));       /* no template in sight */
     assert_int_equal(g_compiles, 1);
-    assert_non_null(strstr(jitop_errmsg(NULL), "k.cu"));
+    /* Asked again: the same answer, no compile. */
+    assert_int_equal(jitop_op_get(f.m, "nope<2>", &op), JITOP_ENOTFOUND);
+    assert_int_equal(jitop_op_get(f.m, "nope< 2 >", &op), JITOP_ENOTFOUND);
+    assert_int_equal(g_compiles, 1);
+    /* Template arguments that fit no instance are an answer about the name. */
+    assert_int_equal(jitop_op_get(f.m, "t<int>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "t<int>"));
+    assert_int_equal(g_compiles, 2);
+    /* A new context on the same cache: the same answers, no compile. */
+    jitop_ctx *ctx2 = jt_ctx_driver(g_cache);
+    jitop_module *m2 = NULL;
+    const char *one[] = {f.src};
+    assert_int_equal(jitop_load(ctx2, "fake", one, 1, NULL, 0, &m2), JITOP_OK);
+    assert_int_equal(jitop_op_get(m2, "nope<2>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "identifier \"nope\" is undefined"));
+    assert_int_equal(jitop_op_get(m2, "t<int>", &op), JITOP_ENOTFOUND);
+    assert_int_equal(g_compiles, 2);
+    jitop_ctx_destroy(ctx2);
 
     char *text = kernel_source(7);
     char *other = jt_write(f.dir, "other.cu", "extern \"C\" __global__ void o(int *out) { *out = 1; }\n");
     char *defs = jt_write(f.dir, "defs.cu", text);
     free(text);
     const char *two[] = {other, defs};
-    jitop_module *m2 = NULL;
-    assert_int_equal(jitop_load(f.ctx, "two", two, 2, NULL, 0, &m2), JITOP_OK);
+    jitop_module *mm = NULL;
+    assert_int_equal(jitop_load(f.ctx, "two", two, 2, NULL, 0, &mm), JITOP_OK);
+    int before = g_compiles;
+    assert_int_equal(jitop_op_get(mm, "t<4>", &op), JITOP_OK);
+    assert_string_equal(mm->instances[0]->unit.source_path, defs);
+    assert_int_equal(g_compiles - before, 2); /* other.cu says no, defs.cu compiles it */
+    assert_int_equal(jitop_op_get(mm, "absent<1>", &op), JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "absent<1>"));
+    assert_non_null(strstr(jitop_errmsg(NULL), "its ops: o, k"));
+    /* Warm, in a new context: other.cu's answer is cached too. */
+    before = g_compiles;
+    ctx2 = jt_ctx_driver(g_cache);
+    assert_int_equal(jitop_load(ctx2, "two", two, 2, NULL, 0, &m2), JITOP_OK);
     assert_int_equal(jitop_op_get(m2, "t<4>", &op), JITOP_OK);
     assert_string_equal(m2->instances[0]->unit.source_path, defs);
     assert_int_equal(jitop_op_get(m2, "absent<1>", &op), JITOP_ENOTFOUND);
-    assert_non_null(strstr(jitop_errmsg(NULL), "absent<1>"));
+    assert_int_equal(g_compiles, before);
+    jitop_ctx_destroy(ctx2);
     jitop__before_compile_hook = NULL;
     free(other);
     free(defs);
     fixture_close(&f);
+}
+
+/* PTX whose ISA version the driver's JIT does not know (NVRTC newer than
+ * the driver) fails its load naming the cause and both ways out, not as
+ * an arch mismatch. The fake refuses PTX newer than $FAKE_CUDA_MAX_PTX. */
+static void test_ptx_newer_than_the_driver(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir();
+    char *text = kernel_source(31);
+    char *src = jt_write(dir, "k.cu", text);
+    free(text);
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = g_cache;
+    cfg.arch = "compute_90";
+    jitop_ctx *ctx = NULL;
+    assert_int_equal(jitop_ctx_create(&cfg, &ctx), JITOP_OK);
+    const char *sources[] = {src};
+    jitop_module *m = NULL;
+    assert_int_equal(setenv("FAKE_CUDA_MAX_PTX", "1.0", 1), 0);
+    int st = jitop_load(ctx, "ptx", sources, 1, NULL, 0, &m);
+    assert_int_equal(unsetenv("FAKE_CUDA_MAX_PTX"), 0);
+    assert_int_equal(st, JITOP_ECUDA);
+    const char *msg = jitop_errmsg(NULL);
+    if (!strstr(msg, "the PTX needs a newer driver") || !strstr(msg, "compile for sm_90") ||
+        !strstr(msg, "update the NVIDIA driver") || !strstr(msg, "CUDA_ERROR_UNSUPPORTED_PTX"))
+        fail_msg("%s", msg);
+    assert_null(strstr(msg, "was built for")); /* not an arch mismatch */
+    /* A driver that knows the version loads it. */
+    jitop_op *op = NULL;
+    assert_int_equal(jitop_load(ctx, "ptx", sources, 1, NULL, 0, &m), JITOP_OK);
+    assert_int_equal(jitop_op_get(m, "k", &op), JITOP_OK);
+    jitop_ctx_destroy(ctx);
+    assert_int_equal(stats().modules_loaded, 0);
+    free(src);
+    jt_rm_rf(dir);
+    free(dir);
 }
 
 /* After jitop_layernorm_prewarm / jitop_lltm_prewarm for the device's arch,
@@ -1028,6 +1097,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_occupancy_clusters),
         cmocka_unit_test(test_source_image_loaded_on_first_use),
         cmocka_unit_test(test_instance_unit_and_unknown_names),
+        cmocka_unit_test(test_ptx_newer_than_the_driver),
         cmocka_unit_test(test_source_entry_read_with_its_image),
         cmocka_unit_test(test_instance_follows_the_loaded_sources),
         cmocka_unit_test(test_instance_during_a_prepared_rebuild),

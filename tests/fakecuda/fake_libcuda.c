@@ -9,7 +9,8 @@
  * lacks) is served through cuGetProcAddress_v2. One device, "Fake H100",
  * compute capability 9.0, 132 SMs, 227 KiB of opt-in shared memory per block.
  * cuModuleLoadData takes the cubin jitop built with the real NVRTC and finds
- * its kernels from the ELF section names (".text.<kernel>"). Loading is lazy,
+ * its kernels from the ELF section names (".text.<kernel>"), or PTX and its
+ * ".entry" kernels (see "PTX images" below). Loading is lazy,
  * as on a real driver: a listed function's code is put on the "GPU" by
  * cuFuncLoad, cuModuleGetFunction or, failing those, its first launch (which
  * the stats count, so a test can see that jitop_op_get did it). No kernel
@@ -188,6 +189,7 @@ static CUresult CUDAAPI fake_cuGetErrorName(CUresult error, const char **name)
     case CUDA_ERROR_INVALID_DEVICE: *name = "CUDA_ERROR_INVALID_DEVICE"; break;
     case CUDA_ERROR_INVALID_IMAGE: *name = "CUDA_ERROR_INVALID_IMAGE"; break;
     case CUDA_ERROR_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: *name = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"; break;
     default: *name = "CUDA_ERROR_UNKNOWN"; break;
     }
     return CUDA_SUCCESS;
@@ -536,6 +538,44 @@ static CUresult find_kernels(const unsigned char *image, fake_module *mod)
     return r;
 }
 
+/* ------------------------------------------------- PTX images
+ *
+ * A PTX image (text, as NVRTC makes for a compute_XX arch) is "compiled" by
+ * listing its ".entry" kernels. FAKE_CUDA_MAX_PTX ("8.5") is the newest PTX
+ * ISA version the fake's JIT takes, as an older driver's: a newer
+ * ".version" fails with CUDA_ERROR_UNSUPPORTED_PTX_VERSION. Unset: any. */
+
+static CUresult find_ptx_kernels(const char *ptx, fake_module *mod)
+{
+    const char *v = strstr(ptx, ".version ");
+    const char *max = getenv("FAKE_CUDA_MAX_PTX");
+    int major = 0, minor = 0, max_major = 0, max_minor = 0;
+    if (!v || sscanf(v, ".version %d.%d", &major, &minor) != 2)
+        return CUDA_ERROR_INVALID_IMAGE;
+    if (max && sscanf(max, "%d.%d", &max_major, &max_minor) == 2 &&
+        (major > max_major || (major == max_major && minor > max_minor)))
+        return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+    size_t cap = 0;
+    for (const char *p = strstr(ptx, ".entry "); p; p = strstr(p + 1, ".entry "))
+        cap++;
+    mod->kernels = calloc(cap + 1, sizeof *mod->kernels);
+    if (!mod->kernels)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (const char *p = strstr(ptx, ".entry "); p; p = strstr(p + 1, ".entry ")) {
+        const char *name = p + strlen(".entry ");
+        size_t n = strcspn(name, "( \t\n");
+        fake_kernel *k = &mod->kernels[mod->nkernels];
+        if (!(k->name = strndup(name, n)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        k->mod = mod;
+        k->max_dynamic_smem = FAKE_SMEM_DEFAULT;
+        mod->nkernels++;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------- end of PTX images */
+
 static void module_free(fake_module *mod)
 {
     for (size_t i = 0; i < mod->nkernels; i++) {
@@ -561,7 +601,8 @@ static CUresult CUDAAPI fake_cuModuleLoadData(CUmodule *module, const void *code
     fake_module *mod = calloc(1, sizeof *mod);
     if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = find_kernels(code, mod);
+    CUresult r = memcmp(code, ELFMAG, SELFMAG) == 0 ? find_kernels(code, mod)
+                                                    : find_ptx_kernels(code, mod);
     if (r != CUDA_SUCCESS) {
         module_free(mod);
         return r;

@@ -48,7 +48,20 @@ static void seed(jitop_ctx *ctx, const char *label, const char *src, const char 
                  bool cubin)
 {
     jitop_build_result r;
-    if (jitop_build(ctx, src, arch, opts, nopts, names, nnames, &r) != JITOP_OK)
+    int status = jitop_build(ctx, src, arch, opts, nopts, names, nnames, &r);
+    if (status == JITOP_ENOTFOUND && nnames > 0) {
+        /* A name the source does not declare: the answer is an entry too
+         * (no code, NVRTC's errors as its log), under the key the unit's
+         * explain gives. */
+        char *why = NULL;
+        int hit = 0;
+        if (jitop_explain(ctx, src, arch, opts, nopts, names, nnames, &hit, &why) != JITOP_OK ||
+            !hit || sscanf(why, "cached: %32s", r.key) != 1)
+            die(label);
+        jitop_free(why);
+        status = JITOP_OK;
+    }
+    if (status != JITOP_OK)
         die(label);
     char *entry = jitop__sprintf("%s/v%d/%.2s/%s", jitop_cache_dir(ctx), JITOP__FORMAT_VERSION,
                                  r.key, r.key);
@@ -119,10 +132,19 @@ int main(int argc, char **argv)
     seed(ctx, "globals", globals, "sm_90", NULL, 0, NULL, 0, true);
     seed(ctx, "template-names", tmpl, "sm_80", opts, 3, names, 2, true);
     seed(ctx, "ptx", globals, "compute_90", opts + 1, 1, NULL, 0, false);
+    /* An entry with NVRTC's warnings as its log, and the cached answer
+     * that a source declares no such name (flag bit 1). */
+    char *warn = put("warn.cu", "extern \"C\" __global__ void w(int *out) {\n"
+                                "    int unused_here = 1;\n"
+                                "    *out = 1;\n"
+                                "}\n");
+    const char *absent[] = {"absent<float>"};
+    seed(ctx, "warnings", warn, "sm_90", NULL, 0, NULL, 0, false);
+    seed(ctx, "undeclared", warn, "sm_90", NULL, 0, absent, 1, false);
     jitop_ctx_destroy(ctx);
     char *rm = jitop__sprintf("rm -rf '%s'", dir);
     if (!rm || system(rm) != 0)
         die("rm");
-    free(rm); free(inc); free(globals); free(tmpl); free(sub); free(cache);
+    free(rm); free(inc); free(globals); free(tmpl); free(warn); free(sub); free(cache);
     return 0;
 }

@@ -1,0 +1,2 @@
+// Everything this module runs comes from the header.
+#include "from_header.cuh"
