@@ -93,7 +93,9 @@ int jitop__nvrtc_check_arch(const char *arch);
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
 
 /* A name expression without the white space that does not change its
- * tokens: "f< float , 4 >" and "f<float, 4>" give "f<float,4>". A space
+ * tokens, and one space after each comma: "f< float ,4 >" and "f<float,4>"
+ * give "f<float, 4>", the spelling people write (and the one jitop_module_ops
+ * and messages show). A space
  * stays between two identifiers or numbers ("unsigned int") and between two
  * operator characters that could otherwise run into one token ("> >",
  * "- -1"); literals are copied as they are. jitop__unit_init passes every

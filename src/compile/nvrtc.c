@@ -215,7 +215,7 @@ static bool name_separator(char c)
 char *jitop__name_canonical(const char *expr)
 {
     size_t n = strlen(expr), o = 0;
-    char *out = malloc(n + 1);
+    char *out = malloc(2 * n + 1); /* a space may follow every comma */
     if (!out)
         return NULL;
     for (size_t i = 0; i < n;) {
@@ -224,6 +224,8 @@ char *jitop__name_canonical(const char *expr)
             while (i < n && isspace((unsigned char)expr[i]))
                 i++;
             char a = o ? out[o - 1] : '\0', b = i < n ? expr[i] : '\0';
+            if (a == ' ')
+                continue; /* the space a comma put there */
             bool words = name_word_char(a) && name_word_char(b);
             bool ops = a && b && !name_word_char(a) && !name_word_char(b) &&
                        !name_separator(a) && !name_separator(b);
@@ -232,6 +234,10 @@ char *jitop__name_canonical(const char *expr)
             continue;
         }
         out[o++] = expr[i++];
+        if (c == ',') {
+            out[o++] = ' '; /* one space after each comma: "f<float, 4>", as people write it */
+            continue;
+        }
         if (c == '"' || c == '\'') {
             /* A literal as it is, escapes included. */
             while (i < n && expr[i] != c) {

@@ -249,7 +249,7 @@ static void test_option_define_arch_name_changes_rebuild(void **state)
                    &nseen);
     expect_rebuild(ctx, p.src, "sm_80", fast, 3, NULL, 0, "arch differs: sm_80", seen, &nseen);
     const char *names[] = {"scale<float, 2>"};
-    expect_rebuild(ctx, p.src, "sm_80", fast, 3, names, 1, "name expression added: scale<float,2>",
+    expect_rebuild(ctx, p.src, "sm_80", fast, 3, names, 1, "name expression added: scale<float, 2>",
                    seen, &nseen);
     /* Spellings that normalize alike share the entry, names too. */
     const char *respelled[] = {"--define-macro=EXTRA=2", "--use_fast_math"};
