@@ -27,7 +27,7 @@
 
 /* Bumped whenever the entry or manifest layout, or what goes into a key,
  * changes: older entries then simply miss. */
-#define JITOP__FORMAT_VERSION 1
+#define JITOP__FORMAT_VERSION 2
 
 #define JITOP__DEFAULT_CACHE_MAX ((int64_t)1 << 30) /* 1 GiB */
 
@@ -74,9 +74,12 @@ int jitop__read_file(const char *path, char **data, size_t *len);
  * /usr/local/cuda/lib64/libnvrtc.so.13). Stops where a link cannot be read
  * or after 16 links (a loop). */
 void jitop__last_link_target(const char *path, char *out, size_t cap);
-/* Absolute, normalized path (no symlink resolution needed by callers).
- * NULL with errno set on failure: ENOMEM, or why the current directory
- * could not be read for a relative path (ENOENT when it was deleted). */
+/* Absolute path naming the file the kernel opens for path: "." and repeated
+ * slashes dropped, every ".." resolved as the kernel does (after the links
+ * before it: realpath of the part up to the last ".."), links elsewhere kept
+ * as written. NULL with errno set on failure: ENOMEM, or why the current
+ * directory could not be read for a relative path (ENOENT when it was
+ * deleted). */
 char *jitop__abspath(const char *path);
 /* Reports a failed jitop__abspath(path) from errno: "out of memory", or
  * "cannot resolve PATH: <strerror>" (JITOP_EIO). Returns the status. */

@@ -1,16 +1,18 @@
-/* Stat manifests: per unit, each file's size, mtime, inode and content
- * hash with the key they gave, so that an unchanged unit is found without
- * reading or hashing a source (deps.c compares, build.c decides).
+/* Stat manifests: per unit, each file's size, mtime, ctime, inode and
+ * content hash with the key they gave, so that an unchanged unit is found
+ * without reading or hashing a source (deps.c compares, build.c decides).
  *
- * Payload: the key (u32 length + bytes), the dep count (u32), then per dep
- * its path (u32 length + bytes), size, mtime in ns, inode, device (u64
- * each) and content hash (16 bytes). A recent dep (jitop__dep.recent) is
- * stored with JITOP__MTIME_UNKNOWN as its mtime, which reads back as
- * recent: its stat data never vouches for it. */
+ * Payload: the key (u32 length + bytes), the scan's safe-mode note
+ * (jitop__deps.note: u32 length + bytes, empty for none), the dep count
+ * (u32), then per dep its path (u32 length + bytes), size, mtime in ns,
+ * ctime in ns, inode, device (u64 each) and content hash (16 bytes). A
+ * recent dep (jitop__dep.recent) is stored with JITOP__MTIME_UNKNOWN as its
+ * mtime, which reads back as recent: its stat data never vouches for it.
+ * An uncacheable unit has no manifest. */
 #include "cache/cache_private.h"
 
 /* The bytes of a dep record with an empty path: the smallest possible. */
-#define DEP_RECORD_MIN (4 + 4 * 8 + 16)
+#define DEP_RECORD_MIN (4 + 5 * 8 + 16)
 
 static char *manifest_dir(const jitop__cache *c, const char id[33])
 {
@@ -24,7 +26,7 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
     unsigned char *data = NULL;
     size_t len = 0;
     uint32_t flags = 0;
-    char *path = NULL, *stored_key = NULL;
+    char *path = NULL, *stored_key = NULL, *note = NULL;
     bool have = false;
     jitop__deps d = {0};
     *found = false;
@@ -49,6 +51,7 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
     }
     struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, false};
     stored_key = jitop__rb_str(&r);
+    note = jitop__rb_str(&r);
     uint32_t n = jitop__rb_u32(&r);
     if (!r.bad && n <= (len - r.off) / DEP_RECORD_MIN) {
         d.v = calloc(n ? n : 1, sizeof *d.v);
@@ -68,21 +71,27 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
         dep->size = (int64_t)jitop__rb_u64(&r);
         dep->mtime_ns = (int64_t)jitop__rb_u64(&r);
         dep->recent = dep->mtime_ns == JITOP__MTIME_UNKNOWN;
+        dep->ctime_ns = (int64_t)jitop__rb_u64(&r);
         dep->ino = jitop__rb_u64(&r);
         dep->dev = jitop__rb_u64(&r);
         dep->hash = jitop__rb_hash(&r);
     }
-    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32) {
+    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32 || !note) {
         jitop__cache_vlog(c, "cache: manifest %s is malformed: ignored", id);
         goto out;
     }
     memcpy(key, stored_key, 33);
+    if (*note) {
+        d.note = note;
+        note = NULL;
+    }
     *deps = d;
     memset(&d, 0, sizeof d);
     *found = true;
 out:
     jitop__deps_free(&d);
     free(stored_key);
+    free(note);
     free(data);
     free(path);
     return status;
@@ -96,12 +105,14 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
     int err = 0, status = JITOP_OK;
     jitop__file_begin(&b, JITOP__MANIFEST_MAGIC, 0);
     jitop__wb_str(&b, key);
+    jitop__wb_str(&b, deps->note ? deps->note : "");
     jitop__wb_u32(&b, (uint32_t)deps->n);
     for (size_t i = 0; i < deps->n; i++) {
         const jitop__dep *dep = &deps->v[i];
         jitop__wb_str(&b, dep->path);
         jitop__wb_u64(&b, (uint64_t)dep->size);
         jitop__wb_u64(&b, (uint64_t)(dep->recent ? JITOP__MTIME_UNKNOWN : dep->mtime_ns));
+        jitop__wb_u64(&b, (uint64_t)dep->ctime_ns);
         jitop__wb_u64(&b, dep->ino);
         jitop__wb_u64(&b, dep->dev);
         jitop__wb_hash(&b, dep->hash);

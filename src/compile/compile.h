@@ -20,6 +20,11 @@ typedef struct jitop__unit {
     char *inline_text;        /* load_inline's text, else NULL */
     jitop__strv options;      /* normalized NVRTC options, in order */
     jitop__strv include_dirs; /* the source's own directory, then each -I, absolute */
+    /* How many of include_dirs are the user's (the source's directory and
+     * each -I); any after them are the toolkit's, never hashed whole by the
+     * scanner's safe mode, and a directive it cannot resolve inside a header
+     * found there is the toolkit's own (deps.c). */
+    size_t user_include_dirs;
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
     /* Ops asked for by name: a name whose identifier the source's own text
@@ -55,6 +60,32 @@ void jitop__binary_free(jitop__binary *b);
  * hashed). On a source error: JITOP_ECOMPILE with the log (file:line). */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
 
+/* -------------------------------------------------------------- scan.c */
+
+/* One directive that reads another file (#include, #include_next, #embed),
+ * found by jitop__scan_includes. */
+typedef struct jitop__include {
+    char *name;    /* the header name between its quotes or brackets; NULL
+                      when macros name the file (then see text) */
+    char *text;    /* name NULL: what follows the directive name (comments as
+                      one space), for messages */
+    unsigned line; /* physical line of the directive, from 1 */
+    bool quoted;   /* "name", not <name> */
+    bool next;     /* #include_next */
+    bool embed;    /* #embed: the file's bytes, not preprocessed */
+} jitop__include;
+
+typedef struct jitop__includes {
+    jitop__include *v;
+    size_t n, cap;
+} jitop__includes;
+
+/* The directives of a text that read another file, each once, in the order
+ * found, after the translation phases a preprocessor applies (scan.c).
+ * JITOP_ENOMEM (no message set) is the only failure; out is empty then. */
+int jitop__scan_includes(const char *text, size_t len, jitop__includes *out);
+void jitop__includes_free(jitop__includes *l);
+
 /* ------------------------------------------------------------- cubin.c */
 
 /* Bytes of __device__ variables in a cubin, which the driver allocates and
@@ -65,51 +96,71 @@ size_t jitop__cubin_global_bytes(const unsigned char *data, size_t size);
 /* -------------------------------------------------------------- deps.c */
 
 typedef struct jitop__dep {
-    char *path;           /* absolute */
+    char *path;           /* absolute, as jitop__abspath gives it */
     int64_t size;
     int64_t mtime_ns;
+    /* The inode's change time: set by the kernel at every write, and unlike
+     * the mtime it cannot be set back (touch -r, rsync -t, utimensat), so
+     * that a same-size edit with the mtime restored is still seen (git
+     * compares it too). Also changes on chmod, chown and link: a hash then
+     * finds the contents unchanged. */
+    int64_t ctime_ns;
     uint64_t ino, dev;
     XXH128_hash_t hash;   /* of the contents */
-    /* The mtime was within JITOP__RECENT_WINDOW_NS of the moment the stat
-     * was recorded: a same-size save later in the same timestamp tick would
-     * leave size, mtime and inode as recorded, so this record never vouches
-     * for the contents by itself (git's "racy clean"); only a hash does. A
-     * manifest keeps the flag (and then no mtime). */
+    /* The mtime or ctime was within JITOP__RECENT_WINDOW_NS of the moment
+     * the stat was recorded: a same-size save later in the same timestamp
+     * tick would leave the stat data as recorded, so this record never
+     * vouches for the contents by itself (git's "racy clean"); only a hash
+     * does. A manifest keeps the flag (and then no mtime). */
     bool recent;
 } jitop__dep;
 
 /* The files one unit reads: [0] is the source (absent for inline text), then
- * every header it includes, found by scanning #include "..." and <...>
- * recursively against the including file's directory and the include dirs.
- * A name that resolves nowhere is an NVRTC built-in header, covered by its
- * version. */
+ * every file its directives read (jitop__scan_includes), resolved as NVRTC
+ * resolves them (deps.c). A name that resolves nowhere is an NVRTC built-in
+ * header, covered by its version. */
 typedef struct jitop__deps {
     jitop__dep *v;
     size_t n;
+    /* NULL when every directive named its file. Else the scanner's safe
+     * mode says here which directive it could not resolve and what it did
+     * instead (deps.c), for JITOP_VERBOSE and explain. */
+    char *note;
+    /* Safe mode could not bound what the unit may read: its binary must
+     * never be stored in or served from the cache, and its files are never
+     * fresh (note says why). */
+    bool uncacheable;
 } jitop__deps;
 
 /* Scans and hashes. *text receives the source's text (malloc'd), the one
  * that is compiled, so that what is hashed is what is built. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
-/* Stat fast path: *fresh = 1 when every file's size, mtime and inode match
- * and no record is recent (see jitop__dep). Otherwise *why (malloc'd, may be
- * NULL) names the first file that differs. */
+/* Stat fast path: *fresh = 1 when every file's size, mtime, ctime and inode
+ * match and no record is recent (see jitop__dep). Otherwise *why (malloc'd,
+ * may be NULL) names the first file that differs. An uncacheable list is
+ * never fresh. */
 int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why);
 void jitop__deps_free(jitop__deps *d);
 /* A deep copy (to is overwritten; empty on failure). */
 int jitop__deps_copy(const jitop__deps *from, jitop__deps *to);
 
-/* A file whose mtime is this close to the moment its stat data was recorded
- * is never trusted by that stat data alone (jitop__dep.recent). Timestamps
- * have a granularity: ext4 stamps files from a coarse kernel clock (a few
- * ms), some network file systems to 1 s, FAT to 2 s. Two writes within one
- * tick, the second after we looked, leave size and mtime unchanged (git
- * calls this "racy clean"). The test is against the time of the recording,
+/* A file whose mtime or ctime is this close to the moment its stat data was
+ * recorded is never trusted by that stat data alone (jitop__dep.recent).
+ * Timestamps have a granularity: ext4 stamps files from a coarse kernel
+ * clock (a few ms), some network file systems to 1 s, FAT to 2 s. Two
+ * writes within one tick, the second after we looked, leave size, mtime and
+ * ctime unchanged (git calls this "racy clean"). The ctime counts: after
+ * touch -r or chmod the mtime is old but the ctime is now, and a same-size
+ * write in that tick would change neither. The test is against the time of the recording,
  * not of a later check: a manifest written in the tick of an edit must not
  * be trusted once the tick is old. 2 s covers the coarsest of these; the
  * cost is one content hash per check of a file saved less than 2 s before
  * it was last scanned, until a scan records it older. */
 #define JITOP__RECENT_WINDOW_NS ((int64_t)2000000000)
+/* The window in force: JITOP__RECENT_WINDOW_NS. Tests lower it to look at
+ * the stat path on files they have just written, whose ctime (which no call
+ * can set back) would otherwise keep them recent for 2 s (deps.c). */
+extern int64_t jitop__recent_window_ns;
 
 /* The mtime of a recent record read back from a manifest, which stores the
  * flag in place of the time (cache_manifest.c): no file has this mtime (it

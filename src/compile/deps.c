@@ -2,8 +2,10 @@
  * the stat fast path. */
 #include "compile/compile.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +13,16 @@
 #include <time.h>
 #include <unistd.h>
 
+int64_t jitop__recent_window_ns = JITOP__RECENT_WINDOW_NS;
+
 static int64_t mtime_ns_of(const struct stat *st)
 {
     return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static int64_t ctime_ns_of(const struct stat *st)
+{
+    return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
 }
 
 /* File times are wall-clock times, so this is the clock they are compared
@@ -80,7 +89,9 @@ static int read_dep(const char *path, jitop__dep *dep, char **data, size_t *len)
     buf[n] = '\0';
     dep->size = (int64_t)st.st_size;
     dep->mtime_ns = mtime_ns_of(&st);
-    dep->recent = dep->mtime_ns >= now_ns() - JITOP__RECENT_WINDOW_NS;
+    dep->ctime_ns = ctime_ns_of(&st);
+    int64_t horizon = now_ns() - jitop__recent_window_ns;
+    dep->recent = dep->mtime_ns >= horizon || dep->ctime_ns >= horizon;
     dep->ino = (uint64_t)st.st_ino;
     dep->dev = (uint64_t)st.st_dev;
     dep->hash = XXH3_128bits(buf, n);
@@ -94,121 +105,117 @@ out:
     return status;
 }
 
-/* One #include directive found by the scanner. */
-struct include {
-    char *name;
-    bool quoted; /* "..." rather than <...> */
+/* Safe mode's bounds: what it hashes when a directive's file is named by
+ * macros. Past either, the unit is not cached at all (deps.uncacheable).
+ * A stat per file on every fast-path check, and a manifest record each. */
+#define SAFE_MAX_FILES 4096
+#define SAFE_MAX_BYTES ((int64_t)64 << 20)
+
+/* Per dep, what the scan knows of it beyond the record. */
+enum {
+    DEP_EMBED = 1,  /* #embed: hashed, not scanned */
+    DEP_FOLDER = 2, /* found by safe mode's walk: skipped if it cannot be read */
+    DEP_DROP = 4,   /* a folder file that could not be read: removed at the end */
 };
 
-struct include_list {
-    struct include *v;
-    size_t n, cap;
+/* A set of paths (open addressing on their hash): the deps already listed,
+ * so that a unit of thousands of headers is not quadratic. */
+struct path_set {
+    const char **v; /* borrowed from the deps */
+    size_t cap, n;
 };
 
-static void include_list_free(struct include_list *l)
+static bool path_set_has(const struct path_set *s, const char *path)
 {
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i].name);
-    free(l->v);
-    memset(l, 0, sizeof *l);
+    if (!s->cap)
+        return false;
+    for (size_t i = XXH3_64bits(path, strlen(path)) & (s->cap - 1); s->v[i];
+         i = (i + 1) & (s->cap - 1))
+        if (strcmp(s->v[i], path) == 0)
+            return true;
+    return false;
 }
 
-static int include_list_add(struct include_list *l, const char *name, size_t len, bool quoted)
+static int path_set_add(struct path_set *s, const char *path)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        struct include *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        struct path_set g = {calloc(cap, sizeof *g.v), cap, 0};
+        if (!g.v)
             return JITOP_ENOMEM;
-        l->v = v;
-        l->cap = cap;
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->v[i])
+                path_set_add(&g, s->v[i]); /* cannot grow again */
+        free(s->v);
+        *s = g;
     }
-    char *s = malloc(len + 1);
-    if (!s)
-        return JITOP_ENOMEM;
-    memcpy(s, name, len);
-    s[len] = '\0';
-    l->v[l->n].name = s;
-    l->v[l->n].quoted = quoted;
-    l->n++;
+    size_t i = XXH3_64bits(path, strlen(path)) & (s->cap - 1);
+    while (s->v[i])
+        i = (i + 1) & (s->cap - 1);
+    s->v[i] = path;
+    s->n++;
     return JITOP_OK;
 }
 
-/* Parses the directive after a '#' at the start of a line; p points just
- * past the '#'. Adds the header name if it is an #include with a literal
- * name (#include MACRO cannot be resolved without preprocessing: skipped). */
-static int parse_directive(const char *p, const char *end, struct include_list *out)
-{
-    while (p < end && (*p == ' ' || *p == '\t'))
-        p++;
-    if ((size_t)(end - p) < 7 || strncmp(p, "include", 7) != 0)
-        return JITOP_OK;
-    p += 7;
-    while (p < end && (*p == ' ' || *p == '\t'))
-        p++;
-    if (p >= end || (*p != '"' && *p != '<'))
-        return JITOP_OK;
-    char close = *p == '"' ? '"' : '>';
-    const char *name = ++p;
-    while (p < end && *p != close && *p != '\n')
-        p++;
-    if (p >= end || *p != close || p == name)
-        return JITOP_OK;
-    return include_list_add(out, name, (size_t)(p - name), close == '"');
-}
+/* One unit's scan in progress. */
+struct scan {
+    const jitop__unit *u;
+    jitop__deps d;
+    size_t cap;
+    unsigned char *flags; /* per dep, DEP_* */
+    struct path_set seen;
+    char *cwd; /* inline text's directory: see jitop__deps_scan */
+    /* Safe mode: the first directive no literal name resolves, as
+     * "file:line: #include TEXT"; the folders it hashes (their directories
+     * walked, by device and inode, so that none is walked twice). */
+    char *unresolved;
+    jitop__strv roots;
+    size_t roots_walked;
+    struct dir_id {
+        uint64_t dev, ino;
+    } *walked;
+    size_t nwalked, walked_cap;
+    size_t folder_files;
+    int64_t folder_bytes;
+    bool over_bound;
+};
 
-/* Finds the #include directives of a text. Comments, string and character
- * literals are skipped, so that a commented-out include or "#include" inside
- * a string is not a dependency. Directives inside #if 0 blocks are still
- * taken: a few extra headers only make the key more conservative. */
-static int scan_includes(const char *text, size_t len, struct include_list *out)
+static int scan_append(struct scan *s, char *path, unsigned char flags)
 {
-    const char *p = text, *end = text + len;
-    bool line_start = true;
-    while (p < end) {
-        char c = *p;
-        if (c == '\n') {
-            line_start = true;
-            p++;
-        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-            p++;
-        } else if (c == '\\' && p + 1 < end && p[1] == '\n') {
-            p += 2; /* a line continuation keeps the logical line */
-        } else if (c == '/' && p + 1 < end && p[1] == '/') {
-            while (p < end && *p != '\n')
-                p++;
-        } else if (c == '/' && p + 1 < end && p[1] == '*') {
-            /* A block comment counts as whitespace: line_start is kept, so
-             * that a directive after a comment on the same line is found. */
-            p += 2;
-            while (p + 1 < end && !(p[0] == '*' && p[1] == '/')) {
-                if (*p == '\n')
-                    line_start = true;
-                p++;
-            }
-            p = p + 1 < end ? p + 2 : end;
-        } else if (c == '"' || c == '\'') {
-            p++;
-            while (p < end && *p != c && *p != '\n') {
-                if (*p == '\\' && p + 1 < end)
-                    p++;
-                p++;
-            }
-            if (p < end && *p == c)
-                p++;
-            line_start = false;
-        } else if (c == '#' && line_start) {
-            int rc = parse_directive(p + 1, end, out);
-            if (rc != JITOP_OK)
-                return rc;
-            while (p < end && *p != '\n')
-                p++;
-        } else {
-            line_start = false;
-            p++;
+    if (s->d.n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 8;
+        jitop__dep *v = realloc(s->d.v, ncap * sizeof *v);
+        unsigned char *f = v ? realloc(s->flags, ncap) : NULL;
+        if (v)
+            s->d.v = v;
+        if (!f) {
+            free(path);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
         }
+        s->flags = f;
+        s->cap = ncap;
     }
+    memset(&s->d.v[s->d.n], 0, sizeof s->d.v[s->d.n]);
+    s->d.v[s->d.n].path = path;
+    s->flags[s->d.n] = flags;
+    s->d.n++;
+    if (path_set_add(&s->seen, path) != JITOP_OK)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
     return JITOP_OK;
+}
+
+/* Adds the file at path (made absolute as the kernel resolves it) unless it
+ * is listed already. */
+static int scan_add(struct scan *s, const char *path, unsigned char flags)
+{
+    char *abs = jitop__abspath(path);
+    if (!abs)
+        return jitop__fail_abspath(path);
+    if (path_set_has(&s->seen, abs)) {
+        free(abs);
+        return JITOP_OK;
+    }
+    return scan_append(s, abs, flags);
 }
 
 static bool is_regular_file(const char *path)
@@ -217,37 +224,278 @@ static bool is_regular_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Where the preprocessor would find name: "..." first beside the including
- * file, then in the include dirs; <...> in the include dirs. NULL: nowhere
- * (one of NVRTC's built-in headers, covered by the NVRTC version in the key).
- * On ENOMEM returns NULL too and sets *oom. */
-static char *resolve_include(const struct include *inc, const char *cur_dir,
-                             const jitop__strv *dirs, bool *oom)
+/* Whether path lies in dir or below it. */
+static bool path_under(const char *path, const char *dir)
 {
-    if (inc->name[0] == '/') {
-        if (!is_regular_file(inc->name))
-            return NULL;
-        char *abs = jitop__abspath(inc->name);
-        *oom = abs == NULL;
-        return abs;
-    }
-    size_t ndirs = dirs->n + (inc->quoted && cur_dir ? 1 : 0);
-    for (size_t i = 0; i < ndirs; i++) {
-        const char *dir = inc->quoted && cur_dir ? (i == 0 ? cur_dir : dirs->v[i - 1]) : dirs->v[i];
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+/* Whether a file lies in one of the toolkit's include dirs (those after the
+ * user's): a directive it cannot resolve there is the toolkit's own (the
+ * Thrust headers name theirs through macros), covered by the toolkit the
+ * unit is built with, and does not put the unit in safe mode. */
+static bool in_toolkit(const jitop__unit *u, const char *path)
+{
+    for (size_t i = u->user_include_dirs; i < u->include_dirs.n; i++)
+        if (path_under(path, u->include_dirs.v[i]))
+            return true;
+    return false;
+}
+
+/* Resolves one directive of the file whose directory is cur_dir (NULL: no
+ * directory of its own) as NVRTC does, and adds what it names:
+ *  - "name": beside the including file (the directory of the path it was
+ *    opened by, links in it kept: NVRTC looks there, not beside a link's
+ *    target), then each include dir in order; <name>: the include dirs;
+ *    an absolute name as it is. The first regular file found is the one.
+ *  - #include_next: the search goes on after the directory the including
+ *    file was found in; every match in every directory is added instead,
+ *    which holds the one NVRTC takes whichever it is.
+ *  - a candidate's ".." is resolved as the kernel resolves it (after the
+ *    links before it: jitop__abspath), which is what NVRTC opens.
+ * A name found nowhere is left out: an NVRTC built-in header, one on an #if
+ * branch that is not compiled, or a compile error to come. */
+static int resolve(struct scan *s, const jitop__include *inc, const char *cur_dir)
+{
+    const jitop__strv *dirs = &s->u->include_dirs;
+    unsigned char flags = inc->embed ? DEP_EMBED : 0;
+    if (inc->name[0] == '/')
+        return is_regular_file(inc->name) ? scan_add(s, inc->name, flags) : JITOP_OK;
+    size_t first = inc->quoted && cur_dir ? 0 : 1;
+    for (size_t i = first; i < dirs->n + 1; i++) {
+        const char *dir = i == 0 ? cur_dir : dirs->v[i - 1];
         char *joined = jitop__sprintf("%s/%s", dir, inc->name);
-        if (!joined) {
-            *oom = true;
-            return NULL;
-        }
-        if (is_regular_file(joined)) {
-            char *abs = jitop__abspath(joined);
-            free(joined);
-            *oom = abs == NULL;
-            return abs;
-        }
+        if (!joined)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        int status = JITOP_OK;
+        bool found = is_regular_file(joined);
+        if (found)
+            status = scan_add(s, joined, flags);
         free(joined);
+        if (status != JITOP_OK || (found && !inc->next))
+            return status;
     }
-    return NULL;
+    return JITOP_OK;
+}
+
+/* Safe mode: a directive names its file through macros, so the file could be
+ * any the include search reaches from where it stands. Every file under the
+ * including file's directory and under each of the user's include dirs is
+ * hashed, and scanned like a header (so that what a macro-named header
+ * includes is found too). Asked once per such directive; the walk happens
+ * after the literal includes are done (walk_roots). */
+static int unresolved_directive(struct scan *s, const char *file, const jitop__include *inc,
+                                const char *cur_dir)
+{
+    if (file && in_toolkit(s->u, file))
+        return JITOP_OK;
+    if (!s->unresolved) {
+        s->unresolved = jitop__sprintf("%s:%u: '#%s %s'", file ? file : s->u->source_name,
+                                       inc->line,
+                                       inc->embed ? "embed" : inc->next ? "include_next" : "include",
+                                       inc->text);
+        if (!s->unresolved)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        for (size_t i = 0; i < s->u->user_include_dirs; i++)
+            if (jitop__strv_push(&s->roots, s->u->include_dirs.v[i]) != JITOP_OK)
+                return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; cur_dir && i < s->roots.n; i++)
+        if (strcmp(s->roots.v[i], cur_dir) == 0)
+            return JITOP_OK;
+    if (cur_dir && jitop__strv_push(&s->roots, cur_dir) != JITOP_OK)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    return JITOP_OK;
+}
+
+/* Resolves the directives of one text (file: its path, NULL for inline
+ * text; cur_dir: where its quoted names are looked up first). */
+static int add_includes(struct scan *s, const char *file, const char *text, size_t len,
+                        const char *cur_dir)
+{
+    jitop__includes incs;
+    int status = jitop__scan_includes(text, len, &incs);
+    if (status != JITOP_OK)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (size_t i = 0; status == JITOP_OK && i < incs.n; i++)
+        status = incs.v[i].name ? resolve(s, &incs.v[i], cur_dir)
+                                : unresolved_directive(s, file, &incs.v[i], cur_dir);
+    jitop__includes_free(&incs);
+    return status;
+}
+
+static int dir_compare(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether the directory (dev, ino) was walked already; records it if not. */
+static int walked_before(struct scan *s, const struct stat *st, bool *before)
+{
+    *before = false;
+    for (size_t i = 0; i < s->nwalked; i++)
+        if (s->walked[i].dev == (uint64_t)st->st_dev && s->walked[i].ino == (uint64_t)st->st_ino) {
+            *before = true;
+            return JITOP_OK;
+        }
+    if (s->nwalked == s->walked_cap) {
+        size_t cap = s->walked_cap ? 2 * s->walked_cap : 16;
+        struct dir_id *v = realloc(s->walked, cap * sizeof *v);
+        if (!v)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        s->walked = v;
+        s->walked_cap = cap;
+    }
+    s->walked[s->nwalked++] = (struct dir_id){(uint64_t)st->st_dev, (uint64_t)st->st_ino};
+    return JITOP_OK;
+}
+
+/* Version control metadata is never included; walking it would blow the
+ * bound of any repository's root. */
+static bool skipped_dir(const char *name)
+{
+    return !strcmp(name, ".git") || !strcmp(name, ".hg") || !strcmp(name, ".svn");
+}
+
+/* Adds every regular file under dir (links followed; directories in name
+ * order, so that the list and the key do not depend on readdir's order).
+ * A directory that cannot be read adds nothing: NVRTC cannot read it
+ * either. Stops at the bound, setting over_bound. */
+static int walk_dir(struct scan *s, const char *dir, unsigned depth)
+{
+    int status = JITOP_OK;
+    jitop__strv names = {0};
+    struct stat st;
+    bool before = false;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || depth > 64)
+        return JITOP_OK;
+    if ((status = walked_before(s, &st, &before)) != JITOP_OK || before)
+        return status;
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return JITOP_OK;
+    for (struct dirent *e; (e = readdir(dp)) != NULL;) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || skipped_dir(e->d_name))
+            continue;
+        if (jitop__strv_push(&names, e->d_name) != JITOP_OK) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            break;
+        }
+    }
+    closedir(dp);
+    if (names.n > 1)
+        qsort(names.v, names.n, sizeof *names.v, dir_compare);
+    for (size_t i = 0; status == JITOP_OK && !s->over_bound && i < names.n; i++) {
+        char *path = jitop__sprintf("%s%s%s", dir, strcmp(dir, "/") ? "/" : "", names.v[i]);
+        if (!path) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            break;
+        }
+        if (stat(path, &st) != 0) {
+            /* a dangling link, or gone since readdir: nothing to read */
+        } else if (S_ISDIR(st.st_mode)) {
+            status = walk_dir(s, path, depth + 1);
+        } else if (S_ISREG(st.st_mode)) {
+            if (++s->folder_files > SAFE_MAX_FILES ||
+                (s->folder_bytes += (int64_t)st.st_size) > SAFE_MAX_BYTES)
+                s->over_bound = true;
+            else
+                status = scan_add(s, path, DEP_FOLDER);
+        }
+        free(path);
+    }
+    jitop__strv_free(&names);
+    return status;
+}
+
+/* Walks the roots safe mode collected that are not walked yet. */
+static int walk_roots(struct scan *s)
+{
+    int status = JITOP_OK;
+    for (; status == JITOP_OK && s->roots_walked < s->roots.n; s->roots_walked++) {
+        const char *root = s->roots.v[s->roots_walked];
+        if (!in_toolkit(s->u, root) && !s->over_bound)
+            status = walk_dir(s, root, 0);
+    }
+    return status;
+}
+
+/* The note of a safe-mode scan (see jitop__deps.note). */
+static int safe_mode_note(struct scan *s)
+{
+    char *roots = jitop__strv_join(&s->roots, ", ");
+    if (!roots)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (s->over_bound) {
+        s->d.uncacheable = true;
+        s->d.note = jitop__sprintf(
+            "not cacheable: %s names its file through macros, which only a preprocessor "
+            "expands, and the folders safe mode would hash instead (%s) hold more than %d files "
+            "or %lld MiB: compiled at every build, never cached; name the file literally "
+            "(#include \"file.h\") to cache it",
+            s->unresolved, roots, SAFE_MAX_FILES, (long long)(SAFE_MAX_BYTES >> 20));
+    } else {
+        s->d.note = jitop__sprintf(
+            "safe mode: %s names its file through macros, which only a preprocessor expands: "
+            "every file under %s is hashed instead (%zu files)",
+            s->unresolved, roots, s->folder_files);
+    }
+    free(roots);
+    return s->d.note ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+}
+
+/* Removes the folder files that could not be read. */
+static void drop_unread(struct scan *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->d.n; i++) {
+        if (s->flags[i] & DEP_DROP) {
+            free(s->d.v[i].path);
+            continue;
+        }
+        s->d.v[k++] = s->d.v[i];
+    }
+    s->d.n = k;
+}
+
+static bool is_readable_file(const char *path)
+{
+    return is_regular_file(path) && access(path, R_OK) == 0;
+}
+
+/* Reads, hashes and scans deps[next]. A folder file that cannot be opened
+ * (no permission, gone since the walk) is dropped: NVRTC could not read it
+ * either. */
+static int scan_one(struct scan *s, size_t next, char **source_text)
+{
+    char *data = NULL, *dir = NULL;
+    size_t len = 0;
+    const jitop__unit *u = s->u;
+    int status = read_dep(s->d.v[next].path, &s->d.v[next], &data, &len);
+    if (status != JITOP_OK) {
+        if ((s->flags[next] & DEP_FOLDER) && !is_readable_file(s->d.v[next].path)) {
+            jitop__clear_error();
+            s->flags[next] |= DEP_DROP;
+            return JITOP_OK;
+        }
+        if (next > 0 || !u->source_path)
+            jitop__fail_prefix(status, "header of %s", u->source_path ? u->source_path : u->source_name);
+        return status;
+    }
+    if (!(s->flags[next] & DEP_EMBED)) {
+        dir = jitop__dirname(s->d.v[next].path);
+        status = dir ? add_includes(s, s->d.v[next].path, data, len, dir)
+                     : jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    free(dir);
+    if (next == 0 && u->source_path)
+        *source_text = data;
+    else
+        free(data);
+    return status;
 }
 
 const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path)
@@ -258,111 +506,51 @@ const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path)
     return NULL;
 }
 
-/* Appends a dep with only its path set (ownership of path moves). */
-static int deps_append(jitop__deps *d, size_t *cap, char *path)
-{
-    if (d->n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 8;
-        jitop__dep *v = realloc(d->v, ncap * sizeof *v);
-        if (!v) {
-            free(path);
-            return jitop__fail(JITOP_ENOMEM, "out of memory");
-        }
-        d->v = v;
-        *cap = ncap;
-    }
-    memset(&d->v[d->n], 0, sizeof d->v[d->n]);
-    d->v[d->n++].path = path;
-    return JITOP_OK;
-}
-
-/* Resolves the includes of one text (whose own directory is cur_dir, NULL
- * for inline text) and appends every new header to d. The list doubles as
- * the visited set: a header is scanned once however often it is included,
- * which also ends include cycles. */
-static int add_includes(const jitop__unit *u, const char *text, size_t len, const char *cur_dir,
-                        jitop__deps *d, size_t *cap)
-{
-    struct include_list incs = {0};
-    int status = scan_includes(text, len, &incs);
-    if (status != JITOP_OK) {
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < incs.n; i++) {
-        bool oom = false;
-        char *path = resolve_include(&incs.v[i], cur_dir, &u->include_dirs, &oom);
-        if (oom) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-        if (!path)
-            continue;
-        if (jitop__deps_find(d, path)) {
-            free(path);
-            continue;
-        }
-        status = deps_append(d, cap, path);
-        if (status != JITOP_OK)
-            goto out;
-    }
-out:
-    include_list_free(&incs);
-    return status;
-}
-
+/* Inline text has no file: NVRTC names it by a relative name, so its quoted
+ * includes are looked up in the process's current directory, and so are
+ * they here. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text)
 {
     int status = JITOP_OK;
-    jitop__deps d = {0};
-    size_t cap = 0;
+    struct scan s = {.u = u};
     char *source_text = NULL;
     memset(out, 0, sizeof *out);
     *text = NULL;
 
-    size_t next = 0; /* the first dep whose includes are not scanned yet */
     if (u->source_path) {
         char *p = jitop__strdup(u->source_path);
-        status = p ? deps_append(&d, &cap, p) : jitop__fail(JITOP_ENOMEM, "out of memory");
-        if (status != JITOP_OK)
-            goto out;
+        status = p ? scan_append(&s, p, 0) : jitop__fail(JITOP_ENOMEM, "out of memory");
     } else {
+        char cwd[PATH_MAX];
         source_text = jitop__strdup(u->inline_text ? u->inline_text : "");
-        if (!source_text) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-        status = add_includes(u, source_text, strlen(source_text), NULL, &d, &cap);
-        if (status != JITOP_OK)
-            goto out;
+        s.cwd = getcwd(cwd, sizeof cwd) ? jitop__strdup(cwd) : NULL;
+        status = source_text ? add_includes(&s, NULL, source_text, strlen(source_text), s.cwd)
+                             : jitop__fail(JITOP_ENOMEM, "out of memory");
     }
-    for (; next < d.n; next++) {
-        char *data = NULL, *dir = NULL;
-        size_t len = 0;
-        status = read_dep(d.v[next].path, &d.v[next], &data, &len);
-        if (status != JITOP_OK) {
-            if (next > 0 || !u->source_path)
-                jitop__fail_prefix(status, "header of %s",
-                                   u->source_path ? u->source_path : u->source_name);
-            goto out;
-        }
-        dir = jitop__dirname(d.v[next].path);
-        status = dir ? add_includes(u, data, len, dir, &d, &cap)
-                     : jitop__fail(JITOP_ENOMEM, "out of memory");
-        free(dir);
-        if (next == 0 && u->source_path)
-            source_text = data;
-        else
-            free(data);
-        if (status != JITOP_OK)
-            goto out;
+    for (size_t next = 0; status == JITOP_OK;) {
+        for (; status == JITOP_OK && next < s.d.n; next++)
+            status = scan_one(&s, next, &source_text);
+        if (status != JITOP_OK || !s.unresolved || s.roots_walked == s.roots.n)
+            break;
+        status = walk_roots(&s);
     }
-    *out = d;
-    memset(&d, 0, sizeof d);
+    if (status == JITOP_OK && s.unresolved)
+        status = safe_mode_note(&s);
+    if (status != JITOP_OK)
+        goto out;
+    drop_unread(&s);
+    *out = s.d;
+    memset(&s.d, 0, sizeof s.d);
     *text = source_text;
     source_text = NULL;
 out:
-    jitop__deps_free(&d);
+    jitop__deps_free(&s.d);
+    free(s.flags);
+    free(s.seen.v);
+    free(s.cwd);
+    free(s.unresolved);
+    jitop__strv_free(&s.roots);
+    free(s.walked);
     free(source_text);
     return status;
 }
@@ -375,6 +563,7 @@ enum stat_verdict {
     STAT_SIZE,
     STAT_INODE,
     STAT_MTIME,
+    STAT_CTIME,
 };
 
 static enum stat_verdict compare_stat(const jitop__dep *dep, struct stat *st, int *err)
@@ -389,6 +578,8 @@ static enum stat_verdict compare_stat(const jitop__dep *dep, struct stat *st, in
         return STAT_INODE;
     if (dep->mtime_ns != JITOP__MTIME_UNKNOWN && mtime_ns_of(st) != dep->mtime_ns)
         return STAT_MTIME;
+    if (ctime_ns_of(st) != dep->ctime_ns)
+        return STAT_CTIME;
     return dep->recent ? STAT_RECENT : STAT_SAME;
 }
 
@@ -398,6 +589,8 @@ int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why)
     if (why)
         *why = NULL;
     char *reason = NULL;
+    if (d->uncacheable && !(reason = jitop__strdup(d->note ? d->note : "not cacheable")))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
     for (size_t i = 0; i < d->n && !reason; i++) {
         const jitop__dep *dep = &d->v[i];
         struct stat st;
@@ -418,6 +611,11 @@ int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why)
             break;
         case STAT_MTIME:
             reason = jitop__sprintf("%s: modification time changed", dep->path);
+            break;
+        case STAT_CTIME:
+            reason = jitop__sprintf("%s: status change time changed (written, or its times, "
+                                    "mode or links changed)",
+                                    dep->path);
             break;
         case STAT_RECENT:
             reason = jitop__sprintf("%s: saved within 2 s of when it was last scanned "
@@ -470,17 +668,22 @@ void jitop__deps_free(jitop__deps *d)
     for (size_t i = 0; i < d->n; i++)
         free(d->v[i].path);
     free(d->v);
-    d->v = NULL;
-    d->n = 0;
+    free(d->note);
+    memset(d, 0, sizeof *d);
 }
 
 int jitop__deps_copy(const jitop__deps *from, jitop__deps *to)
 {
     memset(to, 0, sizeof *to);
+    to->uncacheable = from->uncacheable;
+    if (from->note && !(to->note = jitop__strdup(from->note)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
     if (from->n == 0)
         return JITOP_OK;
-    if (!(to->v = calloc(from->n, sizeof *to->v)))
+    if (!(to->v = calloc(from->n, sizeof *to->v))) {
+        jitop__deps_free(to);
         return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
     for (size_t i = 0; i < from->n; i++, to->n++) {
         to->v[i] = from->v[i];
         if (!(to->v[i].path = jitop__strdup(from->v[i].path))) {

@@ -231,6 +231,7 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
         if (status != JITOP_OK)
             goto out;
     }
+    u->user_include_dirs = u->include_dirs.n;
     for (size_t i = 0; i < nnames; i++) {
         if (!names[i] || !*names[i]) {
             status = jitop__fail(JITOP_EINVAL, "name expression %zu is empty", i);

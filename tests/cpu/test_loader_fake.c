@@ -691,6 +691,9 @@ static char *write_old_source(const char *dir, int version)
     free(text);
     struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
     assert_int_equal(utimensat(AT_FDCWD, src, old, 0), 0);
+    /* Its ctime is now, and no call sets it back: without the recent window
+     * the file counts as old, and the stat fast path vouches for it. */
+    jitop__recent_window_ns = 0;
     return src;
 }
 
