@@ -146,7 +146,27 @@ typedef struct jitop_build_result {
  * example "layernorm_fwd<float, 1024, true>"), may be NULL with nnames 0.
  * arch NULL: the context's arch. On a compile error: JITOP_ECOMPILE with the
  * log in jitop_errmsg(), and nothing is written to the cache. Thread-safe;
- * concurrent processes building the same key compile it once. */
+ * concurrent processes building the same key compile it once.
+ *
+ * What is hashed (here and in jitop_load): the source and every file its
+ * #include, #include_next and #embed directives name, found as NVRTC finds
+ * them ("name" beside the including file, then the source's directory and
+ * each -I in order; <name> in those directories; a "..", in the path or in
+ * a name, taken after the symbolic links before it, as the kernel does),
+ * whatever the spelling (comments or line splices inside the directive,
+ * %:include, trigraphs), on every #if branch. A name found nowhere is one of
+ * NVRTC's built-in headers (covered by the NVRTC release in the key) or a
+ * compile error. A directive whose file only macros name (#include CONFIG,
+ * #include STR(x)) cannot be resolved without preprocessing: the unit is
+ * then built in safe mode, where every file under the source's directory,
+ * each -I directory and the directory of the file holding that directive
+ * (recursively, links followed, .git/.hg/.svn skipped) is hashed instead,
+ * and watched. Safe mode does not see a file the macros name outside these
+ * folders (an absolute name, or one whose ".." leaves them): name such a
+ * file literally. Past 4096 files or 64 MiB, a unit in safe mode is compiled
+ * at every build and never cached (result->cached is 0, every time). Either
+ * is said by JITOP_VERBOSE=1 and by jitop_explain. The stat fast path
+ * compares each file's size, mtime, ctime and inode. */
 JITOP_API int jitop_build(jitop_ctx *ctx, const char *path, const char *arch,
                           const char *const *options, size_t noptions,
                           const char *const *names, size_t nnames,
@@ -207,15 +227,18 @@ typedef struct jitop_op jitop_op;
  * translation unit; ops are looked up across all of them. name is a label
  * for messages. Loading the same sources with the same options again returns
  * the module already loaded (only the stat fast path touches the disk).
- * Modules belong to the context and live until jitop_ctx_destroy; *out stays
- * valid across hot reloads. */
+ * Which files are hashed and watched, and safe mode (a directive whose file
+ * only macros name): see jitop_build. A unit safe mode cannot bound is
+ * compiled again by every load. Modules belong to the context and live until
+ * jitop_ctx_destroy; *out stays valid across hot reloads. */
 JITOP_API int jitop_load(jitop_ctx *ctx, const char *name,
                          const char *const *sources, size_t nsources,
                          const char *const *options, size_t noptions,
                          jitop_module **out);
 
 /* Like jitop_load for source text instead of a file (torch's load_inline).
- * The text is copied. -I options still apply. */
+ * The text is copied. -I options still apply; a "name" include is looked up
+ * in the current directory first, as NVRTC does for text without a file. */
 JITOP_API int jitop_load_inline(jitop_ctx *ctx, const char *name, const char *source_text,
                                 const char *const *options, size_t noptions,
                                 jitop_module **out);

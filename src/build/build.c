@@ -340,6 +340,8 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, bool defer, jitop__b
         if (status != JITOP_OK)
             goto out;
         if (found) {
+            if (mdeps.note)
+                jitop__log(ctx, "%s: %s", u->source_name, mdeps.note);
             out->cached = true;
             out->deferred = defer;
             out->deps = mdeps;

@@ -132,6 +132,13 @@ typedef struct jitop__deps {
     bool uncacheable;
 } jitop__deps;
 
+/* Safe mode's bounds: what the scan hashes when a directive's file is named
+ * by macros (deps.c). Past either, the unit is not cached at all
+ * (jitop__deps.uncacheable). Each file costs a stat on every fast-path
+ * check and a manifest record. */
+#define JITOP__SAFE_MAX_FILES 4096
+#define JITOP__SAFE_MAX_BYTES ((int64_t)64 << 20)
+
 /* Scans and hashes. *text receives the source's text (malloc'd), the one
  * that is compiled, so that what is hashed is what is built. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);

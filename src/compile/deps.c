@@ -105,12 +105,6 @@ out:
     return status;
 }
 
-/* Safe mode's bounds: what it hashes when a directive's file is named by
- * macros. Past either, the unit is not cached at all (deps.uncacheable).
- * A stat per file on every fast-path check, and a manifest record each. */
-#define SAFE_MAX_FILES 4096
-#define SAFE_MAX_BYTES ((int64_t)64 << 20)
-
 /* Per dep, what the scan knows of it beyond the record. */
 enum {
     DEP_EMBED = 1,  /* #embed: hashed, not scanned */
@@ -399,8 +393,8 @@ static int walk_dir(struct scan *s, const char *dir, unsigned depth)
         } else if (S_ISDIR(st.st_mode)) {
             status = walk_dir(s, path, depth + 1);
         } else if (S_ISREG(st.st_mode)) {
-            if (++s->folder_files > SAFE_MAX_FILES ||
-                (s->folder_bytes += (int64_t)st.st_size) > SAFE_MAX_BYTES)
+            if (++s->folder_files > JITOP__SAFE_MAX_FILES ||
+                (s->folder_bytes += (int64_t)st.st_size) > JITOP__SAFE_MAX_BYTES)
                 s->over_bound = true;
             else
                 status = scan_add(s, path, DEP_FOLDER);
@@ -436,7 +430,7 @@ static int safe_mode_note(struct scan *s)
             "expands, and the folders safe mode would hash instead (%s) hold more than %d files "
             "or %lld MiB: compiled at every build, never cached; name the file literally "
             "(#include \"file.h\") to cache it",
-            s->unresolved, roots, SAFE_MAX_FILES, (long long)(SAFE_MAX_BYTES >> 20));
+            s->unresolved, roots, JITOP__SAFE_MAX_FILES, (long long)(JITOP__SAFE_MAX_BYTES >> 20));
     } else {
         s->d.note = jitop__sprintf(
             "safe mode: %s names its file through macros, which only a preprocessor expands: "
