@@ -160,10 +160,11 @@ typedef struct jitop_build_result {
  * #include STR(x)) cannot be resolved without preprocessing: the unit is
  * then built in safe mode, where every file under the source's directory,
  * each -I directory and the directory of the file holding that directive
- * (recursively, links followed, .git/.hg/.svn skipped) is hashed instead,
- * and watched. Safe mode does not see a file the macros name outside these
- * folders (an absolute name, or one whose ".." leaves them): name such a
- * file literally. Past 4096 files or 64 MiB, a unit in safe mode is compiled
+ * (recursively, links followed; hidden directories and jitop caches
+ * skipped) is hashed instead, and watched. Safe mode does not see a file
+ * the macros name outside these folders (an absolute name, or one whose ".."
+ * leaves them), nor one created after the build: name such a file
+ * literally. Past 4096 files or 64 MiB, a unit in safe mode is compiled
  * at every build and never cached (result->cached is 0, every time). Either
  * is said by JITOP_VERBOSE=1 and by jitop_explain. The stat fast path
  * compares each file's size, mtime, ctime and inode. */

@@ -230,13 +230,24 @@ static bool path_under(const char *path, const char *dir)
 /* Whether a file lies in one of the toolkit's include dirs (those after the
  * user's): a directive it cannot resolve there is the toolkit's own (the
  * Thrust headers name theirs through macros), covered by the toolkit the
- * unit is built with, and does not put the unit in safe mode. */
+ * unit is built with, and does not put the unit in safe mode. Compared as
+ * written and as real paths (a ".." in a toolkit header's include resolves
+ * through the links of the toolkit's path). Asked only for the rare
+ * directive the scanner cannot resolve. */
 static bool in_toolkit(const jitop__unit *u, const char *path)
 {
-    for (size_t i = u->user_include_dirs; i < u->include_dirs.n; i++)
-        if (path_under(path, u->include_dirs.v[i]))
-            return true;
-    return false;
+    bool in = false;
+    char *real = NULL;
+    for (size_t i = u->user_include_dirs; i < u->include_dirs.n && !in; i++) {
+        in = path_under(path, u->include_dirs.v[i]);
+        if (!in && (real || (real = realpath(path, NULL)))) {
+            char *dir = realpath(u->include_dirs.v[i], NULL);
+            in = dir && path_under(real, dir);
+            free(dir);
+        }
+    }
+    free(real);
+    return in;
 }
 
 /* Resolves one directive of the file whose directory is cur_dir (NULL: no
@@ -347,11 +358,20 @@ static int walked_before(struct scan *s, const struct stat *st, bool *before)
     return JITOP_OK;
 }
 
-/* Version control metadata is never included; walking it would blow the
- * bound of any repository's root. */
-static bool skipped_dir(const char *name)
+/* Directories safe mode does not walk: hidden ones (version control
+ * metadata, editor state, a project's .cache), which no header is named
+ * into and which would blow the bound of any repository's root; and a jitop
+ * cache (one holding v<format>/manifests), whose entries change with every
+ * build: hashed, each build would change the key of the next. */
+static bool skipped_dir(const char *dir, const char *name)
 {
-    return !strcmp(name, ".git") || !strcmp(name, ".hg") || !strcmp(name, ".svn");
+    if (name[0] == '.')
+        return true;
+    char *probe = jitop__sprintf("%s/%s/v%d/manifests", dir, name, JITOP__FORMAT_VERSION);
+    struct stat st;
+    bool cache = probe && stat(probe, &st) == 0 && S_ISDIR(st.st_mode);
+    free(probe);
+    return cache;
 }
 
 /* Adds every regular file under dir (links followed; directories in name
@@ -372,7 +392,7 @@ static int walk_dir(struct scan *s, const char *dir, unsigned depth)
     if (!dp)
         return JITOP_OK;
     for (struct dirent *e; (e = readdir(dp)) != NULL;) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || skipped_dir(e->d_name))
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
         if (jitop__strv_push(&names, e->d_name) != JITOP_OK) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
@@ -391,7 +411,8 @@ static int walk_dir(struct scan *s, const char *dir, unsigned depth)
         if (stat(path, &st) != 0) {
             /* a dangling link, or gone since readdir: nothing to read */
         } else if (S_ISDIR(st.st_mode)) {
-            status = walk_dir(s, path, depth + 1);
+            if (!skipped_dir(dir, names.v[i]))
+                status = walk_dir(s, path, depth + 1);
         } else if (S_ISREG(st.st_mode)) {
             if (++s->folder_files > JITOP__SAFE_MAX_FILES ||
                 (s->folder_bytes += (int64_t)st.st_size) > JITOP__SAFE_MAX_BYTES)

@@ -395,6 +395,8 @@ static int scan_pass(const char *text, size_t len, bool trigraphs, bool blank_sp
 {
     struct lexer lx = {text, text + len, 1, trigraphs, blank_splice};
     bool line_start = true; /* no token yet on this logical line */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        lx.p += 3; /* a UTF-8 byte order mark: gcc skips it (NVRTC rejects it) */
     for (int c; (c = peek(&lx)) >= 0;) {
         int c2 = peek2(&lx);
         if (c == '\n') {

@@ -356,6 +356,7 @@ static const struct scan_case scan_cases[] = {
     {"#if 0\n#include \"maybe.h\"\n#endif\n", {"maybe.h"}, 2},
     {"#includes \"no.h\"\n#pragma include \"no2.h\"\n", {NULL}, 0},
     {"#embed \"data.bin\"\n", {"*data.bin"}, 0},
+    {"\xEF\xBB\xBF#include \"bom.h\"\n", {"bom.h"}, 0},
 };
 
 static void check_scan_case(const struct scan_case *c)
