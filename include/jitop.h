@@ -156,18 +156,24 @@ typedef struct jitop_build_result {
  * whatever the spelling (comments or line splices inside the directive,
  * %:include, trigraphs), on every #if branch. A name found nowhere is one of
  * NVRTC's built-in headers (covered by the NVRTC release in the key) or a
- * compile error. A directive whose file only macros name (#include CONFIG,
- * #include STR(x)) cannot be resolved without preprocessing: the unit is
- * then built in safe mode, where every file under the source's directory,
- * each -I directory and the directory of the file holding that directive
- * (recursively, links followed; hidden directories and jitop caches
- * skipped) is hashed instead, and watched. Safe mode does not see a file
- * the macros name outside these folders (an absolute name, or one whose ".."
+ * compile error. "#include NAME" is resolved from the definitions of NAME:
+ * the #define lines of the files read and the -D options, on every #if
+ * branch, each a header name or another such NAME; every file they name is
+ * hashed.
+ *
+ * Safe mode: a directive whose file only preprocessing can name
+ * (#include STR(x), a NAME defined as something else or nowhere, a macro
+ * inside a <name> that a macro gives) makes every file under the source's
+ * directory, each -I directory and the directory of the file holding that
+ * directive (recursively, links followed; hidden directories and jitop
+ * caches skipped) hashed and watched instead. It does not see a file the
+ * macros name outside these folders (an absolute name, or one whose ".."
  * leaves them), nor one created after the build: name such a file
- * literally. Past 4096 files or 64 MiB, a unit in safe mode is compiled
- * at every build and never cached (result->cached is 0, every time). Either
- * is said by JITOP_VERBOSE=1 and by jitop_explain. The stat fast path
- * compares each file's size, mtime, ctime and inode. */
+ * literally. Past 4096 files or 64 MiB, the unit is compiled at every build
+ * and never cached (result->cached is 0, every time). Either is said by
+ * JITOP_VERBOSE=1 and by jitop_explain.
+ *
+ * The stat fast path compares each file's size, mtime, ctime and inode. */
 JITOP_API int jitop_build(jitop_ctx *ctx, const char *path, const char *arch,
                           const char *const *options, size_t noptions,
                           const char *const *names, size_t nnames,

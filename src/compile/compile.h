@@ -75,14 +75,27 @@ typedef struct jitop__include {
     bool embed;    /* #embed: the file's bytes, not preprocessed */
 } jitop__include;
 
+/* A #define, for the directives whose file a macro names (scan.c). */
+typedef struct jitop__define {
+    char *name;
+    /* What the macro stands for when that is a header name with its
+     * delimiters ("\"x.h\"", "<x.h>") or one identifier; NULL for anything
+     * else (function-like, several tokens, a number, nothing). */
+    char *value;
+} jitop__define;
+
 typedef struct jitop__includes {
     jitop__include *v;
     size_t n, cap;
+    jitop__define *defs; /* every #define of the text (a macro defined twice
+                            the same way by two readings appears twice) */
+    size_t ndefs, defcap;
 } jitop__includes;
 
 /* The directives of a text that read another file, each once, in the order
- * found, after the translation phases a preprocessor applies (scan.c).
- * JITOP_ENOMEM (no message set) is the only failure; out is empty then. */
+ * found, after the translation phases a preprocessor applies, and its
+ * #defines (scan.c). JITOP_ENOMEM (no message set) is the only failure; out
+ * is empty then. */
 int jitop__scan_includes(const char *text, size_t len, jitop__includes *out);
 void jitop__includes_free(jitop__includes *l);
 

@@ -172,6 +172,16 @@ struct scan {
     size_t folder_files;
     int64_t folder_bytes;
     bool over_bound;
+    /* "#include NAME" directives, resolved from the definitions of NAME once
+     * every text the scan can reach is read (macro_round), and those
+     * definitions: each #define of every scanned text, and each -D. */
+    struct pending {
+        char *file, *cur_dir; /* the including file (NULL: inline text), its directory */
+        jitop__include inc;   /* inc.text is NAME */
+        bool given_up;        /* left to safe mode */
+    } *pending;
+    size_t npending, pending_cap;
+    jitop__includes defs; /* only its defs are used */
 };
 
 static int scan_append(struct scan *s, char *path, unsigned char flags)
@@ -316,8 +326,195 @@ static int unresolved_directive(struct scan *s, const char *file, const jitop__i
     return JITOP_OK;
 }
 
+static bool is_identifier(const char *t)
+{
+    if (!*t || (*t >= '0' && *t <= '9'))
+        return false;
+    for (; *t; t++)
+        if (!((*t >= 'a' && *t <= 'z') || (*t >= 'A' && *t <= 'Z') || (*t >= '0' && *t <= '9') ||
+              *t == '_' || *t == '$' || (unsigned char)*t >= 0x80))
+            return false;
+    return true;
+}
+
+/* A definition, kept as it is: one seen twice only costs its bytes. */
+static int add_define(struct scan *s, const char *name, const char *value)
+{
+    if (s->defs.ndefs == s->defs.defcap) {
+        size_t cap = s->defs.defcap ? 2 * s->defs.defcap : 16;
+        jitop__define *v = realloc(s->defs.defs, cap * sizeof *v);
+        if (!v)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        s->defs.defs = v;
+        s->defs.defcap = cap;
+    }
+    jitop__define *d = &s->defs.defs[s->defs.ndefs];
+    d->name = jitop__strdup(name);
+    d->value = value ? jitop__strdup(value) : NULL;
+    if (!d->name || (value && !d->value)) {
+        free(d->name);
+        free(d->value);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    s->defs.ndefs++;
+    return JITOP_OK;
+}
+
+/* Each -DNAME=VALUE of the unit, as a #define would give it: a header name
+ * or an identifier as its value, NULL for anything else (-DNAME is 1). */
+static int add_option_defines(struct scan *s)
+{
+    int status = JITOP_OK;
+    for (size_t i = 0; status == JITOP_OK && i < s->u->options.n; i++) {
+        const char *o = s->u->options.v[i];
+        if (strncmp(o, "-D", 2) != 0)
+            continue;
+        o += 2;
+        size_t n = strcspn(o, "=(");
+        char *name = jitop__sprintf("%.*s", (int)n, o), *value = NULL;
+        if (!name)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        if (o[n] == '=') {
+            const char *v = o + n + 1;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            size_t len = strlen(v);
+            while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+                len--;
+            bool quoted = len > 2 && v[0] == '"' && v[len - 1] == '"' && !memchr(v + 1, '"', len - 2);
+            bool angled = len > 2 && v[0] == '<' && v[len - 1] == '>' && !memchr(v + 1, '>', len - 2);
+            value = jitop__sprintf("%.*s", (int)len, v);
+            if (value && !quoted && !angled && !is_identifier(value)) {
+                free(value);
+                value = NULL;
+            }
+        }
+        status = add_define(s, name, value);
+        free(name);
+        free(value);
+    }
+    return status;
+}
+
+/* Whether a <name> holds an identifier some #define or -D defines: a
+ * preprocessor would replace it inside the name a macro gives
+ * (#define H <ROOT/x.h>), which this scan does not follow. */
+static bool holds_macro(const struct scan *s, const char *name)
+{
+    for (const char *p = name; *p;) {
+        size_t n = 0;
+        while (p[n] && (p[n] == '_' || p[n] == '$' || (p[n] >= 'a' && p[n] <= 'z') ||
+                        (p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= '0' && p[n] <= '9') ||
+                        (unsigned char)p[n] >= 0x80))
+            n++;
+        if (n == 0) {
+            p++;
+            continue;
+        }
+        for (size_t i = 0; i < s->defs.ndefs; i++)
+            if (strlen(s->defs.defs[i].name) == n && strncmp(s->defs.defs[i].name, p, n) == 0)
+                return true;
+        p += n;
+    }
+    return false;
+}
+
+/* The header names macro name can stand for: the value of every definition
+ * of it the scan has seen, identifiers followed (at most 16 deep), into out
+ * (delimiters kept). Taking every definition, on every #if branch, holds
+ * the one the compiler takes. False when one of them cannot be known
+ * without preprocessing: no definition at all, a value that is neither a
+ * header name nor an identifier (function-like, several tokens), or a
+ * <name> with a macro inside. */
+static bool expand_macro(const struct scan *s, const char *name, int depth, jitop__strv *out,
+                         bool *oom)
+{
+    bool any = false;
+    if (depth > 16)
+        return false;
+    for (size_t i = 0; i < s->defs.ndefs; i++) {
+        const jitop__define *d = &s->defs.defs[i];
+        if (strcmp(d->name, name) != 0)
+            continue;
+        any = true;
+        if (!d->value || (d->value[0] == '<' && holds_macro(s, d->value)))
+            return false;
+        if (d->value[0] == '"' || d->value[0] == '<') {
+            if (jitop__strv_push(out, d->value) != JITOP_OK) {
+                *oom = true;
+                return false;
+            }
+        } else if (!expand_macro(s, d->value, depth + 1, out, oom)) {
+            return false;
+        }
+    }
+    return any;
+}
+
+static int add_pending(struct scan *s, const char *file, const jitop__include *inc,
+                       const char *cur_dir)
+{
+    if (s->npending == s->pending_cap) {
+        size_t cap = s->pending_cap ? 2 * s->pending_cap : 8;
+        struct pending *v = realloc(s->pending, cap * sizeof *v);
+        if (!v)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        s->pending = v;
+        s->pending_cap = cap;
+    }
+    struct pending *p = &s->pending[s->npending];
+    memset(p, 0, sizeof *p);
+    p->inc = *inc;
+    p->file = file ? jitop__strdup(file) : NULL;
+    p->cur_dir = cur_dir ? jitop__strdup(cur_dir) : NULL;
+    p->inc.text = jitop__strdup(inc->text);
+    if ((file && !p->file) || (cur_dir && !p->cur_dir) || !p->inc.text) {
+        free(p->file);
+        free(p->cur_dir);
+        free(p->inc.text);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    s->npending++;
+    return JITOP_OK;
+}
+
+/* Resolves each "#include NAME" from the definitions seen so far (adding
+ * what they name; resolving one again adds nothing). With give_up, one that
+ * cannot be resolved goes to safe mode. */
+static int macro_round(struct scan *s, bool give_up)
+{
+    int status = JITOP_OK;
+    for (size_t i = 0; status == JITOP_OK && i < s->npending; i++) {
+        struct pending *p = &s->pending[i];
+        jitop__strv names = {0};
+        bool oom = false;
+        if (p->given_up)
+            continue;
+        if (expand_macro(s, p->inc.text, 0, &names, &oom)) {
+            for (size_t k = 0; status == JITOP_OK && k < names.n; k++) {
+                jitop__include inc = p->inc;
+                size_t len = strlen(names.v[k]);
+                names.v[k][len - 1] = '\0'; /* the closing delimiter */
+                inc.name = names.v[k] + 1;
+                inc.quoted = names.v[k][0] == '"';
+                status = resolve(s, &inc, p->cur_dir);
+            }
+        } else if (oom) {
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+        } else if (give_up) {
+            p->given_up = true;
+            status = unresolved_directive(s, p->file, &p->inc, p->cur_dir);
+        }
+        jitop__strv_free(&names);
+    }
+    return status;
+}
+
 /* Resolves the directives of one text (file: its path, NULL for inline
- * text; cur_dir: where its quoted names are looked up first). */
+ * text; cur_dir: where its quoted names are looked up first) and keeps its
+ * #defines. "#include NAME" waits for every definition of NAME the scan can
+ * see (macro_round); any other directive whose name macros make goes to
+ * safe mode at once. */
 static int add_includes(struct scan *s, const char *file, const char *text, size_t len,
                         const char *cur_dir)
 {
@@ -325,9 +522,17 @@ static int add_includes(struct scan *s, const char *file, const char *text, size
     int status = jitop__scan_includes(text, len, &incs);
     if (status != JITOP_OK)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
-    for (size_t i = 0; status == JITOP_OK && i < incs.n; i++)
-        status = incs.v[i].name ? resolve(s, &incs.v[i], cur_dir)
-                                : unresolved_directive(s, file, &incs.v[i], cur_dir);
+    for (size_t i = 0; status == JITOP_OK && i < incs.ndefs; i++)
+        status = add_define(s, incs.defs[i].name, incs.defs[i].value);
+    for (size_t i = 0; status == JITOP_OK && i < incs.n; i++) {
+        const jitop__include *inc = &incs.v[i];
+        if (inc->name)
+            status = resolve(s, inc, cur_dir);
+        else if (is_identifier(inc->text))
+            status = add_pending(s, file, inc, cur_dir);
+        else
+            status = unresolved_directive(s, file, inc, cur_dir);
+    }
     jitop__includes_free(&incs);
     return status;
 }
@@ -542,9 +747,20 @@ int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text)
         status = source_text ? add_includes(&s, NULL, source_text, strlen(source_text), s.cwd)
                              : jitop__fail(JITOP_ENOMEM, "out of memory");
     }
+    if (status == JITOP_OK)
+        status = add_option_defines(&s);
+    /* Until nothing is added: the files listed, then what "#include NAME"
+     * names now that more definitions are known, then (only when that adds
+     * nothing) safe mode for what remains, and its folders. */
     for (size_t next = 0; status == JITOP_OK;) {
         for (; status == JITOP_OK && next < s.d.n; next++)
             status = scan_one(&s, next, &source_text);
+        size_t listed = s.d.n;
+        if (status == JITOP_OK)
+            status = macro_round(&s, false);
+        if (status != JITOP_OK || s.d.n > listed)
+            continue;
+        status = macro_round(&s, true);
         if (status != JITOP_OK || !s.unresolved || s.roots_walked == s.roots.n)
             break;
         status = walk_roots(&s);
@@ -566,6 +782,13 @@ out:
     free(s.unresolved);
     jitop__strv_free(&s.roots);
     free(s.walked);
+    for (size_t i = 0; i < s.npending; i++) {
+        free(s.pending[i].file);
+        free(s.pending[i].cur_dir);
+        free(s.pending[i].inc.text);
+    }
+    free(s.pending);
+    jitop__includes_free(&s.defs);
     free(source_text);
     return status;
 }

@@ -18,8 +18,10 @@
  * Every directive of every #if branch is taken (a header that does not
  * exist on a branch that is not compiled is then simply not found by the
  * caller). A directive whose header name comes from macros ("#include
- * CONFIG", "#include HDR(x)") is reported with name NULL: only a
- * preprocessor can resolve it, and the caller must not ignore it. */
+ * CONFIG", "#include HDR(x)") is reported with name NULL, and the caller
+ * must not ignore it: with the object-like #defines the scan also reports,
+ * it can resolve "#include CONFIG" when every definition of CONFIG is a
+ * header name; anything else only a preprocessor can resolve. */
 #include "compile/compile.h"
 
 #include <stdlib.h>
@@ -280,7 +282,8 @@ static int includes_add(jitop__includes *l, const jitop__include *inc)
     for (size_t i = 0; i < l->n; i++) {
         const jitop__include *o = &l->v[i];
         if (o->quoted == inc->quoted && o->next == inc->next && o->embed == inc->embed &&
-            ((!o->name && !inc->name) || (o->name && inc->name && !strcmp(o->name, inc->name))))
+            ((!o->name && !inc->name && !strcmp(o->text, inc->text)) ||
+             (o->name && inc->name && !strcmp(o->name, inc->name))))
             return JITOP_OK; /* the same directive from another reading, or repeated */
     }
     if (l->n == l->cap) {
@@ -334,6 +337,76 @@ static void directive_words(struct lexer *lx, struct text *words)
     }
 }
 
+static int defines_add(jitop__includes *l, const char *name, const char *value)
+{
+    if (l->ndefs == l->defcap) {
+        size_t cap = l->defcap ? l->defcap * 2 : 16;
+        jitop__define *v = realloc(l->defs, cap * sizeof *v);
+        if (!v)
+            return JITOP_ENOMEM;
+        l->defs = v;
+        l->defcap = cap;
+    }
+    jitop__define *d = &l->defs[l->ndefs];
+    d->name = jitop__strdup(name);
+    d->value = value ? jitop__strdup(value) : NULL;
+    if (!d->name || (value && !d->value)) {
+        free(d->name);
+        free(d->value);
+        return JITOP_ENOMEM;
+    }
+    l->ndefs++;
+    return JITOP_OK;
+}
+
+/* After "#define": records an object-like macro whose whole value is a
+ * header name ("x.h" or <x.h>, delimiters kept) or one identifier, and any
+ * other macro with no value, so that "#include NAME" can be resolved from
+ * the definitions of NAME (deps.c). */
+static int define_directive(struct lexer *lx, jitop__includes *out)
+{
+    struct text name = {0}, value = {0};
+    int status = JITOP_OK;
+    skip_directive_space(lx);
+    while (is_ident(peek(lx)))
+        text_add(&name, (char)get(lx));
+    if (name.n == 0 || name.oom)
+        goto out;
+    bool simple = false;
+    if (peek(lx) != '(') { /* not function-like */
+        skip_directive_space(lx);
+        int c = peek(lx);
+        if (c == '"' || c == '<') {
+            int close = c == '"' ? '"' : '>';
+            text_add(&value, (char)get(lx));
+            while ((c = peek(lx)) >= 0 && c != '\n' && c != close)
+                text_add(&value, (char)get(lx));
+            if (c == close) {
+                text_add(&value, (char)get(lx));
+                simple = value.n > 2;
+            }
+        } else if (is_ident(c) && !is_digit(c)) {
+            while (is_ident(peek(lx)))
+                text_add(&value, (char)get(lx));
+            simple = true;
+        }
+        skip_directive_space(lx);
+        c = peek(lx);
+        simple = simple && (c < 0 || c == '\n' || (c == '/' && peek2(lx) == '/'));
+    }
+    if (value.oom) {
+        status = JITOP_ENOMEM;
+        goto out;
+    }
+    status = defines_add(out, name.s, simple ? value.s : NULL);
+out:
+    if (name.oom)
+        status = JITOP_ENOMEM;
+    free(name.s);
+    free(value.s);
+    return status;
+}
+
 /* After the '#' (or %:) that starts a directive line. Reads the directive
  * name and, for the ones that read a file, the header name; leaves the rest
  * of the line to the caller, which lexes it as usual (a comment there may
@@ -346,6 +419,8 @@ static int directive(struct lexer *lx, unsigned line, jitop__includes *out)
     int status = JITOP_OK;
     skip_directive_space(lx);
     read_ident(lx, word, sizeof word);
+    if (strcmp(word, "define") == 0)
+        return define_directive(lx, out);
     if (strcmp(word, "include") == 0)
         ;
     else if (strcmp(word, "include_next") == 0)
@@ -492,6 +567,11 @@ void jitop__includes_free(jitop__includes *l)
         free(l->v[i].name);
         free(l->v[i].text);
     }
+    for (size_t i = 0; i < l->ndefs; i++) {
+        free(l->defs[i].name);
+        free(l->defs[i].value);
+    }
     free(l->v);
+    free(l->defs);
     memset(l, 0, sizeof *l);
 }

@@ -341,6 +341,7 @@ static const struct scan_case scan_cases[] = {
     {"#include HDR(x, y) /* c */ // d\n", {"?HDR(x, y)"}, 0},
     {"#  include_next NEXT\n", {"+?NEXT"}, 0},
     {"#include \"unterminated.h\n", {"?\"unterminated.h"}, 0},
+    {"#include A\n#include B\n#include A\n", {"?A", "?B"}, 0},
     /* not directives */
     {"// #include \"no1.h\"\n/* #include \"no2.h\" */\n", {NULL}, 0},
     {"int a; #include \"no.h\"\n", {NULL}, 0},
@@ -807,7 +808,9 @@ static void test_macro_include_unbounded_not_cached(void **state)
     (void)state;
     char *d = jt_tmpdir(), *cache = jt_tmpdir();
     jitop__recent_window_ns = 0;
-    char *src = jt_write(d, "k.cu", "#include HEADER\nextern \"C\" __global__ void K_U() {}\n");
+    char *src = jt_write(d, "k.cu",
+                         "#define STR(x) #x\n#define XSTR(x) STR(x)\n#include XSTR(HEADER)\n"
+                         "extern \"C\" __global__ void K_U() {}\n");
     free(jt_write(d, "h.h", "extern \"C\" __global__ void K_H() {}\n"));
     char *many = jt_path(d, "many");
     assert_int_equal(mkdir(many, 0700), 0);
@@ -818,7 +821,7 @@ static void test_macro_include_unbounded_not_cached(void **state)
         assert_true(fd >= 0);
         assert_int_equal(close(fd), 0);
     }
-    const char *opts[] = {"-DHEADER=\"h.h\""};
+    const char *opts[] = {"-DHEADER=h.h"};
     jitop__unit u;
     unit_ptx(&u, src, opts, 1);
     jitop__deps deps;
@@ -918,6 +921,108 @@ static void test_inline_text_quoted_include_in_cwd(void **state)
     free(q); free(d);
 }
 
+/* "#include NAME" is resolved from the definitions of NAME: #define lines
+ * of every file the scan reads (on every #if branch) and -D options, with
+ * identifiers followed; each file any definition names is hashed, and no
+ * safe mode is needed. */
+static void test_macro_include_resolved_from_defines(void **state)
+{
+    (void)state;
+    char *d = jt_tmpdir(), *cache = jt_tmpdir();
+    jitop__recent_window_ns = 0;
+    char *src = jt_write(d, "k.cu",
+                         "#include \"cfg.h\"\n"
+                         "#include CFG\n"        /* -> "sel/a.h" or <b.h> */
+                         "#include VIA_OPTION\n" /* -D: an identifier, then "o.h" */
+                         "#include FIRST\n");    /* first.h defines and includes SECOND */
+    char *cfg = jt_write(d, "cfg.h",
+                         "#if USE_B\n#define CFG <b.h>\n#else\n#define CFG \"sel/a.h\"\n#endif\n"
+                         "#define INDIRECT \"o.h\" // a comment\n");
+    char *a = jt_write(d, "sel/a.h", "extern \"C\" __global__ void K_A_1() {}\n");
+    char *inc = jt_path(d, "inc");
+    char *b = jt_write(inc, "b.h", "extern \"C\" __global__ void K_B() {}\n");
+    char *o = jt_write(d, "o.h", "extern \"C\" __global__ void K_O() {}\n");
+    char *first = jt_write(d, "first.h", "#define SECOND \"second.h\"\n#include SECOND\n");
+    char *second = jt_write(d, "second.h", "extern \"C\" __global__ void K_2() {}\n");
+    char *unrelated = jt_write(d, "unrelated.h", "#error never included\n");
+    const char *opts[] = {"-I", inc, "-DVIA_OPTION=INDIRECT", "-DFIRST=\"first.h\""};
+    jitop__unit u;
+    unit_ptx(&u, src, opts, 4);
+    jitop__deps deps;
+    char *text = NULL;
+    assert_int_equal(jitop__deps_scan(&u, &deps, &text), JITOP_OK);
+    if (deps.note)
+        fail_msg("no safe mode needed: %s", deps.note);
+    assert_true(has_dep_file(&deps, a));
+    assert_true(has_dep_file(&deps, b));
+    assert_true(has_dep_file(&deps, o));
+    assert_true(has_dep_file(&deps, first));
+    assert_true(has_dep_file(&deps, second));
+    assert_false(has_dep_file(&deps, unrelated));
+    free(text);
+    jitop__deps_free(&deps);
+    jitop__unit_free(&u);
+
+    jitop_ctx *ctx = jt_ctx(cache, "compute_90");
+    bool cached = true;
+    char key[33];
+    char *ptx = build_checked(ctx, src, opts, 4, &cached, key);
+    assert_false(cached);
+    assert_has_kernel(ptx, "K_A_1");
+    assert_has_kernel(ptx, "K_O");
+    assert_has_kernel(ptx, "K_2");
+    free(ptx);
+    jitop_ctx_destroy(ctx);
+    edit_must_rebuild(cache, src, opts, 4, a, "K_A_1", "K_A_2");
+
+    /* A macro inside a <name> a macro gives, a function-like macro, a value
+     * of several tokens, no definition at all: only a preprocessor knows. */
+    static const char *const unknown[] = {
+        "#define ROOT sel\n#define H <ROOT/a.h>\n#include H\n",
+        "#define H(x) #x\n#include H\n",
+        "#define H \"sel/a.h\" \"x\"\n#include H\n",
+        "#include NOWHERE_DEFINED\n",
+    };
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        free(jt_write(d, "k.cu", unknown[i]));
+        unit_ptx(&u, src, NULL, 0);
+        assert_int_equal(jitop__deps_scan(&u, &deps, &text), JITOP_OK);
+        if (!deps.note || !strstr(deps.note, "safe mode"))
+            fail_msg("%s: should be in safe mode", unknown[i]);
+        free(text);
+        jitop__deps_free(&deps);
+        jitop__unit_free(&u);
+    }
+    free(src); free(cfg); free(a); free(inc); free(b); free(o); free(first); free(second);
+    free(unrelated); free(cache); free(d);
+}
+
+/* The #defines the scanner reports for "#include NAME": a header name or an
+ * identifier as the value, NULL for anything else. */
+static void test_scan_defines(void **state)
+{
+    (void)state;
+    const char *text = "#define A \"a.h\"\n#define B <b/c.h> /* c */\n# define C A // d\n"
+                       "#define F(x) x\n#define N 1\n#define E\n#define M \"m.h\" extra\n"
+                       "#def\\\nine S \\\n \"s.h\"\n";
+    static const char *const want[][2] = {
+        {"A", "\"a.h\""}, {"B", "<b/c.h>"}, {"C", "A"}, {"F", NULL},
+        {"N", NULL},      {"E", NULL},      {"M", NULL}, {"S", "\"s.h\""},
+    };
+    jitop__includes incs;
+    assert_int_equal(jitop__scan_includes(text, strlen(text), &incs), JITOP_OK);
+    assert_int_equal(incs.n, 0);
+    assert_int_equal(incs.ndefs, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < incs.ndefs; i++) {
+        assert_string_equal(incs.defs[i].name, want[i][0]);
+        if (want[i][1])
+            assert_string_equal(incs.defs[i].value, want[i][1]);
+        else
+            assert_null(incs.defs[i].value);
+    }
+    jitop__includes_free(&incs);
+}
+
 static void test_missing_source(void **state)
 {
     (void)state;
@@ -944,12 +1049,14 @@ int main(void)
         cmocka_unit_test(test_recent_record_never_trusted),
         cmocka_unit_test(test_missing_source),
         cmocka_unit_test(test_scan_spellings),
+        cmocka_unit_test(test_scan_defines),
         cmocka_unit_test(test_symlinked_dirs_resolved_as_the_kernel_does),
         cmocka_unit_test(test_include_spellings_rebuild),
         cmocka_unit_test(test_ctime_same_size_edit_mtime_restored),
         cmocka_unit_test(test_macro_include_safe_mode),
         cmocka_unit_test(test_macro_include_unbounded_not_cached),
         cmocka_unit_test(test_macro_include_in_toolkit_header),
+        cmocka_unit_test(test_macro_include_resolved_from_defines),
         cmocka_unit_test(test_inline_text_quoted_include_in_cwd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

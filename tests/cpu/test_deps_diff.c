@@ -1,13 +1,14 @@
 /* Differential test of the dependency scan against real preprocessors.
  * Over generated projects (nested headers with include guards and cycles,
  * symlinked folders, relative names with "..", absolute names,
- * #include_next, and every adversarial spelling of a directive: comments
- * inside it, line splices inside the directive name and the header name,
- * %:, form feed and vertical tab, trigraphs, gcc's blank-before-newline
- * splice, next to commented-out and #if 0 includes and strings that look
- * like directives), every file gcc's preprocessor lists (gcc -M -nostdinc
- * with the same include dirs) and every header whose kernel NVRTC compiled
- * must be in jitop's dependency list, compared as real paths.
+ * #include_next, names given by macros, and every adversarial spelling of a
+ * directive: comments inside it, line splices inside the directive name and
+ * the header name, %:, form feed and vertical tab, trigraphs, gcc's
+ * blank-before-newline splice, next to commented-out and #if 0 includes and
+ * strings that look like directives), every file gcc's preprocessor lists
+ * (gcc -M -nostdinc with the same include dirs) and every header whose
+ * kernel NVRTC compiled must be in jitop's dependency list, compared as
+ * real paths, and no directive may need safe mode.
  *
  * Seeded: the CI runs fixed seeds (JITOP_DIFF_SEED, default 1, is the
  * first; each round adds one) for JITOP_DIFF_ITERATIONS rounds (default
@@ -126,7 +127,8 @@ static void spell_directive(struct project *p, char *buf, const char *name, bool
 {
     char open = angle ? '<' : '"', close = angle ? '>' : '"';
     size_t split = strlen(name) > 1 ? 1 + rnd((uint32_t)strlen(name) - 1) : 0;
-    switch (rnd(16)) {
+    static int macro;
+    switch (rnd(18)) {
     case 0: append(buf, "#/**/include %c%s%c\n", open, name, close); break;
     case 1: append(buf, "#include/**/%c%s%c\n", open, name, close); break;
     case 2: append(buf, "#\\\ninclude %c%s%c\n", open, name, close); break;
@@ -138,6 +140,15 @@ static void spell_directive(struct project *p, char *buf, const char *name, bool
     case 8: append(buf, "# include /* c\n d */ %c%s%c /* e\n f */\n", open, name, close); break;
     case 9: append(buf, "  #   include %c%s%c\r\n", open, name, close); break;
     case 10: append(buf, "#inc\\\r\nlude %c%s%c\n", open, name, close); break;
+    case 13: /* a macro names it */
+        macro++;
+        append(buf, "#define INC_%d %c%s%c\n#include INC_%d\n", macro, open, name, close, macro);
+        break;
+    case 14: /* through a second macro */
+        macro++;
+        append(buf, "#define VAL_%d %c%s%c\n#define INC_%d VAL_%d\n#include/**/INC_%d\n", macro,
+               open, name, close, macro, macro, macro);
+        break;
     case 11:
         if (p->c_iso) { /* gcc -std=c11 replaces trigraphs; NVRTC then runs as C++14 */
             append(buf, "?\?=include %c%s%c\n", open, name, close);
