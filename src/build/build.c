@@ -293,8 +293,11 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
             goto out;
         /* Where a cold build's time goes: NVRTC, or writing the entry
          * (fsync on a slow disk shows here). */
-        jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name, t_compile,
-                   jitop__now_ms() - t_put);
+        if (deps.uncacheable)
+            jitop__log(ctx, "%s: NVRTC %.1f ms, not cached", u->source_name, t_compile);
+        else
+            jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name, t_compile,
+                       jitop__now_ms() - t_put);
     }
     if (!deps.uncacheable)
         save_manifest(ctx, id, &deps, out->key);

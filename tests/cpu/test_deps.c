@@ -1023,6 +1023,41 @@ static void test_scan_defines(void **state)
     jitop__includes_free(&incs);
 }
 
+/* Inline text's "name" is looked up in the current directory: a manifest
+ * recorded in one directory must not vouch for another directory's header
+ * (the stat fast path would serve the other header's binary). */
+static void test_inline_text_manifest_per_directory(void **state)
+{
+    (void)state;
+    char *x = jt_tmpdir(), *y = jt_tmpdir(), *cache = jt_tmpdir();
+    jitop__recent_window_ns = 0;
+    free(jt_write(x, "q.h", "extern \"C\" __global__ void K_X() {}\n"));
+    free(jt_write(y, "q.h", "extern \"C\" __global__ void K_Y() {}\n"));
+    char old[4096];
+    assert_non_null(getcwd(old, sizeof old));
+    const char *dirs[] = {x, y, x};
+    const char *kernels[] = {"K_X", "K_Y", "K_X"};
+    jitop_ctx *ctx = jt_ctx(cache, "compute_90");
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(chdir(dirs[i]), 0);
+        jitop__unit u;
+        assert_int_equal(jitop__unit_init(&u, NULL, "#include \"q.h\"\n", NULL, 0, NULL, 0,
+                                          "compute_90"),
+                         JITOP_OK);
+        jitop__built b;
+        int st = jitop__build_unit(ctx, &u, &b);
+        assert_int_equal(chdir(old), 0);
+        if (st != JITOP_OK)
+            fail_msg("%s", jitop_errmsg(ctx));
+        assert_int_equal(b.cached, i == 2); /* the third: the first's entry */
+        assert_has_kernel((const char *)b.entry.bin.data, kernels[i]);
+        jitop__built_free(&b);
+        jitop__unit_free(&u);
+    }
+    jitop_ctx_destroy(ctx);
+    free(x); free(y); free(cache);
+}
+
 static void test_missing_source(void **state)
 {
     (void)state;
@@ -1058,6 +1093,7 @@ int main(void)
         cmocka_unit_test(test_macro_include_in_toolkit_header),
         cmocka_unit_test(test_macro_include_resolved_from_defines),
         cmocka_unit_test(test_inline_text_quoted_include_in_cwd),
+        cmocka_unit_test(test_inline_text_manifest_per_directory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
