@@ -143,6 +143,19 @@ typedef struct jitop__deps {
      * never be stored in or served from the cache, and its files are never
      * fresh (note says why). */
     bool uncacheable;
+    /* The directories where an include name was looked for and not found
+     * (for each name, the deepest directory on its path that exists), with
+     * their stat data taken before the look (size and hash unused). A file
+     * created there later could shadow the one found further on, or appear
+     * where none was: adding, removing or renaming an entry changes a
+     * directory's mtime and ctime, and the stat fast path then does not
+     * vouch. Kept in the manifest. */
+    jitop__dep *dirs;
+    size_t ndirs;
+    /* The paths looked for and not found, checked again after a compile
+     * (jitop__deps_changed). Only in a list just scanned: neither in a
+     * manifest nor in a copy. */
+    jitop__strv absent;
 } jitop__deps;
 
 /* Safe mode's bounds: what the scan hashes when a directive's file is named
@@ -156,9 +169,9 @@ typedef struct jitop__deps {
  * that is compiled, so that what is hashed is what is built. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
 /* Stat fast path: *fresh = 1 when every file's size, mtime, ctime and inode
- * match and no record is recent (see jitop__dep). Otherwise *why (malloc'd,
- * may be NULL) names the first file that differs. An uncacheable list is
- * never fresh. */
+ * match, every directory of d->dirs is as recorded, and no record is recent
+ * (see jitop__dep). Otherwise *why (malloc'd, may be NULL) names the first
+ * file or directory that differs. An uncacheable list is never fresh. */
 int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why);
 void jitop__deps_free(jitop__deps *d);
 /* A deep copy (to is overwritten; empty on failure). */
@@ -190,11 +203,11 @@ extern int64_t jitop__recent_window_ns;
 /* The dep of d whose path is path, NULL when none (deps.c). */
 const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path);
 
-/* After a compile: did any file change since it was scanned? NVRTC read the
- * files itself, so a header saved during the compile may be in the binary
- * while the key holds its old hash. Stat differences say so; a recent record
- * is hashed again. *changed names the first such file (malloc'd), NULL when
- * none (deps.c). */
+/* After a compile: did any file change since it was scanned, or appear
+ * where an include name was not found? NVRTC read the files itself, so a
+ * header saved during the compile may be in the binary while the key holds
+ * its old hash. Stat differences say so; a recent record is hashed again.
+ * *changed names the first such file (malloc'd), NULL when none (deps.c). */
 int jitop__deps_changed(const jitop__deps *d, char **changed);
 
 /* The NVRTC library file jitop compiles with, as its soname and the size of

@@ -182,6 +182,8 @@ struct scan {
     } *pending;
     size_t npending, pending_cap;
     jitop__includes defs; /* only its defs are used */
+    struct path_set dirs_seen; /* the paths of d.dirs */
+    size_t dirs_cap;
 };
 
 static int scan_append(struct scan *s, char *path, unsigned char flags)
@@ -226,6 +228,69 @@ static bool is_regular_file(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Records dir (with st, taken before the look that found nothing) in
+ * d.dirs, once. */
+static int record_dir(struct scan *s, const char *dir, const struct stat *st)
+{
+    char *abs = jitop__abspath(dir);
+    if (!abs)
+        return jitop__fail_abspath(dir);
+    if (path_set_has(&s->dirs_seen, abs)) {
+        free(abs);
+        return JITOP_OK;
+    }
+    if (s->d.ndirs == s->dirs_cap) {
+        size_t cap = s->dirs_cap ? 2 * s->dirs_cap : 8;
+        jitop__dep *v = realloc(s->d.dirs, cap * sizeof *v);
+        if (!v) {
+            free(abs);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+        s->d.dirs = v;
+        s->dirs_cap = cap;
+    }
+    jitop__dep *r = &s->d.dirs[s->d.ndirs++];
+    memset(r, 0, sizeof *r);
+    r->path = abs;
+    r->mtime_ns = mtime_ns_of(st);
+    r->ctime_ns = ctime_ns_of(st);
+    r->ino = (uint64_t)st->st_ino;
+    r->dev = (uint64_t)st->st_dev;
+    int64_t horizon = now_ns() - jitop__recent_window_ns;
+    r->recent = r->mtime_ns >= horizon || r->ctime_ns >= horizon;
+    return path_set_add(&s->dirs_seen, abs) == JITOP_OK
+               ? JITOP_OK
+               : jitop__fail(JITOP_ENOMEM, "out of memory");
+}
+
+/* Whether candidate is a regular file (*found). When it is not, the
+ * directory its absence depends on (the deepest one on its path that
+ * exists) is recorded with stat data taken BEFORE the look, so that a file
+ * created there after the look changes the record's stat; and candidate
+ * goes to d.absent, to be looked for again after the compile. */
+static int probe(struct scan *s, const char *candidate, bool *found)
+{
+    struct stat st;
+    bool have_dir = false;
+    char *dir = jitop__dirname(candidate);
+    while (dir && *dir && !(have_dir = stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) &&
+           strcmp(dir, "/") != 0) {
+        char *up = jitop__dirname(dir);
+        free(dir);
+        dir = up;
+    }
+    if (!dir)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    *found = is_regular_file(candidate);
+    int status = JITOP_OK;
+    if (!*found && have_dir)
+        status = record_dir(s, dir, &st);
+    if (!*found && status == JITOP_OK && jitop__strv_push(&s->d.absent, candidate) != JITOP_OK)
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    free(dir);
+    return status;
 }
 
 /* Whether path lies in dir or below it. */
@@ -277,17 +342,20 @@ static int resolve(struct scan *s, const jitop__include *inc, const char *cur_di
 {
     const jitop__strv *dirs = &s->u->include_dirs;
     unsigned char flags = inc->embed ? DEP_EMBED : 0;
-    if (inc->name[0] == '/')
-        return is_regular_file(inc->name) ? scan_add(s, inc->name, flags) : JITOP_OK;
+    bool found = false;
+    int status = JITOP_OK;
+    if (inc->name[0] == '/') {
+        status = probe(s, inc->name, &found);
+        return status == JITOP_OK && found ? scan_add(s, inc->name, flags) : status;
+    }
     size_t first = inc->quoted && cur_dir ? 0 : 1;
     for (size_t i = first; i < dirs->n + 1; i++) {
         const char *dir = i == 0 ? cur_dir : dirs->v[i - 1];
         char *joined = jitop__sprintf("%s/%s", dir, inc->name);
         if (!joined)
             return jitop__fail(JITOP_ENOMEM, "out of memory");
-        int status = JITOP_OK;
-        bool found = is_regular_file(joined);
-        if (found)
+        status = probe(s, joined, &found);
+        if (status == JITOP_OK && found)
             status = scan_add(s, joined, flags);
         free(joined);
         if (status != JITOP_OK || (found && !inc->next))
@@ -580,7 +648,8 @@ static bool skipped_dir(const char *dir, const char *name)
 }
 
 /* Adds every regular file under dir (links followed; directories in name
- * order, so that the list and the key do not depend on readdir's order).
+ * order, so that the list and the key do not depend on readdir's order),
+ * and records each directory walked (jitop__deps.dirs).
  * A directory that cannot be read adds nothing: NVRTC cannot read it
  * either. Stops at the bound, setting over_bound. */
 static int walk_dir(struct scan *s, const char *dir, unsigned depth)
@@ -592,6 +661,10 @@ static int walk_dir(struct scan *s, const char *dir, unsigned depth)
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || depth > 64)
         return JITOP_OK;
     if ((status = walked_before(s, &st, &before)) != JITOP_OK || before)
+        return status;
+    /* Its stat, taken before it is listed: a file added to it later (one the
+     * macros may name) makes the stat fast path look again. */
+    if ((status = record_dir(s, dir, &st)) != JITOP_OK)
         return status;
     DIR *dp = opendir(dir);
     if (!dp)
@@ -789,6 +862,7 @@ out:
     }
     free(s.pending);
     jitop__includes_free(&s.defs);
+    free(s.dirs_seen.v);
     free(source_text);
     return status;
 }
@@ -864,6 +938,24 @@ int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why)
         if (!reason)
             return jitop__fail(JITOP_ENOMEM, "out of memory");
     }
+    for (size_t i = 0; i < d->ndirs && !reason; i++) {
+        const jitop__dep *dir = &d->dirs[i];
+        struct stat st;
+        if (stat(dir->path, &st) == 0 && (uint64_t)st.st_ino == dir->ino &&
+            (uint64_t)st.st_dev == dir->dev && !dir->recent && mtime_ns_of(&st) == dir->mtime_ns &&
+            ctime_ns_of(&st) == dir->ctime_ns)
+            continue;
+        reason = dir->recent
+                     ? jitop__sprintf("%s: changed within 2 s of when an include name was looked "
+                                      "for there (timestamp granularity), so the names are "
+                                      "looked for again",
+                                      dir->path)
+                     : jitop__sprintf("%s: a file was added, removed or renamed where an include "
+                                      "name was looked for, so the names are looked for again",
+                                      dir->path);
+        if (!reason)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
     *fresh = reason == NULL;
     if (why)
         *why = reason;
@@ -896,6 +988,11 @@ int jitop__deps_changed(const jitop__deps *d, char **changed)
             return *changed ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
         }
     }
+    for (size_t i = 0; i < d->absent.n; i++)
+        if (is_regular_file(d->absent.v[i])) {
+            *changed = jitop__strdup(d->absent.v[i]);
+            return *changed ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
     return JITOP_OK;
 }
 
@@ -905,29 +1002,43 @@ void jitop__deps_free(jitop__deps *d)
         return;
     for (size_t i = 0; i < d->n; i++)
         free(d->v[i].path);
+    for (size_t i = 0; i < d->ndirs; i++)
+        free(d->dirs[i].path);
     free(d->v);
+    free(d->dirs);
     free(d->note);
+    jitop__strv_free(&d->absent);
     memset(d, 0, sizeof *d);
+}
+
+/* Copies n records into a new array *to (paths duplicated); *nto counts
+ * the ones done, so that a failure frees what was made. */
+static int copy_records(const jitop__dep *from, size_t n, jitop__dep **to, size_t *nto)
+{
+    if (n == 0)
+        return JITOP_OK;
+    if (!(*to = calloc(n, sizeof **to)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++, ++*nto) {
+        (*to)[i] = from[i];
+        if (!((*to)[i].path = jitop__strdup(from[i].path)))
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    return JITOP_OK;
 }
 
 int jitop__deps_copy(const jitop__deps *from, jitop__deps *to)
 {
     memset(to, 0, sizeof *to);
     to->uncacheable = from->uncacheable;
+    int status = JITOP_OK;
     if (from->note && !(to->note = jitop__strdup(from->note)))
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    if (from->n == 0)
-        return JITOP_OK;
-    if (!(to->v = calloc(from->n, sizeof *to->v))) {
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status == JITOP_OK)
+        status = copy_records(from->v, from->n, &to->v, &to->n);
+    if (status == JITOP_OK)
+        status = copy_records(from->dirs, from->ndirs, &to->dirs, &to->ndirs);
+    if (status != JITOP_OK)
         jitop__deps_free(to);
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < from->n; i++, to->n++) {
-        to->v[i] = from->v[i];
-        if (!(to->v[i].path = jitop__strdup(from->v[i].path))) {
-            jitop__deps_free(to);
-            return jitop__fail(JITOP_ENOMEM, "out of memory");
-        }
-    }
-    return JITOP_OK;
+    return status;
 }

@@ -251,7 +251,8 @@ static void test_manifest_round_trip_and_corruption(void **state)
          .hash = XXH3_128bits("h", 1)},
     };
     char note[] = "safe mode: a note";
-    jitop__deps d = {.v = v, .n = 2, .note = note}, out;
+    jitop__dep dirs[1] = {{.path = "/src/inc", .mtime_ns = 5, .ctime_ns = 6, .ino = 11, .dev = 8}};
+    jitop__deps d = {.v = v, .n = 2, .note = note, .dirs = dirs, .ndirs = 1}, out;
     char key[33];
     bool found = false;
     assert_int_equal(jitop__manifest_put(c, key_b, &d, key_a), JITOP_OK);
@@ -270,6 +271,12 @@ static void test_manifest_round_trip_and_corruption(void **state)
     }
     assert_non_null(out.note);
     assert_string_equal(out.note, note);
+    assert_int_equal(out.ndirs, 1);
+    assert_string_equal(out.dirs[0].path, "/src/inc");
+    assert_int_equal(out.dirs[0].mtime_ns, 5);
+    assert_int_equal(out.dirs[0].ctime_ns, 6);
+    assert_int_equal(out.dirs[0].ino, 11);
+    assert_int_equal(out.dirs[0].dev, 8);
     assert_false(out.uncacheable);
     jitop__deps_free(&out);
     char path[4096];

@@ -782,6 +782,20 @@ static void test_macro_include_safe_mode(void **state)
     jitop_ctx_destroy(ctx);
     edit_must_rebuild(cache, src, opts, 1, cfg, "K_B_1", "K_B_2");
 
+    /* A file added to the folders is seen (the macros may name it now): the
+     * stat fast path does not vouch, and the new file is hashed too. */
+    char *added = jt_write(d, "cfg/c.h", "extern \"C\" __global__ void K_C() {}\n");
+    ctx = jt_ctx(cache, "compute_90");
+    unit_ptx(&u, src, opts, 1);
+    jitop__built b;
+    assert_int_equal(jitop__build_unit(ctx, &u, &b), JITOP_OK);
+    assert_false(b.cached);
+    assert_true(has_dep_file(&b.deps, added));
+    jitop__built_free(&b);
+    jitop__unit_free(&u);
+    jitop_ctx_destroy(ctx);
+    free(added);
+
     /* The CLI says it too, in JITOP_VERBOSE's log and in explain. */
     char *out = cli("build", cache, src, "-D CFG=cfg/b.h");
     if (!strstr(out, "safe mode"))
@@ -1058,6 +1072,101 @@ static void test_inline_text_manifest_per_directory(void **state)
     free(x); free(y); free(cache);
 }
 
+/* A header created where an include name was looked for and not found:
+ * beside the source, shadowing the one found in an -I directory, or where
+ * __has_include found nothing. The directory's stat data says so, and the
+ * build after it must compile the new header, cold and warm. */
+static void test_new_header_shadowing_rebuilds(void **state)
+{
+    (void)state;
+    char *d = jt_tmpdir(), *cache = jt_tmpdir();
+    jitop__recent_window_ns = 0;
+    char *src = jt_write(d, "src/k.cu",
+                         "#include \"h.h\"\n"
+                         "#if __has_include(\"opt.h\")\n#include \"opt.h\"\n#endif\n");
+    char *inc = jt_path(d, "inc");
+    free(jt_write(inc, "h.h", "extern \"C\" __global__ void K_FAR() {}\n"));
+    const char *opts[] = {"-I", inc};
+    jitop_ctx *ctx = jt_ctx(cache, "compute_90");
+    bool cached = true;
+    char key[33];
+    char *ptx = build_checked(ctx, src, opts, 2, &cached, key);
+    assert_false(cached);
+    assert_has_kernel(ptx, "K_FAR");
+    free(ptx);
+    ptx = build_checked(ctx, src, opts, 2, &cached, key);
+    assert_true(cached); /* nothing new: the stat fast path */
+    free(ptx);
+
+    char *srcdir = jt_path(d, "src");
+    static const char *const created[][2] = {{"h.h", "K_NEAR"}, {"opt.h", "K_OPT"}};
+    for (int i = 0; i < 2; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "extern \"C\" __global__ void %s() {}\n", created[i][1]);
+        free(jt_write(srcdir, created[i][0], body));
+        int hit = 1;
+        char *why = NULL;
+        assert_int_equal(jitop_explain(ctx, src, "compute_90", opts, 2, NULL, 0, &hit, &why),
+                         JITOP_OK);
+        assert_int_equal(hit, 0);
+        jitop_free(why);
+        ptx = build_checked(ctx, src, opts, 2, &cached, key);
+        if (cached)
+            fail_msg("%s created beside the source was not seen", created[i][0]);
+        assert_has_kernel(ptx, created[i][1]);
+        char key2[33];
+        char *again = build_checked_as(ctx, src, opts, 2, ptx, &cached, key2);
+        assert_true(cached);
+        assert_string_equal(key, key2);
+        free(again);
+        jitop_ctx *cold = jt_ctx(cache, "compute_90");
+        again = build_checked_as(cold, src, opts, 2, ptx, &cached, key2);
+        assert_true(cached);
+        assert_string_equal(key, key2);
+        free(again);
+        jitop_ctx_destroy(cold);
+        free(ptx);
+    }
+    jitop_ctx_destroy(ctx);
+    free(src); free(inc); free(srcdir); free(cache); free(d);
+}
+
+static char *g_create_dir;
+
+static void create_header_during_compile(const char *source)
+{
+    (void)source;
+    jitop__after_compile_hook = NULL; /* once */
+    free(jt_write(g_create_dir, "h.h", "extern \"C\" __global__ void K_NEAR() {}\n"));
+}
+
+/* The same header created while NVRTC compiles: the build looks again for
+ * what it did not find, and starts over instead of caching a binary whose
+ * key never saw the new header. */
+static void test_header_created_during_compile(void **state)
+{
+    (void)state;
+    char *d = jt_tmpdir(), *cache = jt_tmpdir();
+    jitop__recent_window_ns = 0;
+    char *src = jt_write(d, "src/k.cu", "#include \"h.h\"\n");
+    char *inc = jt_path(d, "inc");
+    free(jt_write(inc, "h.h", "extern \"C\" __global__ void K_FAR() {}\n"));
+    const char *opts[] = {"-I", inc};
+    g_create_dir = jt_path(d, "src");
+    jitop__after_compile_hook = create_header_during_compile;
+    jitop_ctx *ctx = jt_ctx(cache, "compute_90");
+    bool cached = true;
+    char key[33];
+    char *ptx = build_checked(ctx, src, opts, 2, &cached, key);
+    jitop__after_compile_hook = NULL;
+    assert_false(cached);
+    assert_has_kernel(ptx, "K_NEAR");
+    free(ptx);
+    jitop_ctx_destroy(ctx);
+    free(g_create_dir);
+    free(src); free(inc); free(cache); free(d);
+}
+
 static void test_missing_source(void **state)
 {
     (void)state;
@@ -1094,6 +1203,8 @@ int main(void)
         cmocka_unit_test(test_macro_include_resolved_from_defines),
         cmocka_unit_test(test_inline_text_quoted_include_in_cwd),
         cmocka_unit_test(test_inline_text_manifest_per_directory),
+        cmocka_unit_test(test_new_header_shadowing_rebuilds),
+        cmocka_unit_test(test_header_created_during_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
