@@ -99,6 +99,30 @@ typedef struct jitop__includes {
 int jitop__scan_includes(const char *text, size_t len, jitop__includes *out);
 void jitop__includes_free(jitop__includes *l);
 
+/* ------------------------------------------------------------ macros.c */
+
+/* The object-like macros a unit's texts (jitop__includes.defs) and -D
+ * options define, for the directives whose file a macro names. */
+typedef struct jitop__macros {
+    jitop__define *v;
+    size_t n, cap;
+} jitop__macros;
+
+int jitop__macros_add(jitop__macros *m, const char *name, const char *value);
+/* Each -DNAME=VALUE of options as a #define would give it: a header name or
+ * an identifier as its value, NULL for anything else (-DNAME is 1). */
+int jitop__macros_add_options(jitop__macros *m, const jitop__strv *options);
+/* The header names macro name can stand for, delimiters kept, into out: the
+ * value of every definition of it, identifiers followed (16 deep at most).
+ * *known is false (out empty) when one of them cannot be known without
+ * preprocessing: no definition at all, a value that is neither a header
+ * name nor an identifier (function-like, several tokens), or a <name> with
+ * a defined macro inside. Fails only with JITOP_ENOMEM. */
+int jitop__macros_expand(const jitop__macros *m, const char *name, jitop__strv *out, bool *known);
+void jitop__macros_free(jitop__macros *m);
+/* Whether text is one C identifier. */
+bool jitop__is_identifier(const char *text);
+
 /* ------------------------------------------------------------- cubin.c */
 
 /* Bytes of __device__ variables in a cubin, which the driver allocates and
@@ -165,9 +189,17 @@ typedef struct jitop__deps {
 #define JITOP__SAFE_MAX_FILES 4096
 #define JITOP__SAFE_MAX_BYTES ((int64_t)64 << 20)
 
-/* Scans and hashes. *text receives the source's text (malloc'd), the one
- * that is compiled, so that what is hashed is what is built. */
+/* Scans and hashes (resolve.c). *text receives the source's text
+ * (malloc'd), the one that is compiled, so that what is hashed is what is
+ * built. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
+/* Reads a file whole and records its stat data and content hash in dep
+ * (its path untouched); *data receives the bytes, NUL-terminated (deps.c). */
+int jitop__dep_read(const char *path, jitop__dep *dep, char **data, size_t *len);
+/* Records st's mtime, ctime, inode and device in rec, and whether it is
+ * recent (jitop__dep.recent), now (deps.c). */
+struct stat;
+void jitop__dep_set_stat(jitop__dep *rec, const struct stat *st);
 /* Stat fast path: *fresh = 1 when every file's size, mtime, ctime and inode
  * match, every directory of d->dirs is as recorded, and no record is recent
  * (see jitop__dep). Otherwise *why (malloc'd, may be NULL) names the first
