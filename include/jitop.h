@@ -168,9 +168,9 @@ typedef struct jitop_build_result {
  * directive (recursively, links followed; hidden directories and jitop
  * caches skipped) hashed and watched instead. It does not see a file the
  * macros name outside these folders (an absolute name, or one whose ".."
- * leaves them): name such a file literally. Past 4096 files or 64 MiB, the unit is compiled at every build
- * and never cached (result->cached is 0, every time). Either is said by
- * JITOP_VERBOSE=1 and by jitop_explain.
+ * leaves them): name such a file literally. Past 4096 files or 64 MiB, the
+ * unit is compiled at every build and never cached (result->cached is 0,
+ * every time). Either is said by JITOP_VERBOSE=1 and by jitop_explain.
  *
  * The stat fast path compares each file's size, mtime, ctime and inode,
  * and the mtime and ctime of each directory where a name was looked for and

@@ -68,7 +68,7 @@ void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33])
 /* Everything but file contents and the NVRTC version: the manifest then
  * survives an NVRTC upgrade, and the key is recomputed from it anyway.
  * Inline text's quoted includes are looked up in the current directory
- * (deps.c), so its manifest is per directory too: one recorded elsewhere
+ * (resolve.c), so its manifest is per directory too: one recorded elsewhere
  * would vouch for another directory's header by stat alone. */
 void jitop__manifest_id(const jitop__unit *u, char id[33])
 {

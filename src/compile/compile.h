@@ -1,7 +1,9 @@
 /*
  * The compile room: one translation unit from its files to a binary. Units
- * and their option normalization, NVRTC (nvrtc.c), the files a unit reads and
- * their stat/hash freshness (deps.c), and a look inside cubins (cubin.c).
+ * and their option normalization, NVRTC (nvrtc.c), the files a unit reads
+ * (the directives of a text: scan.c; what a macro names: macros.c; the
+ * unit's list: resolve.c) and their stat/hash freshness (deps.c), and a look
+ * inside cubins (cubin.c).
  * Knows nothing of the cache: callers above hash, key and store.
  * May include: base.
  */
@@ -23,7 +25,7 @@ typedef struct jitop__unit {
     /* How many of include_dirs are the user's (the source's directory and
      * each -I); any after them are the toolkit's, never hashed whole by the
      * scanner's safe mode, and a directive it cannot resolve inside a header
-     * found there is the toolkit's own (deps.c). */
+     * found there is the toolkit's own (resolve.c). */
     size_t user_include_dirs;
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
@@ -154,14 +156,14 @@ typedef struct jitop__dep {
 
 /* The files one unit reads: [0] is the source (absent for inline text), then
  * every file its directives read (jitop__scan_includes), resolved as NVRTC
- * resolves them (deps.c). A name that resolves nowhere is an NVRTC built-in
- * header, covered by its version. */
+ * resolves them (resolve.c). A name that resolves nowhere is an NVRTC
+ * built-in header, covered by its version. */
 typedef struct jitop__deps {
     jitop__dep *v;
     size_t n;
     /* NULL when every directive named its file. Else the scanner's safe
      * mode says here which directive it could not resolve and what it did
-     * instead (deps.c), for JITOP_VERBOSE and explain. */
+     * instead (resolve.c), for JITOP_VERBOSE and explain. */
     char *note;
     /* Safe mode could not bound what the unit may read: its binary must
      * never be stored in or served from the cache, and its files are never
@@ -183,7 +185,7 @@ typedef struct jitop__deps {
 } jitop__deps;
 
 /* Safe mode's bounds: what the scan hashes when a directive's file is named
- * by macros (deps.c). Past either, the unit is not cached at all
+ * by macros (resolve.c). Past either, the unit is not cached at all
  * (jitop__deps.uncacheable). Each file costs a stat on every fast-path
  * check and a manifest record. */
 #define JITOP__SAFE_MAX_FILES 4096

@@ -65,8 +65,10 @@ int jitop__macros_add_options(jitop__macros *m, const jitop__strv *options)
             size_t len = strlen(v);
             while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
                 len--;
-            bool quoted = len > 2 && v[0] == '"' && v[len - 1] == '"' && !memchr(v + 1, '"', len - 2);
-            bool angled = len > 2 && v[0] == '<' && v[len - 1] == '>' && !memchr(v + 1, '>', len - 2);
+            bool quoted =
+                len > 2 && v[0] == '"' && v[len - 1] == '"' && !memchr(v + 1, '"', len - 2);
+            bool angled =
+                len > 2 && v[0] == '<' && v[len - 1] == '>' && !memchr(v + 1, '>', len - 2);
             value = jitop__sprintf("%.*s", (int)len, v);
             if (value && !quoted && !angled && !jitop__is_identifier(value)) {
                 free(value);

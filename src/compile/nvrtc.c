@@ -543,7 +543,7 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
      * make those the hashed ones: the scanner resolves every name as NVRTC
      * does (the including file's directory as the path it was opened by,
      * then -I in order; ".." after the links before it, which is how NVRTC's
-     * open() goes: deps.c, checked against NVRTC itself by
+     * open() goes: resolve.c, checked against NVRTC itself by
      * tests/cpu/test_deps_diff.c); the program is named by the source's
      * absolute path, so that its directory is the one the scanner used
      * (inline text, named relatively, has its quoted names looked up in the

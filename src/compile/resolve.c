@@ -91,7 +91,7 @@ struct scan {
     } *pending;
     size_t npending, pending_cap;
     jitop__macros macros;
-    struct path_set dirs_seen; /* the paths of d.dirs */
+    struct path_set dirs_seen, absent_seen; /* the paths of d.dirs, of d.absent */
     size_t dirs_cap;
 };
 
@@ -191,8 +191,11 @@ static int probe(struct scan *s, const char *candidate, bool *found)
     int status = JITOP_OK;
     if (!*found && have_dir)
         status = record_dir(s, dir, &st);
-    if (!*found && status == JITOP_OK && jitop__strv_push(&s->d.absent, candidate) != JITOP_OK)
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (!*found && status == JITOP_OK && !path_set_has(&s->absent_seen, candidate)) {
+        if (jitop__strv_push(&s->d.absent, candidate) != JITOP_OK ||
+            path_set_add(&s->absent_seen, s->d.absent.v[s->d.absent.n - 1]) != JITOP_OK)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
     free(dir);
     return status;
 }
@@ -280,10 +283,9 @@ static int unresolved_directive(struct scan *s, const char *file, const jitop__i
     if (file && in_toolkit(s->u, file))
         return JITOP_OK;
     if (!s->unresolved) {
+        const char *word = inc->embed ? "embed" : inc->next ? "include_next" : "include";
         s->unresolved = jitop__sprintf("%s:%u: '#%s %s'", file ? file : s->u->source_name,
-                                       inc->line,
-                                       inc->embed ? "embed" : inc->next ? "include_next" : "include",
-                                       inc->text);
+                                       inc->line, word, inc->text);
         if (!s->unresolved)
             return jitop__fail(JITOP_ENOMEM, "out of memory");
         for (size_t i = 0; i < s->u->user_include_dirs; i++)
@@ -553,7 +555,8 @@ static int scan_one(struct scan *s, size_t next, char **source_text)
             return JITOP_OK;
         }
         if (next > 0 || !u->source_path)
-            jitop__fail_prefix(status, "header of %s", u->source_path ? u->source_path : u->source_name);
+            jitop__fail_prefix(status, "header of %s",
+                               u->source_path ? u->source_path : u->source_name);
         return status;
     }
     if (!(s->flags[next] & DEP_EMBED)) {
@@ -634,6 +637,7 @@ out:
     free(s.pending);
     jitop__macros_free(&s.macros);
     free(s.dirs_seen.v);
+    free(s.absent_seen.v);
     free(source_text);
     return status;
 }

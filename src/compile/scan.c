@@ -362,7 +362,7 @@ static int defines_add(jitop__includes *l, const char *name, const char *value)
 /* After "#define": records an object-like macro whose whole value is a
  * header name ("x.h" or <x.h>, delimiters kept) or one identifier, and any
  * other macro with no value, so that "#include NAME" can be resolved from
- * the definitions of NAME (deps.c). */
+ * the definitions of NAME (macros.c). */
 static int define_directive(struct lexer *lx, jitop__includes *out)
 {
     struct text name = {0}, value = {0};

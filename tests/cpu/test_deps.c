@@ -725,8 +725,9 @@ static bool has_dep_file(const jitop__deps *d, const char *path)
 static char *cli(const char *cmd, const char *cache, const char *src, const char *extra)
 {
     char line[4096], *out = NULL;
-    snprintf(line, sizeof line, "JITOP_VERBOSE=1 '%s' %s --arch compute_90 --cache-dir '%s' %s '%s'",
-             jt_cli(), cmd, cache, extra, src);
+    snprintf(line, sizeof line,
+             "JITOP_VERBOSE=1 '%s' %s --arch compute_90 --cache-dir '%s' %s '%s'", jt_cli(), cmd,
+             cache, extra, src);
     int rc = jt_run(line, &out);
     if (rc != 0)
         fail_msg("%s: exit %d: %s", line, rc, out ? out : "");

@@ -135,7 +135,9 @@ static void spell_directive(struct project *p, char *buf, const char *name, bool
     case 3: append(buf, "#inc\\\nlude %c%s%c\n", open, name, close); break;
     case 4: append(buf, "%%:include %c%s%c\n", open, name, close); break;
     case 5: append(buf, "#\f include\v%c%s%c\n", open, name, close); break;
-    case 6: append(buf, "#include %c%.*s\\\n%s%c\n", open, (int)split, name, name + split, close); break;
+    case 6: /* a splice inside the name */
+        append(buf, "#include %c%.*s\\\n%s%c\n", open, (int)split, name, name + split, close);
+        break;
     case 7: append(buf, "/* a\n */ #include %c%s%c // b\n", open, name, close); break;
     case 8: append(buf, "# include /* c\n d */ %c%s%c /* e\n f */\n", open, name, close); break;
     case 9: append(buf, "  #   include %c%s%c\r\n", open, name, close); break;
@@ -173,7 +175,9 @@ static void distractor(char *buf, int k)
     switch (rnd(7)) {
     case 0: append(buf, "// #include \"nope%d.h\"\n", k); break;
     case 1: append(buf, "/* #include \"nope%d.h\"\n#include <nope%d.h> */\n", k, k); break;
-    case 2: append(buf, "__device__ const char s%d[] = \"#include \\\"nope%d.h\\\"\";\n", k, k); break;
+    case 2:
+        append(buf, "__device__ const char s%d[] = \"#include \\\"nope%d.h\\\"\";\n", k, k);
+        break;
     case 3: append(buf, "#if 0\n#include \"missing%d.h\"\n#endif\n", k); break;
     case 4: append(buf, "__device__ int x%d; /* '\n#include \"nope%d.h\" */\n", k, k); break;
     case 5: append(buf, "#define M%d \\\n  include \"nope%d.h\"\n", k, k); break;
@@ -304,8 +308,8 @@ static void gcc_deps(const struct project *p, struct path_list *out)
     int rc = jt_run(cmd, &output);
     if (rc != 0) {
         char again[2100];
-        snprintf(again, sizeof again, "cd '%s' && gcc -M -nostdinc -x c -Isrc -Iinc1 -Iinc2 src/main.cu",
-                 p->root);
+        snprintf(again, sizeof again,
+                 "cd '%s' && gcc -M -nostdinc -x c -Isrc -Iinc1 -Iinc2 src/main.cu", p->root);
         free(output);
         jt_run(again, &output);
         fail_msg("gcc -M failed (%d): %s", rc, output ? output : "");
