@@ -168,7 +168,40 @@ typedef struct jitop_build_result {
  * Its headers are hashed into the key like any other. Where none is found,
  * a source that includes one fails with a message naming the folders tried
  * and CUDA_HOME. NVRTC has no C++ standard library: <type_traits>,
- * <cstdint>, <vector>... fail, with the libcu++ header to use instead. */
+ * <cstdint>, <vector>... fail, with the libcu++ header to use instead.
+ *
+ * What is hashed (here and in jitop_load): the source and every file its
+ * #include, #include_next and #embed directives name, found as NVRTC finds
+ * them ("name" beside the including file, then the source's directory, each
+ * -I and the toolkit's include folders in order; <name> in those
+ * directories; a "..", in the path or in a name, taken after the symbolic
+ * links before it, as the kernel does),
+ * whatever the spelling (comments or line splices inside the directive,
+ * %:include, trigraphs), on every #if branch. A name found nowhere is one of
+ * NVRTC's built-in headers (covered by the NVRTC release in the key) or a
+ * compile error. "#include NAME" is resolved from the definitions of NAME:
+ * the #define lines of the files read and the -D options, on every #if
+ * branch, each a header name or another such NAME; every file they name is
+ * hashed.
+ *
+ * Safe mode: a directive whose file only preprocessing can name
+ * (#include STR(x), a NAME defined as something else or nowhere, a macro
+ * inside a <name> that a macro gives) makes every file under the source's
+ * directory, each -I directory and the directory of the file holding that
+ * directive (recursively, links followed; hidden directories and jitop
+ * caches skipped) hashed and watched instead. It does not see a file the
+ * macros name outside these folders (an absolute name, or one whose ".."
+ * leaves them): name such a file literally. Past 4096 files or 64 MiB, the
+ * unit is compiled at every build and never cached (result->cached is 0,
+ * every time). Either is said by JITOP_VERBOSE=1 and by jitop_explain. The
+ * toolkit's include folders are never hashed whole: a directive a toolkit
+ * header names through macros is the toolkit's own (covered by its headers
+ * hashed and the NVRTC release).
+ *
+ * The stat fast path compares each file's size, mtime, ctime and inode,
+ * and the mtime and ctime of each directory where a name was looked for and
+ * not found (a header created there later, shadowing the one found further
+ * on, makes the names be looked for again). */
 JITOP_API int jitop_build(jitop_ctx *ctx, const char *path, const char *arch,
                           const char *const *options, size_t noptions,
                           const char *const *names, size_t nnames,
@@ -270,15 +303,18 @@ typedef struct jitop_op jitop_op;
  *
  * name is a label for messages. Loading the same sources with the same options again returns
  * the module already loaded (only the stat fast path touches the disk).
- * Modules belong to the context and live until jitop_ctx_destroy; *out stays
- * valid across hot reloads. */
+ * Which files are hashed and watched, and safe mode (a directive whose file
+ * only macros name): see jitop_build. A unit safe mode cannot bound is
+ * compiled again by every load. Modules belong to the context and live until
+ * jitop_ctx_destroy; *out stays valid across hot reloads. */
 JITOP_API int jitop_load(jitop_ctx *ctx, const char *name,
                          const char *const *sources, size_t nsources,
                          const char *const *options, size_t noptions,
                          jitop_module **out);
 
 /* Like jitop_load for source text instead of a file (torch's load_inline).
- * The text is copied. -I options still apply. */
+ * The text is copied. -I options still apply; a "name" include is looked up
+ * in the current directory first, as NVRTC does for text without a file. */
 JITOP_API int jitop_load_inline(jitop_ctx *ctx, const char *name, const char *source_text,
                                 const char *const *options, size_t noptions,
                                 jitop_module **out);

@@ -32,7 +32,7 @@
 
 /* Bumped whenever the entry or manifest layout, or what goes into a key,
  * changes: older entries then simply miss. */
-#define JITOP__FORMAT_VERSION 3
+#define JITOP__FORMAT_VERSION 4
 
 #define JITOP__DEFAULT_CACHE_MAX ((int64_t)1 << 30) /* 1 GiB */
 
@@ -90,9 +90,12 @@ int jitop__open_regular(const char *path, int *fd, struct stat *st);
  * /usr/local/cuda/lib64/libnvrtc.so.13). Stops where a link cannot be read
  * or after 16 links (a loop). */
 void jitop__last_link_target(const char *path, char *out, size_t cap);
-/* Absolute, normalized path (no symlink resolution needed by callers).
- * NULL with errno set on failure: ENOMEM, or why the current directory
- * could not be read for a relative path (ENOENT when it was deleted). */
+/* Absolute path naming the file the kernel opens for path: "." and repeated
+ * slashes dropped, every ".." resolved as the kernel does (after the links
+ * before it: realpath of the part up to the last ".."), links elsewhere kept
+ * as written. NULL with errno set on failure: ENOMEM, or why the current
+ * directory could not be read for a relative path (ENOENT when it was
+ * deleted). */
 char *jitop__abspath(const char *path);
 /* Reports a failed jitop__abspath(path) from errno: "out of memory", or
  * "cannot resolve PATH: <strerror>" (JITOP_EIO). Returns the status. */

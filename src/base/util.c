@@ -299,8 +299,6 @@ out:
     return status;
 }
 
-/* Lexical normalization: "." and ".." and repeated slashes go, symlinks stay
- * (a symlinked kernel dir must keep the user's path in messages and keys). */
 void jitop__last_link_target(const char *path, char *out, size_t cap)
 {
     char next[PATH_MAX], target[PATH_MAX];
@@ -320,25 +318,16 @@ void jitop__last_link_target(const char *path, char *out, size_t cap)
     }
 }
 
-char *jitop__abspath(const char *path)
+/* Drops "." components and repeated slashes of an absolute path, which
+ * never changes the file the kernel opens (a link stays a link), into a new
+ * string. ".." components are kept: see jitop__abspath. NULL on ENOMEM. */
+static char *drop_dots(const char *abs)
 {
-    char *joined;
-    if (path[0] == '/') {
-        joined = jitop__strdup(path);
-    } else {
-        char cwd[PATH_MAX];
-        if (!getcwd(cwd, sizeof cwd))
-            return NULL; /* errno says why: ENOENT for a deleted directory */
-        joined = jitop__sprintf("%s/%s", cwd, path);
-    }
-    char *out = joined ? malloc(strlen(joined) + 2) : NULL;
-    if (!out) {
-        free(joined);
-        errno = ENOMEM;
+    char *out = malloc(strlen(abs) + 2);
+    if (!out)
         return NULL;
-    }
     size_t n = 0;
-    const char *p = joined;
+    const char *p = abs;
     while (*p) {
         while (*p == '/')
             p++;
@@ -348,13 +337,6 @@ char *jitop__abspath(const char *path)
         size_t len = (size_t)(p - seg);
         if (len == 0 || (len == 1 && seg[0] == '.'))
             continue;
-        if (len == 2 && seg[0] == '.' && seg[1] == '.') {
-            while (n > 0 && out[n - 1] != '/')
-                n--;
-            if (n > 0)
-                n--;
-            continue;
-        }
         out[n++] = '/';
         memcpy(out + n, seg, len);
         n += len;
@@ -362,7 +344,78 @@ char *jitop__abspath(const char *path)
     if (n == 0)
         out[n++] = '/';
     out[n] = '\0';
+    return out;
+}
+
+/* The end of the last ".." component of an absolute path, NULL if none. */
+static const char *last_dotdot_end(const char *abs)
+{
+    const char *found = NULL;
+    for (const char *p = abs; *p;) {
+        while (*p == '/')
+            p++;
+        const char *seg = p;
+        while (*p && *p != '/')
+            p++;
+        if (p - seg == 2 && seg[0] == '.' && seg[1] == '.')
+            found = p;
+    }
+    return found;
+}
+
+/* The kernel resolves ".." after following the link before it: with
+ * lnk -> x/y, "lnk/../a.cu" is x/a.cu, not ./a.cu. So a ".." is never
+ * dropped as text: the part of the path up to the last ".." is resolved by
+ * realpath (which asks the kernel), and the rest, free of "..", is kept as
+ * written so that the user's names (a symlinked kernel directory, a header
+ * that is a link) stay in messages and keys. A path whose ".." part does not
+ * exist keeps it: the kernel fails on it the same way at every open. */
+char *jitop__abspath(const char *path)
+{
+    char *joined, *resolved = NULL, *out = NULL;
+    if (path[0] == '/') {
+        joined = jitop__strdup(path);
+    } else {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd))
+            return NULL; /* errno says why: ENOENT for a deleted directory */
+        joined = jitop__sprintf("%s/%s", cwd, path);
+    }
+    if (!joined) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    const char *dotdot = last_dotdot_end(joined);
+    if (dotdot) {
+        char *prefix = jitop__sprintf("%.*s", (int)(dotdot - joined), joined);
+        if (!prefix) {
+            free(joined);
+            errno = ENOMEM;
+            return NULL;
+        }
+        char *real = realpath(prefix, NULL);
+        int err = errno;
+        free(prefix);
+        if (!real && err == ENOMEM) {
+            free(joined);
+            errno = ENOMEM;
+            return NULL;
+        }
+        if (real) {
+            resolved = jitop__sprintf("%s/%s", real, dotdot);
+            free(real);
+            if (!resolved) {
+                free(joined);
+                errno = ENOMEM;
+                return NULL;
+            }
+        }
+    }
+    out = drop_dots(resolved ? resolved : joined);
+    free(resolved);
     free(joined);
+    if (!out)
+        errno = ENOMEM;
     return out;
 }
 

@@ -88,7 +88,8 @@ static int diff_entry(const jitop__unit *u, const jitop__entry *e, jitop__strv *
 /* Why the unit's key (with deps cur) is not in the cache, as '\n'-joined
  * lines (malloc'd). old: the deps of the unit's manifest, NULL without one.
  * Compares files against the manifest first; when no file differs, against
- * the most recent entry of the same source (which walks the cache). */
+ * the most recent entry of the same source (which walks the cache). The
+ * scan's safe-mode note comes last; an uncacheable unit has only that. */
 static int describe_miss(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *old,
                          const char *old_key, const jitop__deps *cur, const char *key, char **why)
 {
@@ -97,9 +98,9 @@ static int describe_miss(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps
     char recent_key[33] = "";
     bool have_recent = false;
     char *label = NULL;
-    int status = old ? diff_deps(old, cur, &lines) : JITOP_OK;
-    if (status != JITOP_OK)
-        goto out;
+    int status = old && !cur->uncacheable ? diff_deps(old, cur, &lines) : JITOP_OK;
+    if (status != JITOP_OK || cur->uncacheable)
+        goto note;
     if (lines.n == 0) {
         label = jitop__unit_source_label(u);
         if (!label) {
@@ -127,6 +128,9 @@ static int describe_miss(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps
                                   label ? label : u->source_name, msg);
         }
     }
+note:
+    if (status == JITOP_OK && cur->note)
+        status = jitop__strv_push(&lines, cur->note);
     if (status != JITOP_OK)
         goto out;
     *why = jitop__strv_join(&lines, "\n");
@@ -230,7 +234,8 @@ static int entry_answer(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 
 /* The end of a slow build: a binary just compiled (found: a hit, read
  * already into out->entry) becomes the cache entry under out->key, the
- * manifest records deps, and deps move into out. */
+ * manifest records deps, and deps move into out. An uncacheable unit
+ * (jitop__deps.uncacheable) gets neither entry nor manifest. */
 static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                        jitop__deps *deps, jitop__binary *bin, bool found, double t_compile,
                        jitop__built *out)
@@ -241,16 +246,20 @@ static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
         jitop__log_warnings(ctx, u, bin, false);
         double t_put = jitop__now_ms();
         status = make_entry(u, deps, bin, &out->entry);
-        if (status == JITOP_OK)
+        if (status == JITOP_OK && !deps->uncacheable)
             status = jitop__cache_put(ctx->cache, out->key, &out->entry);
         if (status != JITOP_OK)
             return status;
         /* Where a cold build's time goes: NVRTC, or writing the entry
          * (fsync on a slow disk shows here). */
-        jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name, t_compile,
-                   jitop__now_ms() - t_put);
+        if (deps->uncacheable)
+            jitop__log(ctx, "%s: NVRTC %.1f ms, not cached", u->source_name, t_compile);
+        else
+            jitop__log(ctx, "%s: NVRTC %.1f ms, cache write %.1f ms", u->source_name,
+                       t_compile, jitop__now_ms() - t_put);
     }
-    save_manifest(ctx, id, deps, out->key);
+    if (!deps->uncacheable)
+        save_manifest(ctx, id, deps, out->key);
     out->unresolved = !found && out->entry.bin.unresolved;
     status = found             ? entry_answer(ctx, u, out)
              : out->unresolved ? jitop__unresolved_fail(u, &out->entry.bin)
@@ -279,10 +288,16 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             goto out;
         if (jitop__after_scan_hook)
             jitop__after_scan_hook(u->source_name);
+        if (deps.note && attempt == 1)
+            jitop__log(ctx, "%s: %s", u->source_name, deps.note);
         jitop__cache_key(u, &deps, out->key);
-        status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
-        if (status != JITOP_OK)
-            goto out;
+        /* An uncacheable unit is compiled every time: neither looked up nor
+         * stored, so no lock either. */
+        if (!deps.uncacheable) {
+            status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+            if (status != JITOP_OK)
+                goto out;
+        }
         if (found) {
             if (mkey)
                 jitop__log(ctx, "%s: files touched but unchanged: cache hit %s", u->source_name,
@@ -291,13 +306,16 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         }
         if (mode == BUILD_CACHED_ONLY)
             goto out; /* a miss: out->cached stays false, nothing is built */
-        status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
+        if (!deps.uncacheable)
+            status = jitop__cache_lock(ctx->cache, out->key, &lock_fd);
         if (status != JITOP_OK)
             goto out;
         /* Another process may have built it while we waited for the lock. */
-        status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
-        if (status != JITOP_OK || found)
-            break;
+        if (!deps.uncacheable) {
+            status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+            if (status != JITOP_OK || found)
+                break;
+        }
         log_rebuild(ctx, u, mdeps, mkey, &deps, out->key);
         if (jitop__before_compile_hook)
             jitop__before_compile_hook(u->source_name);
@@ -376,6 +394,8 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         if (status != JITOP_OK)
             goto out;
         if (found) {
+            if (mdeps.note)
+                jitop__log(ctx, "%s: %s", u->source_name, mdeps.note);
             out->cached = true;
             out->deferred = mode == BUILD_DEFER;
             if (mode != BUILD_DEFER)
@@ -415,6 +435,8 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
     memset(out, 0, sizeof *out);
     if (!ctx || !ctx->cache || !u || !known)
         return jitop__fail(JITOP_EINVAL, "build: NULL context, cache, unit or files");
+    if (known->uncacheable)
+        return build_unit(ctx, u, BUILD_FULL, out);
     jitop__cache_key(u, known, out->key);
     int status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
     if (status == JITOP_OK && found)
@@ -472,7 +494,8 @@ static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
             goto out;
         jitop__cache_key(u, &p->deps, p->key);
     }
-    status = jitop__cache_peek(ctx->cache, p->key, &p->found);
+    if (!p->deps.uncacheable)
+        status = jitop__cache_peek(ctx->cache, p->key, &p->found);
 out:
     free(text);
     return status;
@@ -496,10 +519,14 @@ int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **
     if (status != JITOP_OK)
         goto out;
     if (p.found) {
+        const char *note = p.fresh ? p.mdeps.note : p.deps.note;
         *hit = true;
-        *why = p.fresh   ? jitop__sprintf("cached: %s (no file changed since the last build)", p.key)
-               : p.stale ? jitop__sprintf("cached: %s (%s; contents unchanged)", p.key, p.stale)
-                         : jitop__sprintf("cached: %s", p.key);
+        *why = p.fresh   ? jitop__sprintf("cached: %s (no file changed since the last build)%s%s",
+                                          p.key, note ? "\n" : "", note ? note : "")
+               : p.stale ? jitop__sprintf("cached: %s (%s; contents unchanged)%s%s", p.key,
+                                          p.stale, note ? "\n" : "", note ? note : "")
+                         : jitop__sprintf("cached: %s%s%s", p.key, note ? "\n" : "",
+                                          note ? note : "");
         if (!*why)
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;

@@ -2,6 +2,9 @@
  * binary (the key) or names the unit (the manifest id). */
 #include "cache/cache_private.h"
 
+#include <limits.h>
+#include <unistd.h>
+
 /* Every field is length-prefixed, so that ("ab", "c") and ("a", "bc") never
  * hash alike; lists are prefixed by their count. */
 static void key_str(XXH3_state_t *st, const char *s)
@@ -83,13 +86,20 @@ void jitop__link_key(const char *arch, const jitop__strv *options, const char *c
 }
 
 /* Everything but file contents and the NVRTC version: the manifest then
- * survives an NVRTC upgrade, and the key is recomputed from it anyway. */
+ * survives an NVRTC upgrade, and the key is recomputed from it anyway.
+ * Inline text's quoted includes are looked up in the current directory
+ * (resolve.c), so its manifest is per directory too: one recorded elsewhere
+ * would vouch for another directory's header by stat alone. */
 void jitop__manifest_id(const jitop__unit *u, char id[33])
 {
     XXH3_state_t st;
     XXH3_INITSTATE(&st);
     XXH3_128bits_reset(&st);
     key_unit(&st, "jitop manifest id", u);
+    if (!u->source_path) {
+        char cwd[PATH_MAX];
+        key_str(&st, getcwd(cwd, sizeof cwd) ? cwd : "");
+    }
     key_finish(&st, id);
 }
 

@@ -1,19 +1,69 @@
-/* Stat manifests: per unit, each file's size, mtime, inode and content
- * hash with the key they gave, so that an unchanged unit is found without
- * reading or hashing a source (deps.c compares, build.c decides).
+/* Stat manifests: per unit, each file's size, mtime, ctime, inode and
+ * content hash with the key they gave, so that an unchanged unit is found
+ * without reading or hashing a source (deps.c compares, build.c decides).
  *
- * Payload: the key (u32 length + bytes), the dep count (u32), then per dep
- * its path (u32 length + bytes), size, mtime in ns, inode, device (u64
- * each) and content hash (16 bytes). A recent dep (jitop__dep.recent) is
- * stored with JITOP__MTIME_UNKNOWN as its mtime, which reads back as
- * recent: its stat data never vouches for it. */
+ * Payload: the key (u32 length + bytes), the scan's safe-mode note
+ * (jitop__deps.note: u32 length + bytes, empty for none), the dep count
+ * (u32), then per dep its path (u32 length + bytes), size, mtime in ns,
+ * ctime in ns, inode, device (u64 each) and content hash (16 bytes); then
+ * the count of directories where include names were not found
+ * (jitop__deps.dirs, u32), each as its path, mtime, ctime, inode and device.
+ * A recent record (jitop__dep.recent) is stored with JITOP__MTIME_UNKNOWN
+ * as its mtime, which reads back as recent: its stat data never vouches for
+ * it. An uncacheable unit has no manifest. */
 #include "cache/cache_private.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
-/* The bytes of a dep record with an empty path: the smallest possible. */
-#define DEP_RECORD_MIN (4 + 4 * 8 + 16)
+/* The bytes of a dep record, and of a directory record, with an empty
+ * path: the smallest possible. */
+#define DEP_RECORD_MIN (4 + 5 * 8 + 16)
+#define DIR_RECORD_MIN (4 + 4 * 8)
+
+/* Reads a count and that many records (with size and hash: files; without:
+ * directories) into a new array; sets r->bad on malformed bytes. */
+static int read_records(struct jitop__rbuf *r, bool files, jitop__dep **v, size_t *nv)
+{
+    uint32_t n = jitop__rb_u32(r);
+    if (r->bad || n > (r->n - r->off) / (files ? DEP_RECORD_MIN : DIR_RECORD_MIN)) {
+        r->bad = true;
+        return JITOP_OK;
+    }
+    if (!(*v = calloc(n ? n : 1, sizeof **v)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        jitop__dep *dep = &(*v)[*nv];
+        if (!(dep->path = jitop__rb_str(r)))
+            break;
+        ++*nv;
+        dep->size = files ? (int64_t)jitop__rb_u64(r) : 0;
+        dep->mtime_ns = (int64_t)jitop__rb_u64(r);
+        dep->recent = dep->mtime_ns == JITOP__MTIME_UNKNOWN;
+        dep->ctime_ns = (int64_t)jitop__rb_u64(r);
+        dep->ino = jitop__rb_u64(r);
+        dep->dev = jitop__rb_u64(r);
+        if (files)
+            dep->hash = jitop__rb_hash(r);
+    }
+    return JITOP_OK;
+}
+
+static void write_records(struct jitop__wbuf *b, bool files, const jitop__dep *v, size_t n)
+{
+    jitop__wb_u32(b, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        jitop__wb_str(b, v[i].path);
+        if (files)
+            jitop__wb_u64(b, (uint64_t)v[i].size);
+        jitop__wb_u64(b, (uint64_t)(v[i].recent ? JITOP__MTIME_UNKNOWN : v[i].mtime_ns));
+        jitop__wb_u64(b, (uint64_t)v[i].ctime_ns);
+        jitop__wb_u64(b, v[i].ino);
+        jitop__wb_u64(b, v[i].dev);
+        if (files)
+            jitop__wb_hash(b, v[i].hash);
+    }
+}
 
 static char *manifest_dir(const jitop__cache *c, const char id[33])
 {
@@ -24,44 +74,32 @@ int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *de
                           char key[33], bool *valid)
 {
     int status = JITOP_OK;
-    char *stored_key = NULL;
+    char *stored_key = NULL, *note = NULL;
     jitop__deps d = {0};
     *valid = false;
     memset(deps, 0, sizeof *deps);
     struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, len < JITOP__FILE_HEADER_SIZE};
     stored_key = jitop__rb_str(&r);
-    uint32_t n = jitop__rb_u32(&r);
-    if (!r.bad && n <= (len - r.off) / DEP_RECORD_MIN) {
-        d.v = calloc(n ? n : 1, sizeof *d.v);
-        if (!d.v) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-    } else {
-        r.bad = true;
-    }
-    for (uint32_t i = 0; i < n && !r.bad; i++) {
-        jitop__dep *dep = &d.v[d.n];
-        dep->path = jitop__rb_str(&r);
-        if (!dep->path)
-            break;
-        d.n++;
-        dep->size = (int64_t)jitop__rb_u64(&r);
-        dep->mtime_ns = (int64_t)jitop__rb_u64(&r);
-        dep->recent = dep->mtime_ns == JITOP__MTIME_UNKNOWN;
-        dep->ino = jitop__rb_u64(&r);
-        dep->dev = jitop__rb_u64(&r);
-        dep->hash = jitop__rb_hash(&r);
-    }
-    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32)
+    note = jitop__rb_str(&r);
+    status = read_records(&r, true, &d.v, &d.n);
+    if (status == JITOP_OK && !r.bad)
+        status = read_records(&r, false, &d.dirs, &d.ndirs);
+    if (status != JITOP_OK)
+        goto out;
+    if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32 || !note)
         goto out;
     memcpy(key, stored_key, 33);
+    if (*note) {
+        d.note = note;
+        note = NULL;
+    }
     *deps = d;
     memset(&d, 0, sizeof d);
     *valid = true;
 out:
     jitop__deps_free(&d);
     free(stored_key);
+    free(note);
     return status;
 }
 
@@ -145,16 +183,9 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
     int err = 0, status = JITOP_OK;
     jitop__file_begin(&b, JITOP__MANIFEST_MAGIC, 0);
     jitop__wb_str(&b, key);
-    jitop__wb_u32(&b, (uint32_t)deps->n);
-    for (size_t i = 0; i < deps->n; i++) {
-        const jitop__dep *dep = &deps->v[i];
-        jitop__wb_str(&b, dep->path);
-        jitop__wb_u64(&b, (uint64_t)dep->size);
-        jitop__wb_u64(&b, (uint64_t)(dep->recent ? JITOP__MTIME_UNKNOWN : dep->mtime_ns));
-        jitop__wb_u64(&b, dep->ino);
-        jitop__wb_u64(&b, dep->dev);
-        jitop__wb_hash(&b, dep->hash);
-    }
+    jitop__wb_str(&b, deps->note ? deps->note : "");
+    write_records(&b, true, deps->v, deps->n);
+    write_records(&b, false, deps->dirs, deps->ndirs);
     jitop__file_seal(&b);
     if (b.oom) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");

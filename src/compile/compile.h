@@ -1,9 +1,10 @@
 /*
  * The compile room: one translation unit from its files to a binary. Units
  * and their option normalization, NVRTC (nvrtc.c), the CUDA toolkit's
- * include folders (toolkit.c), the files a unit reads and their stat/hash
- * freshness (deps.c), a look inside cubins (cubin.c), the
- * variables a binary defines (globals.c), and nvJitLink, which links
+ * include folders (toolkit.c), the files a unit reads (the directives of a
+ * text: scan.c; what a macro names: macros.c; the unit's list: resolve.c)
+ * and their stat/hash freshness (deps.c), a look inside cubins (cubin.c),
+ * the variables a binary defines (globals.c), and nvJitLink, which links
  * relocatable units into one binary (link.c).
  * Knows nothing of the cache: callers above hash, key and store.
  * May include: base. Included by every room above it.
@@ -27,6 +28,11 @@ typedef struct jitop__unit {
      * in NVRTC's order. Part of the key. */
     jitop__strv include_dirs;
     size_t toolkit_dirs;      /* how many of include_dirs, at the end, are the toolkit's */
+    /* How many of include_dirs are the user's (the source's directory and
+     * each -I); any after them are the toolkit's, never hashed whole by the
+     * scanner's safe mode, and a directive it cannot resolve inside a header
+     * found there is the toolkit's own (resolve.c). */
+    size_t user_include_dirs;
     jitop__strv names;        /* name expressions */
     char arch[32];            /* "sm_90" or "compute_90" */
     /* -rdc (any spelling) or -dlto: the unit compiles to a relocatable
@@ -142,6 +148,69 @@ void jitop__toolkit_find(jitop__toolkit *t, const char *nvrtc_file, const char *
 const jitop__toolkit *jitop__toolkit_get(void);
 char *jitop__toolkit_hint(const jitop__toolkit *t, const char *log);
 
+/* -------------------------------------------------------------- scan.c */
+
+/* One directive that reads another file (#include, #include_next, #embed),
+ * found by jitop__scan_includes. */
+typedef struct jitop__include {
+    char *name;    /* the header name between its quotes or brackets; NULL
+                      when macros name the file (then see text) */
+    char *text;    /* name NULL: what follows the directive name (comments as
+                      one space), for messages */
+    unsigned line; /* physical line of the directive, from 1 */
+    bool quoted;   /* "name", not <name> */
+    bool next;     /* #include_next */
+    bool embed;    /* #embed: the file's bytes, not preprocessed */
+} jitop__include;
+
+/* A #define, for the directives whose file a macro names (scan.c). */
+typedef struct jitop__define {
+    char *name;
+    /* What the macro stands for when that is a header name with its
+     * delimiters ("\"x.h\"", "<x.h>") or one identifier; NULL for anything
+     * else (function-like, several tokens, a number, nothing). */
+    char *value;
+} jitop__define;
+
+typedef struct jitop__includes {
+    jitop__include *v;
+    size_t n, cap;
+    jitop__define *defs; /* every #define of the text (a macro defined twice
+                            the same way by two readings appears twice) */
+    size_t ndefs, defcap;
+} jitop__includes;
+
+/* The directives of a text that read another file, each once, in the order
+ * found, after the translation phases a preprocessor applies, and its
+ * #defines (scan.c). JITOP_ENOMEM (no message set) is the only failure; out
+ * is empty then. */
+int jitop__scan_includes(const char *text, size_t len, jitop__includes *out);
+void jitop__includes_free(jitop__includes *l);
+
+/* ------------------------------------------------------------ macros.c */
+
+/* The object-like macros a unit's texts (jitop__includes.defs) and -D
+ * options define, for the directives whose file a macro names. */
+typedef struct jitop__macros {
+    jitop__define *v;
+    size_t n, cap;
+} jitop__macros;
+
+int jitop__macros_add(jitop__macros *m, const char *name, const char *value);
+/* Each -DNAME=VALUE of options as a #define would give it: a header name or
+ * an identifier as its value, NULL for anything else (-DNAME is 1). */
+int jitop__macros_add_options(jitop__macros *m, const jitop__strv *options);
+/* The header names macro name can stand for, delimiters kept, into out: the
+ * value of every definition of it, identifiers followed (16 deep at most).
+ * *known is false (out empty) when one of them cannot be known without
+ * preprocessing: no definition at all, a value that is neither a header
+ * name nor an identifier (function-like, several tokens), or a <name> with
+ * a defined macro inside. Fails only with JITOP_ENOMEM. */
+int jitop__macros_expand(const jitop__macros *m, const char *name, jitop__strv *out, bool *known);
+void jitop__macros_free(jitop__macros *m);
+/* Whether text is one C identifier. */
+bool jitop__is_identifier(const char *text);
+
 /* ------------------------------------------------------------- cubin.c */
 
 /* Bytes of __device__ variables in a cubin, which the driver allocates and
@@ -190,51 +259,99 @@ int jitop__binary_globals(const jitop__binary *bin, jitop__strv *names);
 /* -------------------------------------------------------------- deps.c */
 
 typedef struct jitop__dep {
-    char *path;           /* absolute */
+    char *path;           /* absolute, as jitop__abspath gives it */
     int64_t size;
     int64_t mtime_ns;
+    /* The inode's change time: set by the kernel at every write, and unlike
+     * the mtime it cannot be set back (touch -r, rsync -t, utimensat), so
+     * that a same-size edit with the mtime restored is still seen (git
+     * compares it too). Also changes on chmod, chown and link: a hash then
+     * finds the contents unchanged. */
+    int64_t ctime_ns;
     uint64_t ino, dev;
     XXH128_hash_t hash;   /* of the contents */
-    /* The mtime was within JITOP__RECENT_WINDOW_NS of the moment the stat
-     * was recorded: a same-size save later in the same timestamp tick would
-     * leave size, mtime and inode as recorded, so this record never vouches
-     * for the contents by itself (git's "racy clean"); only a hash does. A
-     * manifest keeps the flag (and then no mtime). */
+    /* The mtime or ctime was within JITOP__RECENT_WINDOW_NS of the moment
+     * the stat was recorded: a same-size save later in the same timestamp
+     * tick would leave the stat data as recorded, so this record never
+     * vouches for the contents by itself (git's "racy clean"); only a hash
+     * does. A manifest keeps the flag (and then no mtime). */
     bool recent;
 } jitop__dep;
 
 /* The files one unit reads: [0] is the source (absent for inline text), then
- * every header it includes, found by scanning #include "..." and <...>
- * recursively against the including file's directory and the include dirs.
- * A name that resolves nowhere is an NVRTC built-in header, covered by its
- * version. */
+ * every file its directives read (jitop__scan_includes), resolved as NVRTC
+ * resolves them (resolve.c). A name that resolves nowhere is an NVRTC
+ * built-in header, covered by its version. */
 typedef struct jitop__deps {
     jitop__dep *v;
     size_t n;
+    /* NULL when every directive named its file. Else the scanner's safe
+     * mode says here which directive it could not resolve and what it did
+     * instead (resolve.c), for JITOP_VERBOSE and explain. */
+    char *note;
+    /* Safe mode could not bound what the unit may read: its binary must
+     * never be stored in or served from the cache, and its files are never
+     * fresh (note says why). */
+    bool uncacheable;
+    /* The directories where an include name was looked for and not found
+     * (for each name, the deepest directory on its path that exists), with
+     * their stat data taken before the look (size and hash unused). A file
+     * created there later could shadow the one found further on, or appear
+     * where none was: adding, removing or renaming an entry changes a
+     * directory's mtime and ctime, and the stat fast path then does not
+     * vouch. Kept in the manifest. */
+    jitop__dep *dirs;
+    size_t ndirs;
+    /* The paths looked for and not found, checked again after a compile
+     * (jitop__deps_changed). Only in a list just scanned: neither in a
+     * manifest nor in a copy. */
+    jitop__strv absent;
 } jitop__deps;
 
-/* Scans and hashes. *text receives the source's text (malloc'd), the one
- * that is compiled, so that what is hashed is what is built. */
+/* Safe mode's bounds: what the scan hashes when a directive's file is named
+ * by macros (resolve.c). Past either, the unit is not cached at all
+ * (jitop__deps.uncacheable). Each file costs a stat on every fast-path
+ * check and a manifest record. */
+#define JITOP__SAFE_MAX_FILES 4096
+#define JITOP__SAFE_MAX_BYTES ((int64_t)64 << 20)
+
+/* Scans and hashes (resolve.c). *text receives the source's text
+ * (malloc'd), the one that is compiled, so that what is hashed is what is
+ * built. */
 int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text);
-/* Stat fast path: *fresh = 1 when every file's size, mtime and inode match
- * and no record is recent (see jitop__dep). Otherwise *why (malloc'd, may be
- * NULL) names the first file that differs. */
+/* Reads a file whole and records its stat data and content hash in dep
+ * (its path untouched); *data receives the bytes, NUL-terminated (deps.c). */
+int jitop__dep_read(const char *path, jitop__dep *dep, char **data, size_t *len);
+/* Records st's mtime, ctime, inode and device in rec, and whether it is
+ * recent (jitop__dep.recent), now (deps.c). */
+struct stat;
+void jitop__dep_set_stat(jitop__dep *rec, const struct stat *st);
+/* Stat fast path: *fresh = 1 when every file's size, mtime, ctime and inode
+ * match, every directory of d->dirs is as recorded, and no record is recent
+ * (see jitop__dep). Otherwise *why (malloc'd, may be NULL) names the first
+ * file or directory that differs. An uncacheable list is never fresh. */
 int jitop__deps_fresh(const jitop__deps *d, bool *fresh, char **why);
 void jitop__deps_free(jitop__deps *d);
 /* A deep copy (to is overwritten; empty on failure). */
 int jitop__deps_copy(const jitop__deps *from, jitop__deps *to);
 
-/* A file whose mtime is this close to the moment its stat data was recorded
- * is never trusted by that stat data alone (jitop__dep.recent). Timestamps
- * have a granularity: ext4 stamps files from a coarse kernel clock (a few
- * ms), some network file systems to 1 s, FAT to 2 s. Two writes within one
- * tick, the second after we looked, leave size and mtime unchanged (git
- * calls this "racy clean"). The test is against the time of the recording,
+/* A file whose mtime or ctime is this close to the moment its stat data was
+ * recorded is never trusted by that stat data alone (jitop__dep.recent).
+ * Timestamps have a granularity: ext4 stamps files from a coarse kernel
+ * clock (a few ms), some network file systems to 1 s, FAT to 2 s. Two
+ * writes within one tick, the second after we looked, leave size, mtime and
+ * ctime unchanged (git calls this "racy clean"). The ctime counts: after
+ * touch -r or chmod the mtime is old but the ctime is now, and a same-size
+ * write in that tick would change neither. The test is against the time of the recording,
  * not of a later check: a manifest written in the tick of an edit must not
  * be trusted once the tick is old. 2 s covers the coarsest of these; the
  * cost is one content hash per check of a file saved less than 2 s before
  * it was last scanned, until a scan records it older. */
 #define JITOP__RECENT_WINDOW_NS ((int64_t)2000000000)
+/* The window in force: JITOP__RECENT_WINDOW_NS. Tests lower it to look at
+ * the stat path on files they have just written, whose ctime (which no call
+ * can set back) would otherwise keep them recent for 2 s (deps.c). */
+extern int64_t jitop__recent_window_ns;
 
 /* The mtime of a recent record read back from a manifest, which stores the
  * flag in place of the time (cache/manifest.c): no file has this mtime (it
@@ -244,11 +361,11 @@ int jitop__deps_copy(const jitop__deps *from, jitop__deps *to);
 /* The dep of d whose path is path, NULL when none (deps.c). */
 const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path);
 
-/* After a compile: did any file change since it was scanned? NVRTC read the
- * files itself, so a header saved during the compile may be in the binary
- * while the key holds its old hash. Stat differences say so; a recent record
- * is hashed again. *changed names the first such file (malloc'd), NULL when
- * none (deps.c). */
+/* After a compile: did any file change since it was scanned, or appear
+ * where an include name was not found? NVRTC read the files itself, so a
+ * header saved during the compile may be in the binary while the key holds
+ * its old hash. Stat differences say so; a recent record is hashed again.
+ * *changed names the first such file (malloc'd), NULL when none (deps.c). */
 int jitop__deps_changed(const jitop__deps *d, char **changed);
 
 /* The NVRTC library file jitop compiles with, as its soname and the size of

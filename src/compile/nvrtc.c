@@ -336,6 +336,9 @@ int jitop__unit_init(jitop__unit *u, const char *path, const char *inline_text,
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
+    /* Everything before here came from the caller (-I); toolkit folders
+     * follow, and the scanner treats them as the toolkit's own. */
+    u->user_include_dirs = u->include_dirs.n;
     status = add_toolkit_dirs(u);
     if (status != JITOP_OK)
         goto out;
@@ -805,6 +808,30 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
+    /* What NVRTC compiles must be what was hashed. The source is handed as
+     * the hashed text. Headers NVRTC reads from disk itself, and three things
+     * make those the hashed ones: the scanner resolves every name as NVRTC
+     * does (the including file's directory as the path it was opened by,
+     * then -I in order; ".." after the links before it, which is how NVRTC's
+     * open() goes: resolve.c, checked against NVRTC itself by
+     * tests/cpu/test_deps_diff.c); the program is named by the source's
+     * absolute path, so that its directory is the one the scanner used
+     * (inline text, named relatively, has its quoted names looked up in the
+     * current directory by both); and
+     * after the compile every hashed file is checked again
+     * (jitop__deps_changed: size, mtime, ctime, inode, and a hash where the
+     * record is recent), so that a header saved while NVRTC read it is never
+     * cached under the old hash.
+     *
+     * Handing NVRTC the hashed header bytes instead (headers/includeNames)
+     * would not be the same program: NVRTC matches an include name as
+     * spelled, from any including file, before any directory (a registered
+     * "c.h" replaces the "c.h" beside another header), resolves a registered
+     * header's own quoted includes against its name rather than its folder,
+     * and names it by that spelling in diagnostics ("c.h(3): error"),
+     * losing the path a user clicks on. Rewriting each directive to a
+     * unique name would change the text NVRTC sees, where a misread
+     * directive (inside a raw string, say) would change the program. */
     nvrtcResult r = g_nv.nvrtcCreateProgram(&prog, text, u->source_name, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS) {
         prog = NULL;

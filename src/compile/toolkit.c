@@ -52,7 +52,8 @@ static bool try_include(jitop__toolkit *t, char *dir)
     return taken;
 }
 
-/* dir/rel, normalized (no symlink resolution); NULL on ENOMEM. */
+/* dir/rel made absolute, its ".." taken after the links before it as the
+ * kernel does (jitop__abspath); NULL on ENOMEM. */
 static char *joined(const char *dir, const char *rel)
 {
     char *j = jitop__sprintf("%s/%s", dir, rel);

@@ -5,9 +5,11 @@
 #include "load/driver.h"
 #include "load/load.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ units */
 
@@ -141,7 +143,8 @@ static void module_free(jitop_module *m)
 
 /* What makes two loads the same module: the name (two modules with one name
  * and different sources stay apart, and so do two names for one source),
- * the arch, each source's absolute path or inline text, and the options. */
+ * the arch, each source's absolute path or inline text (with the current
+ * directory, where its quoted includes are looked up), and the options. */
 static void module_id(const char *name, const char *arch, const jitop__strv *paths,
                       const char *text, const char *const *options, size_t noptions, char id[33])
 {
@@ -156,8 +159,12 @@ static void module_id(const char *name, const char *arch, const jitop__strv *pat
     for (size_t i = 0; i < paths->n; i++)
         XXH3_128bits_update(&st, paths->v[i], strlen(paths->v[i]) + 1);
     XXH3_128bits_update(&st, text ? "T" : "F", 1);
-    if (text)
+    if (text) {
+        char cwd[PATH_MAX];
+        const char *dir = getcwd(cwd, sizeof cwd) ? cwd : "";
         XXH3_128bits_update(&st, text, strlen(text) + 1);
+        XXH3_128bits_update(&st, dir, strlen(dir) + 1);
+    }
     XXH3_128bits_update(&st, &noptions, sizeof noptions);
     for (size_t i = 0; i < noptions; i++)
         XXH3_128bits_update(&st, options[i], strlen(options[i]) + 1);

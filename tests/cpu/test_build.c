@@ -45,11 +45,13 @@ static void project_make(struct project *p)
     p->src = jt_write(p->dir, "k.cu", simple_src);
     p->a = jt_write(p->dir, "a.cuh", "#pragma once\n#include \"inc/b.cuh\"\n#define A_VALUE 3\n");
     p->b = jt_write(p->dir, "inc/b.cuh", "#pragma once\n#define B_VALUE 1\n");
-    /* Old mtimes: the recent-modification rule would otherwise make every
-     * check hash (correct, but these tests look at the stat path). */
+    /* Old mtimes, and no window: the recent-modification rule would
+     * otherwise make every check hash (correct, but these tests look at the
+     * stat path), and the ctimes of files just written cannot be aged. */
     jt_touch(p->src, -60);
     jt_touch(p->a, -60);
     jt_touch(p->b, -60);
+    jitop__recent_window_ns = 0;
 }
 
 static void project_free(struct project *p)
@@ -592,6 +594,7 @@ static void test_racy_clean_manifest_not_trusted_later(void **state)
     (void)state;
     struct project p;
     project_make(&p);
+    jitop__recent_window_ns = JITOP__RECENT_WINDOW_NS;
     jitop_ctx *ctx = jt_ctx(p.cache, "sm_90");
     jt_touch(p.b, -0.5);
     struct stat st;

@@ -347,7 +347,7 @@ static int writer_child(const char *root, int stop_fd)
     e.bin.data = (unsigned char *)"binary";
     e.bin.size = 6;
     jitop__dep dep = {.path = "/src/k.cu", .hash = XXH3_128bits("k", 1)};
-    jitop__deps deps = {&dep, 1};
+    jitop__deps deps = {.v = &dep, .n = 1};
     for (unsigned i = 0; code == 0 && i < 100000; i++) {
         struct pollfd p = {stop_fd, POLLIN, 0};
         if (poll(&p, 1, 0) != 0)

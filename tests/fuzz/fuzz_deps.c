@@ -5,9 +5,9 @@
  *
  * Each input is scanned twice: as a source file in a private directory
  * that holds a few headers including each other (a cycle, a subdirectory
- * reached through -I), and as inline text. The scan goes through the
- * scanner's stable entry point, not its directive matcher, so the target
- * follows any rewrite of it. Every dep found must be an absolute path, and
+ * reached through -I), and as inline text (with that directory current).
+ * The scan goes through the scanner's stable entry point, not its directive
+ * matcher, so the target follows any rewrite of it. Every dep found must be an absolute path, and
  * the first one the source itself. Seeds: sources with tricky includes
  * (tests/fuzz/corpus/fuzz_deps/). */
 #include "compile/compile.h"
@@ -21,6 +21,7 @@
 
 static char g_dir[64];
 static char g_src[128];
+static char g_home[4096]; /* the fuzzer's directory (its corpus paths are relative) */
 static jitop__unit g_file_unit;
 static bool g_ready;
 
@@ -67,6 +68,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(inc, sizeof inc, "-I%s", sub);
     const char *opts[] = {inc};
     if (jitop__unit_init(&g_file_unit, g_src, NULL, opts, 1, NULL, 0, "sm_90") != JITOP_OK)
+        abort();
+    if (!getcwd(g_home, sizeof g_home))
         abort();
     g_ready = true;
     atexit(remove_dir);
@@ -118,8 +121,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         jitop__deps_free(&d);
         free(text);
     }
-    /* Inline text: C string, so up to the first NUL; includes resolve
-     * against the -I dirs only. */
+    /* Inline text: C string, so up to the first NUL; quoted includes
+     * resolve against the current directory (the private one), then the
+     * -I dirs. */
     char *inline_text = malloc(size + 1);
     if (!inline_text)
         return 0;
@@ -129,6 +133,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(inc, sizeof inc, "-I%s", g_dir);
     const char *opts[] = {inc};
     jitop__unit u;
+    /* Inline text's quoted names, and safe mode's walk for it, start in the
+     * current directory: the private one, not wherever the fuzzer runs. */
+    if (chdir(g_dir) != 0)
+        abort();
     if (jitop__unit_init(&u, NULL, inline_text, opts, 1, NULL, 0, "sm_90") == JITOP_OK) {
         if (jitop__deps_scan(&u, &d, &text) == JITOP_OK) {
             check(&u, &d);
@@ -137,6 +145,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         jitop__unit_free(&u);
     }
+    if (chdir(g_home) != 0)
+        abort();
     free(inline_text);
     return 0;
 }
