@@ -20,6 +20,7 @@ enum build_mode {
     BUILD_FULL,        /* scan, key, cache, compile on a miss */
     BUILD_DEFER,       /* the same, but a fast-path hit is only marked used */
     BUILD_CACHED_ONLY, /* scan, key, cache; a miss returns with nothing built */
+    BUILD_FOLD,        /* BUILD_FULL, with every name asked of a source folded in now */
 };
 
 /* The line before + s + after, with s escaped (jitop__escape): explain's
@@ -280,6 +281,9 @@ bool jitop__unit_folds(const jitop__unit *u)
  * build.h): the manifest's lists and the caller's extra names. */
 struct fold {
     bool on;                   /* u is a source */
+    /* Every name asked is wanted in the binary now (jitop_build, the CLI's
+     * hit pass, a prewarm): no binary of the built list alone will do. */
+    bool all;
     jitop__instlist lists;     /* as its manifest has them */
     const jitop__strv *extra;  /* NULL: none */
 };
@@ -333,7 +337,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
          (status = strv_union(&fset, &f->lists.asked)) != JITOP_OK ||
          (status = strv_union(&fset, f->extra)) != JITOP_OK))
         goto out;
-    bool try_built = f && f->on && f->lists.built.n < fset.n;
+    bool try_built = f && f->on && !f->all && f->lists.built.n < fset.n;
     bool fell_back = false;
     jitop__unit uc = f && f->on ? unit_named(u, &fset) : *u;
     const jitop__strv *used = &fset; /* the names of the binary found or compiled */
@@ -501,6 +505,16 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         if (status != JITOP_OK)
             goto out;
     }
+    f.all = f.on && (mode == BUILD_FOLD || mode == BUILD_CACHED_ONLY);
+    if (fresh && f.all) {
+        /* A name asked beyond the built list: the binary that folds it in
+         * is another key; the slow path looks for it (and writes the
+         * manifest that names it) or compiles it. */
+        for (size_t i = 0; fresh && i < f.lists.asked.n; i++)
+            fresh = strv_has(&f.lists.built, f.lists.asked.v[i]);
+        for (size_t i = 0; fresh && extra && i < extra->n; i++)
+            fresh = strv_has(&f.lists.built, extra->v[i]);
+    }
     if (fresh) {
         /* The fast path: no file but the manifest and the entry is read. The
          * key is recomputed from the manifest's hashes, so that it follows
@@ -632,8 +646,7 @@ struct probe {
     bool mfound, fresh, found;
     char *stale;             /* why the manifest did not vouch, or NULL */
     /* A source (the fold rule, build.h): its manifest's lists, and the
-     * names of the binary the key names (built, or every name asked when
-     * the build would compile). */
+     * names of the binary jitop_build would give (every name asked). */
     jitop__instlist lists;
     jitop__strv names;
 };
@@ -649,10 +662,15 @@ static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
                                        folds ? &p->lists : NULL, &p->mfound);
     if (status == JITOP_OK && p->mfound)
         status = jitop__deps_fresh(&p->mdeps, &p->fresh, &p->stale);
-    if (status == JITOP_OK && folds)
-        status = strv_union(&p->names, &p->lists.built);
+    /* What jitop_build would build: every name asked folded in. */
+    if (status == JITOP_OK && folds && (status = strv_union(&p->names, &p->lists.built)) == JITOP_OK)
+        status = strv_union(&p->names, &p->lists.asked);
     if (status != JITOP_OK)
         goto out;
+    /* The manifest vouches for the files, not for a binary of names it
+     * has not built: hashed then, as the build does. */
+    if (p->fresh && p->names.n > p->lists.built.n)
+        p->fresh = false;
     const jitop__deps *d = &p->mdeps;
     if (!p->fresh) {
         status = jitop__deps_scan(u, &p->deps, &text);
@@ -664,14 +682,6 @@ static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
     jitop__cache_key(&uk, d, p->key);
     if (!p->deps.uncacheable)
         status = jitop__cache_peek(ctx->cache, p->key, &p->found);
-    /* Not cached: a build compiles every name asked (the fold rule). */
-    if (status == JITOP_OK && folds && !p->found && !p->deps.uncacheable &&
-        (status = strv_union(&p->names, &p->lists.asked)) == JITOP_OK &&
-        p->names.n > p->lists.built.n) {
-        uk = unit_named(u, &p->names);
-        jitop__cache_key(&uk, d, p->key);
-        status = jitop__cache_peek(ctx->cache, p->key, &p->found);
-    }
 out:
     free(text);
     return status;
@@ -777,7 +787,7 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
     int status = public_unit(ctx, "jitop_build", path, arch, options, noptions, names, nnames, &u);
     if (status != JITOP_OK)
         return status;
-    status = jitop__build_unit(ctx, &u, &b);
+    status = build_unit(ctx, &u, BUILD_FOLD, NULL, &b);
     if (status == JITOP_OK && result) {
         result->cached = b.cached;
         memcpy(result->key, b.key, sizeof result->key);
@@ -859,4 +869,28 @@ int jitop_build_log(jitop_ctx *ctx, const char *key, char **log)
     *log = jitop__strdup(e.bin.log ? e.bin.log : "");
     jitop__entry_free(&e);
     return *log ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+}
+
+int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
+                      const char *const *options, size_t noptions, const jitop__strv *names,
+                      jitop_build_result *result)
+{
+    double t0 = jitop__now_ms();
+    jitop__unit u;
+    jitop__built b;
+    int status = public_unit(ctx, "jitop build", path, arch, options, noptions, NULL, 0, &u);
+    if (status != JITOP_OK)
+        return status;
+    status = build_unit(ctx, &u, BUILD_FOLD, names, &b);
+    if (status == JITOP_OK && result) {
+        memset(result, 0, sizeof *result);
+        result->cached = b.cached;
+        memcpy(result->key, b.key, sizeof result->key);
+        result->ms = jitop__now_ms() - t0;
+        result->warnings = b.entry.bin.log != NULL;
+    }
+    if (status == JITOP_OK)
+        jitop__built_free(&b);
+    jitop__unit_free(&u);
+    return status;
 }

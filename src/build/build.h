@@ -59,6 +59,12 @@ typedef struct jitop__built {
  * when it must be compiled (a reload: its module's instances in use). */
 int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__strv *extra,
                            jitop__built *out);
+/* jitop_build of a source with names folded in now, beside every name
+ * asked of it (a prewarm of what the ops will ask: the binary a load then
+ * finds through the manifest, with no compile). names may be NULL. */
+int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
+                      const char *const *options, size_t noptions, const jitop__strv *names,
+                      jitop_build_result *result);
 /* Adds name (canonical) to the asked list of source u's manifest, unless
  * it is there (or u has no manifest: never built through the cache). A
  * failure costs only speed: logged, not returned (but ENOMEM). */
