@@ -33,6 +33,8 @@
 #include "load/load.h"
 
 #include <limits.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
