@@ -42,6 +42,12 @@
 
 #define AREA "fold"
 
+/* bench/fold_bench.sh passes the repository's kernels/; bench/run.sh runs
+ * from the repository root. */
+#ifndef JITOP_SOURCE_KERNEL_DIR
+#define JITOP_SOURCE_KERNEL_DIR "kernels"
+#endif
+
 typedef struct run {
     int gpu;
     int reps;

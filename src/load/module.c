@@ -1095,6 +1095,9 @@ static void commit_units(jitop_module *m, jitop__pending *p)
          * that), nor one a source loaded only now. */
         if (it->mu->image && !it->was_shared)
             it->mu->image->retired = true;
+        /* A source loaded at prepare for the instances folded into it: its
+         * binary kept for a later load is not needed any more. */
+        jitop__binary_free(&it->mu->unloaded);
         it->mu->shared = false;
         it->mu->image = it->image;
         jitop__module_add_image(m, it->image);

@@ -638,7 +638,7 @@ static int instantiate_from(jitop_module *m, size_t isrc, const char *name, jito
     const jitop__unit *u = &src->unit;
     jitop__deps known = {0};
     uint64_t known_at = UINT64_MAX;
-    bool taken = false, stale = false, folded = false, join = false;
+    bool taken = false, stale = false, folded = false, join = false, alone = false;
     int status = JITOP_OK;
     *undeclared = *about_name = false;
     char *canon = jitop__name_canonical(name);
@@ -690,6 +690,7 @@ static int instantiate_from(jitop_module *m, size_t isrc, const char *name, jito
         mu->src = isrc;
         status = instance_publish(m, name, mu, use_known ? known_at : UINT64_MAX, out, &taken,
                                   &stale);
+        alone = taken;
         *about_name = status == JITOP_ENOTFOUND; /* compiled, but to no kernel */
         if (!taken) {
             jitop__image_free(m->drv, mu->image);
@@ -701,7 +702,7 @@ static int instantiate_from(jitop_module *m, size_t isrc, const char *name, jito
     }
     /* Compiled on its own: it joins the source's list, and its next
      * compile folds it in (the fold rule). */
-    if (status == JITOP_OK && taken && join) {
+    if (status == JITOP_OK && alone && join) {
         status = jitop__build_join(m->ctx, u, canon);
         pthread_mutex_lock(&m->lock);
         if (status == JITOP_OK && strv_index(&m->units[isrc].asked, canon) == SIZE_MAX)
