@@ -101,7 +101,8 @@ typedef struct jitop_cli_unit {
 
 /* The units of a command line: for each file, the file alone and with each
  * --name, each for every arch. That is how the runtime builds them
- * (jitop_load compiles each source alone, and jitop_op_get each instance as
+ * (jitop_load compiles each source with the instances asked of it so far,
+ * build/build.h's fold rule, and jitop_op_get an instance not among them as
  * its own unit, from the first source that declares it), so that what
  * `jitop build` prewarms is what a program looks up. Which file declares a
  * name is for the compiler to say, not a search of the text: a template
