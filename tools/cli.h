@@ -11,6 +11,7 @@
  *   cli_help.c     the help text of every command
  *   cli_json.c     JSON string escaping, terminal-safe plain text
  *   cli_build.c    `jitop build` / `jitop explain`
+ *   cli_ops.c      `jitop build --op`: the shipped ops prewarmed
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
@@ -77,6 +78,9 @@ struct jitop_cli_build_args {
     jitop_cli_strs options;
     /* --name EXPR: template name expressions to instantiate. */
     jitop_cli_strs names;
+    /* --op SPEC (build only): shipped ops to prewarm (cli_ops.c), each
+     * checked at parse time. */
+    jitop_cli_strs ops;
     /* PATH... as given (files or directories); expand with
      * jitop_cli_expand_paths. */
     jitop_cli_strs paths;
@@ -97,7 +101,8 @@ typedef struct jitop_cli_unit {
 
 /* The units of a command line: for each file, the file alone and with each
  * --name, each for every arch. That is how the runtime builds them
- * (jitop_load compiles each source alone, and jitop_op_get each instance as
+ * (jitop_load compiles each source with the instances asked of it so far,
+ * build/build.h's fold rule, and jitop_op_get an instance not among them as
  * its own unit, from the first source that declares it), so that what
  * `jitop build` prewarms is what a program looks up. Which file declares a
  * name is for the compiler to say, not a search of the text: a template
@@ -193,6 +198,17 @@ int jitop_cli_check_archs(const char *cmd, const char *const *archs, size_t n);
 int jitop_cli_help(FILE *f, const char *cmd);
 /* The build flags' lines of the help, for commands that take them. */
 extern const char jitop_cli_build_flags_help[];
+
+/* --op (cli_ops.c). Whether spec is an op spec (layernorm:DTYPE:COLS,
+ * lltm:DTYPE): JITOP_CLI_EXIT_OK, or JITOP_CLI_EXIT_USAGE after printing
+ * "jitop CMD: --op 'SPEC': why; expected ...". */
+int jitop_cli_op_check(const char *cmd, const char *spec);
+/* Prewarms each op of ops for each arch (jitop_layernorm_prewarm,
+ * jitop_lltm_prewarm: what the ops compile at run time, under the same
+ * keys), printing one result line each (--json: one object). Returns how
+ * many failed (each also reported on stderr). */
+size_t jitop_cli_build_ops(jitop_ctx *ctx, const jitop_cli_strs *ops,
+                           const jitop_cli_strs *archs, int json);
 
 /* Command entry points: argv[0] is the command name. Each returns the exit
  * status. */

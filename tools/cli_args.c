@@ -43,6 +43,7 @@ void jitop_cli_build_args_free(struct jitop_cli_build_args *a)
     jitop_cli_strs_free(&a->archs);
     jitop_cli_strs_free(&a->options);
     jitop_cli_strs_free(&a->names);
+    jitop_cli_strs_free(&a->ops);
     jitop_cli_strs_free(&a->paths);
     free(a->cache_dir);
     a->cache_dir = NULL;
@@ -124,7 +125,18 @@ static const struct {
 };
 
 /* Flags with a value; prefix is what the NVRTC option is spelled with. */
-enum valued_kind { V_ARCH, V_INCLUDE, V_DEFINE, V_UNDEF, V_STD, V_CACHE, V_JOBS, V_XNVRTC, V_NAME };
+enum valued_kind {
+    V_ARCH,
+    V_INCLUDE,
+    V_DEFINE,
+    V_UNDEF,
+    V_STD,
+    V_CACHE,
+    V_JOBS,
+    V_XNVRTC,
+    V_NAME,
+    V_OP
+};
 static const struct {
     const char *flag;
     int attached;
@@ -146,6 +158,7 @@ static const struct {
     {"-j", 1, V_JOBS, NULL},
     {"-Xnvrtc", 0, V_XNVRTC, ""},
     {"--name", 0, V_NAME, NULL},
+    {"--op", 0, V_OP, NULL},
 };
 
 static int push_option(const char *cmd, jitop_cli_strs *opts, const char *prefix,
@@ -188,6 +201,18 @@ static int take_valued(const char *cmd, size_t k, const char *value,
         return parse_jobs(cmd, value, &out->jobs);
     case V_NAME:
         if (jitop_cli_strs_push(&out->names, value) != 0) {
+            fprintf(stderr, "jitop %s: out of memory\n", cmd);
+            return JITOP_CLI_EXIT_FAIL;
+        }
+        return JITOP_CLI_EXIT_OK;
+    case V_OP:
+        if (strcmp(cmd, "build") != 0) {
+            fprintf(stderr, "jitop %s: --op: only jitop build prewarms the shipped ops\n", cmd);
+            return JITOP_CLI_EXIT_USAGE;
+        }
+        if (jitop_cli_op_check(cmd, value) != JITOP_CLI_EXIT_OK)
+            return JITOP_CLI_EXIT_USAGE;
+        if (jitop_cli_strs_push(&out->ops, value) != 0) {
             fprintf(stderr, "jitop %s: out of memory\n", cmd);
             return JITOP_CLI_EXIT_FAIL;
         }

@@ -90,7 +90,7 @@ static int prepare(int argc, char **argv, struct jitop_cli_build_args *a, jitop_
         jitop_cli_help(stdout, cmd);
         return JITOP_CLI_EXIT_OK;
     }
-    if (a->paths.n == 0) {
+    if (a->paths.n == 0 && a->ops.n == 0) {
         fprintf(stderr, "jitop %s: no PATH given: name .cu files or directories (see jitop %s "
                         "--help)\n",
                 cmd, cmd);
@@ -98,7 +98,8 @@ static int prepare(int argc, char **argv, struct jitop_cli_build_args *a, jitop_
     }
     if ((rc = jitop_cli_resolve_archs(cmd, a)) != JITOP_CLI_EXIT_OK)
         return rc;
-    if ((rc = jitop_cli_expand_paths(cmd, &a->paths, files)) != JITOP_CLI_EXIT_OK)
+    if (a->paths.n > 0 &&
+        (rc = jitop_cli_expand_paths(cmd, &a->paths, files)) != JITOP_CLI_EXIT_OK)
         return rc;
     *done = 0;
     return JITOP_CLI_EXIT_OK;
@@ -325,6 +326,10 @@ int jitop_cli_build(int argc, char **argv)
     }
     lock_ok = 1;
 
+    /* The shipped ops (--op) first: each folds its instances into its
+     * source's binary, which a file job of that source then finds. */
+    size_t ops_failed = jitop_cli_build_ops(r.ctx, &a.ops, &a.archs, a.json);
+
     /* Cached pairs first, on this thread; a failure to ask (an unreadable
      * file, a bad option) is left to jitop_build to report. */
     for (size_t i = 0; i < r.njobs; i++) {
@@ -387,9 +392,10 @@ int jitop_cli_build(int argc, char **argv)
         goto out;
     }
     clear_progress(&r);
-    r.failed += names_nowhere(&r);
+    r.failed += names_nowhere(&r) + ops_failed;
     if (r.failed) {
-        fprintf(stderr, "jitop build: %zu of %zu builds failed\n", r.failed, r.njobs);
+        fprintf(stderr, "jitop build: %zu of %zu builds failed\n", r.failed,
+                r.njobs + a.ops.n * a.archs.n);
         rc = JITOP_CLI_EXIT_FAIL;
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {

@@ -55,7 +55,16 @@ static const char build_head[] =
     "or with --json one object per line with file, arch, name (null for the file\n"
     "alone), status, key, ms (and \"error\" when status is \"error\"). Failing\n"
     "files' NVRTC logs (file:line) go to stderr. A progress line is shown when\n"
-    "stderr is a terminal.\n"
+    "stderr is a terminal. A file's binary has every template instance asked\n"
+    "of it so far (by a program, or a prewarm) compiled in: one NVRTC program\n"
+    "per (file, options, arch).\n"
+    "\n"
+    "  --op SPEC          prewarm a shipped op for each arch: exactly what it\n"
+    "                     compiles at run time, so that a run on that GPU hits.\n"
+    "                     SPEC: layernorm:DTYPE:COLS (DTYPE f32, f16, bf16; COLS the\n"
+    "                     row length) or lltm:DTYPE (f32, f64); repeatable; PATH is\n"
+    "                     then optional. One line each: op SPEC ARCH prewarmed MS ms\n"
+    "                     (--json: op, arch, status, ms)\n"
     "\n"
     "flags:\n";
 

@@ -20,6 +20,7 @@ enum build_mode {
     BUILD_FULL,        /* scan, key, cache, compile on a miss */
     BUILD_DEFER,       /* the same, but a fast-path hit is only marked used */
     BUILD_CACHED_ONLY, /* scan, key, cache; a miss returns with nothing built */
+    BUILD_FOLD,        /* BUILD_FULL, with every name asked of a source folded in now */
 };
 
 /* The line before + s + after, with s escaped (jitop__escape): explain's
@@ -149,9 +150,9 @@ out:
  * (a recent dep keeps its flag, so the next build hashes it). A failure
  * costs only speed: it is logged, not returned. */
 static void save_manifest(jitop_ctx *ctx, const char id[33], const jitop__deps *deps,
-                          const char key[33])
+                          const char key[33], const jitop__instlist *lists)
 {
-    if (jitop__manifest_put(ctx->cache, id, deps, key) != JITOP_OK) {
+    if (jitop__manifest_put_lists(ctx->cache, id, deps, key, lists) != JITOP_OK) {
         jitop__log(ctx, "cannot write manifest %s: %s", id, jitop_errmsg(ctx));
         jitop__clear_error();
     }
@@ -238,7 +239,7 @@ static int entry_answer(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
  * (jitop__deps.uncacheable) gets neither entry nor manifest. */
 static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                        jitop__deps *deps, jitop__binary *bin, bool found, double t_compile,
-                       jitop__built *out)
+                       const jitop__instlist *lists, jitop__built *out)
 {
     int status = JITOP_OK;
     out->cached = found;
@@ -259,7 +260,7 @@ static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
                        t_compile, jitop__now_ms() - t_put);
     }
     if (!deps->uncacheable)
-        save_manifest(ctx, id, deps, out->key);
+        save_manifest(ctx, id, deps, out->key, lists);
     out->unresolved = !found && out->entry.bin.unresolved;
     status = found             ? entry_answer(ctx, u, out)
              : out->unresolved ? jitop__unresolved_fail(u, &out->entry.bin)
@@ -271,10 +272,55 @@ static int build_store(jitop_ctx *ctx, const jitop__unit *u, const char id[33],
     return JITOP_OK;
 }
 
-/* The slow path: scan, key, cache, then lock, check again, compile, store. */
+bool jitop__unit_folds(const jitop__unit *u)
+{
+    return u->names.n == 0 && !u->relocatable;
+}
+
+/* What the build of a source knows of its instances (the fold rule in
+ * build.h): the manifest's lists and the caller's extra names. */
+struct fold {
+    bool on;                   /* u is a source */
+    /* Every name asked is wanted in the binary now (jitop_build, the CLI's
+     * hit pass, a prewarm): no binary of the built list alone will do. */
+    bool all;
+    jitop__instlist lists;     /* as its manifest has them */
+    const jitop__strv *extra;  /* NULL: none */
+};
+
+/* Appends each string of from not in sv already. */
+static int strv_union(jitop__strv *sv, const jitop__strv *from)
+{
+    int rc = JITOP_OK;
+    for (size_t i = 0; rc == JITOP_OK && from && i < from->n; i++)
+        if (!strv_has(sv, from->v[i]))
+            rc = jitop__strv_push(sv, from->v[i]);
+    return rc;
+}
+
+static int strv_copy(jitop__strv *dst, const jitop__strv *src)
+{
+    memset(dst, 0, sizeof *dst);
+    int rc = strv_union(dst, src);
+    if (rc != JITOP_OK)
+        jitop__strv_free(dst);
+    return rc;
+}
+
+/* u with names as its name expressions: a view (no copy) for keys and the
+ * compile, never freed. */
+static jitop__unit unit_named(const jitop__unit *u, const jitop__strv *names)
+{
+    jitop__unit v = *u;
+    v.names = *names;
+    return v;
+}
+
+/* The slow path: scan, key, cache, then lock, check again, compile, store.
+ * f: a source's fold (build.h's rule), or NULL. */
 static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
                       const char id[33], const jitop__deps *mdeps, const char *mkey,
-                      jitop__built *out)
+                      const struct fold *f, jitop__built *out)
 {
     int status = JITOP_OK, lock_fd = -1;
     jitop__deps deps = {0};
@@ -282,6 +328,19 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
     char *text = NULL, *changed = NULL;
     bool found = false;
     double t_compile = 0;
+    /* fset: what a compile of a source folds in (built first, so that an
+     * unchanged list keeps its order and its key); uc: u with those names. */
+    jitop__strv fset = {0};
+    jitop__instlist lists = {0};
+    if (f && f->on &&
+        ((status = strv_union(&fset, &f->lists.built)) != JITOP_OK ||
+         (status = strv_union(&fset, &f->lists.asked)) != JITOP_OK ||
+         (status = strv_union(&fset, f->extra)) != JITOP_OK))
+        goto out;
+    bool try_built = f && f->on && !f->all && f->lists.built.n < fset.n;
+    bool fell_back = false;
+    jitop__unit uc = f && f->on ? unit_named(u, &fset) : *u;
+    const jitop__strv *used = &fset; /* the names of the binary found or compiled */
     for (int attempt = 1;; attempt++) {
         status = jitop__deps_scan(u, &deps, &text);
         if (status != JITOP_OK)
@@ -290,7 +349,21 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             jitop__after_scan_hook(u->source_name);
         if (deps.note && attempt == 1)
             jitop__log(ctx, "%s: %s", u->source_name, deps.note);
-        jitop__cache_key(u, &deps, out->key);
+        /* A source whose binary of the manifest's list is cached for these
+         * files (a touch, a save of the same bytes) takes it: names asked
+         * since wait for the next compile (the fold rule). */
+        if (try_built && !deps.uncacheable) {
+            jitop__unit ub = unit_named(u, &f->lists.built);
+            jitop__cache_key(&ub, &deps, out->key);
+            status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+            if (status != JITOP_OK)
+                goto out;
+            if (found) {
+                used = &f->lists.built;
+                break;
+            }
+        }
+        jitop__cache_key(&uc, &deps, out->key);
         /* An uncacheable unit is compiled every time: neither looked up nor
          * stored, so no lock either. */
         if (!deps.uncacheable) {
@@ -316,12 +389,38 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             if (status != JITOP_OK || found)
                 break;
         }
-        log_rebuild(ctx, u, mdeps, mkey, &deps, out->key);
+        log_rebuild(ctx, &uc, mdeps, mkey, &deps, out->key);
+        if (uc.names.n > 0 && f && f->on)
+            jitop__log(ctx, "%s: one program with the %zu instances asked of it", u->source_name,
+                       uc.names.n);
         if (jitop__before_compile_hook)
             jitop__before_compile_hook(u->source_name);
         t_compile = jitop__now_ms();
-        status = jitop__compile(u, text, &bin);
+        status = jitop__compile(&uc, text, &bin);
         t_compile = jitop__now_ms() - t_compile;
+        if (f && f->on && uc.names.n > 0 &&
+            (status == JITOP_ECOMPILE || status == JITOP_ENOTFOUND || bin.unresolved)) {
+            /* The fold does not compile: the source on its own, and the
+             * lists start over (build.h). Its instances, compiled alone,
+             * say what is wrong with them. */
+            jitop__log(ctx, "%s: does not compile with the %zu instances asked of it: "
+                            "compiling it alone",
+                       u->source_name, uc.names.n);
+            jitop__clear_error();
+            status = JITOP_OK;
+            fell_back = true;
+            jitop__strv_free(&fset);
+            uc = unit_named(u, &fset);
+            try_built = false;
+            jitop__cache_unlock(lock_fd);
+            lock_fd = -1;
+            jitop__binary_free(&bin);
+            jitop__deps_free(&deps);
+            free(text);
+            text = NULL;
+            attempt--;
+            continue;
+        }
         /* A name this unit does not declare is an answer like code: kept
          * in the cache below, so that asking again (in this process or the
          * next) compiles nothing; the failure is returned at the end. */
@@ -351,19 +450,35 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         free(changed);
         text = changed = NULL;
     }
-    if (status == JITOP_OK)
-        status = build_store(ctx, u, id, &deps, &bin, found, t_compile, out);
+    if (status == JITOP_OK && f && f->on) {
+        /* The lists the manifest keeps: the binary's names, and every name
+         * asked (none after a fold that failed). */
+        status = strv_copy(&lists.built, used);
+        if (status == JITOP_OK && !fell_back)
+            status = strv_copy(&lists.asked, &fset);
+    }
+    if (status == JITOP_OK) {
+        jitop__unit ustore = f && f->on ? unit_named(u, used) : *u;
+        status = build_store(ctx, &ustore, id, &deps, &bin, found, t_compile,
+                             f && f->on ? &lists : NULL, out);
+    }
+    if (status == JITOP_OK && f && f->on) {
+        out->inst = lists;
+        memset(&lists, 0, sizeof lists);
+    }
 out:
     jitop__cache_unlock(lock_fd);
     jitop__binary_free(&bin);
     jitop__deps_free(&deps);
+    jitop__strv_free(&fset);
+    jitop__instlist_free(&lists);
     free(text);
     free(changed);
     return status;
 }
 
 static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
-                      jitop__built *out)
+                      const jitop__strv *extra, jitop__built *out)
 {
     double t0 = jitop__now_ms();
     int status = JITOP_OK;
@@ -371,12 +486,18 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
     char id[33], mkey[33];
     bool mfound = false, fresh = false, found = false;
     char *why = NULL;
+    struct fold f = {0};
     memset(out, 0, sizeof *out);
     if (!ctx || !ctx->cache || !u)
         return jitop__fail(JITOP_EINVAL, "build: NULL context, cache or unit");
+    f.on = jitop__unit_folds(u);
+    f.extra = extra;
 
+    /* A source's instance lists are in the manifest read here anyway: the
+     * warm path reads no other file for them. */
     jitop__manifest_id(u, id);
-    status = jitop__manifest_get(ctx->cache, id, &mdeps, mkey, &mfound);
+    status = jitop__manifest_get_lists(ctx->cache, id, &mdeps, mkey, f.on ? &f.lists : NULL,
+                                       &mfound);
     if (status != JITOP_OK)
         goto out;
     if (mfound) {
@@ -384,11 +505,22 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         if (status != JITOP_OK)
             goto out;
     }
+    f.all = f.on && (mode == BUILD_FOLD || mode == BUILD_CACHED_ONLY);
+    if (fresh && f.all) {
+        /* A name asked beyond the built list: the binary that folds it in
+         * is another key; the slow path looks for it (and writes the
+         * manifest that names it) or compiles it. */
+        for (size_t i = 0; fresh && i < f.lists.asked.n; i++)
+            fresh = strv_has(&f.lists.built, f.lists.asked.v[i]);
+        for (size_t i = 0; fresh && extra && i < extra->n; i++)
+            fresh = strv_has(&f.lists.built, extra->v[i]);
+    }
     if (fresh) {
         /* The fast path: no file but the manifest and the entry is read. The
          * key is recomputed from the manifest's hashes, so that it follows
          * the NVRTC version and the unit, not what the manifest claims. */
-        jitop__cache_key(u, &mdeps, out->key);
+        jitop__unit uk = f.on ? unit_named(u, &f.lists.built) : *u;
+        jitop__cache_key(&uk, &mdeps, out->key);
         status = mode == BUILD_DEFER ? jitop__cache_touch(ctx->cache, out->key, &found)
                        : jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
         if (status != JITOP_OK)
@@ -402,29 +534,68 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                 status = entry_answer(ctx, u, out);
             out->deps = mdeps;
             memset(&mdeps, 0, sizeof mdeps);
+            out->inst = f.lists;
+            memset(&f.lists, 0, sizeof f.lists);
             goto out;
         }
     } else if (why) {
         jitop__log(ctx, "%s: %s", u->source_name, why);
     }
-    status = build_slow(ctx, u, mode, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, out);
+    status = build_slow(ctx, u, mode, id, mfound ? &mdeps : NULL, mfound ? mkey : NULL, &f, out);
 out:
     if (status != JITOP_OK)
         jitop__built_free(out);
     out->ms = jitop__now_ms() - t0;
     jitop__deps_free(&mdeps);
+    jitop__instlist_free(&f.lists);
     free(why);
     return status;
 }
 
 int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 {
-    return build_unit(ctx, u, BUILD_FULL, out);
+    return build_unit(ctx, u, BUILD_FULL, NULL, out);
 }
 
 int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out)
 {
-    return build_unit(ctx, u, BUILD_DEFER, out);
+    return build_unit(ctx, u, BUILD_DEFER, NULL, out);
+}
+
+int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__strv *extra,
+                           jitop__built *out)
+{
+    return build_unit(ctx, u, BUILD_FULL, extra, out);
+}
+
+int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name)
+{
+    jitop__deps deps = {0};
+    jitop__instlist lists = {0};
+    char id[33], key[33];
+    bool found = false;
+    if (!jitop__unit_folds(u))
+        return JITOP_OK;
+    jitop__manifest_id(u, id);
+    int status = jitop__manifest_get_lists(ctx->cache, id, &deps, key, &lists, &found);
+    if (status == JITOP_OK && found && !strv_has(&lists.asked, name)) {
+        status = jitop__strv_push(&lists.asked, name);
+        if (status == JITOP_OK)
+            status = jitop__manifest_put_lists(ctx->cache, id, &deps, key, &lists);
+        if (status == JITOP_OK)
+            jitop__log(ctx, "%s: %s joins the instances asked of it (compiled in at its next "
+                            "compile)",
+                       u->source_name, name);
+    }
+    if (status != JITOP_OK && status != JITOP_ENOMEM) {
+        jitop__log(ctx, "%s: cannot add %s to its instance list: %s", u->source_name, name,
+                   jitop_errmsg(ctx));
+        jitop__clear_error();
+        status = JITOP_OK;
+    }
+    jitop__deps_free(&deps);
+    jitop__instlist_free(&lists);
+    return status;
 }
 
 int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
@@ -436,7 +607,7 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
     if (!ctx || !ctx->cache || !u || !known)
         return jitop__fail(JITOP_EINVAL, "build: NULL context, cache, unit or files");
     if (known->uncacheable)
-        return build_unit(ctx, u, BUILD_FULL, out);
+        return build_unit(ctx, u, BUILD_FULL, NULL, out);
     jitop__cache_key(u, known, out->key);
     int status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
     if (status == JITOP_OK && found)
@@ -449,7 +620,7 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
     }
     if (!found) {
         jitop__built_free(out);
-        return build_unit(ctx, u, BUILD_FULL, out);
+        return build_unit(ctx, u, BUILD_FULL, NULL, out);
     }
     out->cached = true;
     out->ms = jitop__now_ms() - t0;
@@ -462,6 +633,7 @@ void jitop__built_free(jitop__built *b)
         return;
     jitop__deps_free(&b->deps);
     jitop__entry_free(&b->entry);
+    jitop__instlist_free(&b->inst);
 }
 
 /* What explain and would_hit share: the key the unit would be built under
@@ -473,27 +645,41 @@ struct probe {
     char mkey[33], key[33];
     bool mfound, fresh, found;
     char *stale;             /* why the manifest did not vouch, or NULL */
+    /* A source (the fold rule, build.h): its manifest's lists, and the
+     * names of the binary jitop_build would give (every name asked). */
+    jitop__instlist lists;
+    jitop__strv names;
 };
 
 static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
 {
     char id[33], *text = NULL;
     int status = JITOP_OK;
+    bool folds = jitop__unit_folds(u);
     memset(p, 0, sizeof *p);
     jitop__manifest_id(u, id);
-    status = jitop__manifest_get(ctx->cache, id, &p->mdeps, p->mkey, &p->mfound);
+    status = jitop__manifest_get_lists(ctx->cache, id, &p->mdeps, p->mkey,
+                                       folds ? &p->lists : NULL, &p->mfound);
     if (status == JITOP_OK && p->mfound)
         status = jitop__deps_fresh(&p->mdeps, &p->fresh, &p->stale);
+    /* What jitop_build would build: every name asked folded in. */
+    if (status == JITOP_OK && folds && (status = strv_union(&p->names, &p->lists.built)) == JITOP_OK)
+        status = strv_union(&p->names, &p->lists.asked);
     if (status != JITOP_OK)
         goto out;
-    if (p->fresh) {
-        jitop__cache_key(u, &p->mdeps, p->key);
-    } else {
+    /* The manifest vouches for the files, not for a binary of names it
+     * has not built: hashed then, as the build does. */
+    if (p->fresh && p->names.n > p->lists.built.n)
+        p->fresh = false;
+    const jitop__deps *d = &p->mdeps;
+    if (!p->fresh) {
         status = jitop__deps_scan(u, &p->deps, &text);
         if (status != JITOP_OK)
             goto out;
-        jitop__cache_key(u, &p->deps, p->key);
+        d = &p->deps;
     }
+    jitop__unit uk = folds ? unit_named(u, &p->names) : *u;
+    jitop__cache_key(&uk, d, p->key);
     if (!p->deps.uncacheable)
         status = jitop__cache_peek(ctx->cache, p->key, &p->found);
 out:
@@ -505,7 +691,34 @@ static void probe_free(struct probe *p)
 {
     jitop__deps_free(&p->mdeps);
     jitop__deps_free(&p->deps);
+    jitop__instlist_free(&p->lists);
+    jitop__strv_free(&p->names);
     free(p->stale);
+}
+
+/* Explain's line on a source's instances: the name expressions compiled
+ * into the binary its key names (they are in that key), each escaped;
+ * NULL when there are none. */
+static char *instances_line(const jitop__strv *names, bool hit)
+{
+    jitop__strv shown = {0};
+    char *line = NULL, *joined = NULL;
+    for (size_t i = 0; i < names->n; i++) {
+        char *e = jitop__escape(names->v[i]);
+        int rc = e ? jitop__strv_push(&shown, e) : JITOP_ENOMEM;
+        free(e);
+        if (rc != JITOP_OK)
+            goto out;
+    }
+    joined = jitop__strv_join(&shown, "; ");
+    if (joined)
+        line = jitop__sprintf("%s %zu instance%s asked of this source (in the key): %s",
+                              hit ? "compiled with the" : "a build compiles it with the",
+                              names->n, names->n == 1 ? "" : "s", joined);
+out:
+    free(joined);
+    jitop__strv_free(&shown);
+    return line;
 }
 
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why)
@@ -531,9 +744,19 @@ int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    status = describe_miss(ctx, u, p.mfound ? &p.mdeps : NULL, p.mfound ? p.mkey : NULL,
+    jitop__unit uk = jitop__unit_folds(u) ? unit_named(u, &p.names) : *u;
+    status = describe_miss(ctx, &uk, p.mfound ? &p.mdeps : NULL, p.mfound ? p.mkey : NULL,
                            p.fresh ? &p.mdeps : &p.deps, p.key, why);
 out:
+    if (status == JITOP_OK && *why && p.names.n > 0) {
+        char *line = instances_line(&p.names, *hit);
+        char *both = line ? jitop__sprintf("%s\n%s", *why, line) : NULL;
+        free(line);
+        free(*why);
+        *why = both;
+        if (!both)
+            status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
     probe_free(&p);
     return status;
 }
@@ -564,7 +787,7 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
     int status = public_unit(ctx, "jitop_build", path, arch, options, noptions, names, nnames, &u);
     if (status != JITOP_OK)
         return status;
-    status = jitop__build_unit(ctx, &u, &b);
+    status = build_unit(ctx, &u, BUILD_FOLD, NULL, &b);
     if (status == JITOP_OK && result) {
         result->cached = b.cached;
         memcpy(result->key, b.key, sizeof result->key);
@@ -589,7 +812,7 @@ int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
     int status = public_unit(ctx, "jitop build", path, arch, options, noptions, names, nnames, &u);
     if (status != JITOP_OK)
         return status;
-    status = build_unit(ctx, &u, BUILD_CACHED_ONLY, &b);
+    status = build_unit(ctx, &u, BUILD_CACHED_ONLY, NULL, &b);
     if (status == JITOP_OK) {
         *hit = b.cached;
         memset(result, 0, sizeof *result);
@@ -646,4 +869,28 @@ int jitop_build_log(jitop_ctx *ctx, const char *key, char **log)
     *log = jitop__strdup(e.bin.log ? e.bin.log : "");
     jitop__entry_free(&e);
     return *log ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "out of memory");
+}
+
+int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
+                      const char *const *options, size_t noptions, const jitop__strv *names,
+                      jitop_build_result *result)
+{
+    double t0 = jitop__now_ms();
+    jitop__unit u;
+    jitop__built b;
+    int status = public_unit(ctx, "jitop build", path, arch, options, noptions, NULL, 0, &u);
+    if (status != JITOP_OK)
+        return status;
+    status = build_unit(ctx, &u, BUILD_FOLD, names, &b);
+    if (status == JITOP_OK && result) {
+        memset(result, 0, sizeof *result);
+        result->cached = b.cached;
+        memcpy(result->key, b.key, sizeof result->key);
+        result->ms = jitop__now_ms() - t0;
+        result->warnings = b.entry.bin.log != NULL;
+    }
+    if (status == JITOP_OK)
+        jitop__built_free(&b);
+    jitop__unit_free(&u);
+    return status;
 }

@@ -28,7 +28,49 @@ typedef struct jitop__built {
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
     jitop__entry entry;
+    /* A source (see the fold rule below): built, the name expressions
+     * compiled into this binary (its unit's names, so in out->key); asked,
+     * every one asked of the source, as its manifest now says. Empty for
+     * any other unit. */
+    jitop__instlist inst;
 } jitop__built;
+
+/* The fold rule: one program per (source, options, arch). A source unit
+ * (no name expressions, not relocatable) is compiled with every template
+ * instance asked of it so far, nvrtcAddNameExpression for each, as one
+ * binary: its manifest keeps the lists (jitop__instlist), and the names
+ * are the unit's names, so they are in the key. The build of a source:
+ *   - stat fast path: the binary of the manifest's key (its built list);
+ *   - files changed: the binary of the built list if the cache has it for
+ *     the files as they are (a touch: no compile); else one compile with
+ *     every name asked (built, then asked, then the caller's extra names:
+ *     a reload's instances in use). A name asked since the last compile
+ *     joins the binary here, never earlier: an instance first asked later
+ *     is compiled on its own (jitop__build_join adds it to the list), so
+ *     that one rare instance never recompiles all the others; the next
+ *     compile of the source that has to happen anyway (an edit, a cold
+ *     cache, eviction) folds it in.
+ *   - a fold that does not compile (a name the edited source no longer
+ *     declares or instantiates) is compiled again without names, and the
+ *     lists start empty: the instances are then compiled on their own and
+ *     say what is wrong with them. */
+
+/* jitop__build_unit of a source with extra name expressions to fold in
+ * when it must be compiled (a reload: its module's instances in use). */
+int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__strv *extra,
+                           jitop__built *out);
+/* jitop_build of a source with names folded in now, beside every name
+ * asked of it (a prewarm of what the ops will ask: the binary a load then
+ * finds through the manifest, with no compile). names may be NULL. */
+int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
+                      const char *const *options, size_t noptions, const jitop__strv *names,
+                      jitop_build_result *result);
+/* Adds name (canonical) to the asked list of source u's manifest, unless
+ * it is there (or u has no manifest: never built through the cache). A
+ * failure costs only speed: logged, not returned (but ENOMEM). */
+int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name);
+/* Whether u is a unit the fold rule applies to. */
+bool jitop__unit_folds(const jitop__unit *u);
 
 /* Stat fast path -> key -> cache -> lock -> compile -> write. */
 int jitop__build_unit(jitop_ctx *ctx, const jitop__unit *u, jitop__built *out);

@@ -62,6 +62,23 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
 int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *deps,
                         const char key[33]);
 
+/* A source's instance lists, kept in its manifest (manifest.c; the build
+ * room's fold rule, build/build.h, says how they are used). built: the name
+ * expressions compiled into the binary of the manifest's key (in the key:
+ * they are the unit's names); asked: every name expression asked of the
+ * source so far, built first. */
+typedef struct jitop__instlist {
+    jitop__strv built;
+    jitop__strv asked;
+} jitop__instlist;
+void jitop__instlist_free(jitop__instlist *l);
+/* jitop__manifest_get / _put with the lists (lists may be NULL: read
+ * nothing / write none). A manifest without lists reads as empty ones. */
+int jitop__manifest_get_lists(jitop__cache *c, const char id[33], jitop__deps *deps,
+                              char key[33], jitop__instlist *lists, bool *found);
+int jitop__manifest_put_lists(jitop__cache *c, const char id[33], const jitop__deps *deps,
+                              const char key[33], const jitop__instlist *lists);
+
 
 /* Whether a valid entry exists under key. Does not mark it used and leaves
  * an invalid one in place. */

@@ -217,6 +217,9 @@ char *jitop__cache_entry_dir(const jitop__cache *c, const char key[33]);
  * malformed; an error only on ENOMEM (manifest.c). */
 int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
                           char key[33], bool *valid);
+/* The same with the instance lists (lists may be NULL). */
+int jitop__manifest_parse_lists(const unsigned char *data, size_t len, jitop__deps *deps,
+                                char key[33], jitop__instlist *lists, bool *valid);
 
 /* Removes least-recently-used entries, with their manifests and unheld
  * locks, until entries and manifests fit in cap (negative: no cap); in gc

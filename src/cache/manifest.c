@@ -10,7 +10,15 @@
  * (jitop__deps.dirs, u32), each as its path, mtime, ctime, inode and device.
  * A recent record (jitop__dep.recent) is stored with JITOP__MTIME_UNKNOWN
  * as its mtime, which reads back as recent: its stat data never vouches for
- * it. An uncacheable unit has no manifest. */
+ * it. An uncacheable unit has no manifest.
+ *
+ * A source's manifest (a unit with no name expressions, build.c) may also
+ * hold its instance lists (jitop__instlist), flag bit 0 of the header:
+ * after the directories, the name expressions compiled into the binary of
+ * the key, then every name expression asked of the source (each a
+ * jitop__wb_strv list). They ride in the manifest because the warm path
+ * reads it anyway: knowing them costs no extra file read. A manifest
+ * without the flag has empty lists (one written before them parses). */
 #include "cache/cache_private.h"
 
 #include <fcntl.h>
@@ -70,15 +78,30 @@ static char *manifest_dir(const jitop__cache *c, const char id[33])
     return jitop__sprintf("%s/manifests/%.2s", c->vdir, id);
 }
 
+#define MANIFEST_FLAG_INSTANCES 1u
+
 int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
                           char key[33], bool *valid)
 {
+    return jitop__manifest_parse_lists(data, len, deps, key, NULL, valid);
+}
+
+int jitop__manifest_parse_lists(const unsigned char *data, size_t len, jitop__deps *deps,
+                                char key[33], jitop__instlist *lists, bool *valid)
+{
+    jitop__instlist l = {0};
     int status = JITOP_OK;
     char *stored_key = NULL, *note = NULL;
     jitop__deps d = {0};
     *valid = false;
     memset(deps, 0, sizeof *deps);
+    if (lists)
+        memset(lists, 0, sizeof *lists);
     struct jitop__rbuf r = {data, len, JITOP__FILE_HEADER_SIZE, len < JITOP__FILE_HEADER_SIZE};
+    uint32_t flags = len >= JITOP__FILE_HEADER_SIZE
+                         ? (uint32_t)data[12] | (uint32_t)data[13] << 8 |
+                               (uint32_t)data[14] << 16 | (uint32_t)data[15] << 24
+                         : 0;
     stored_key = jitop__rb_str(&r);
     note = jitop__rb_str(&r);
     status = read_records(&r, true, &d.v, &d.n);
@@ -86,6 +109,11 @@ int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *de
         status = read_records(&r, false, &d.dirs, &d.ndirs);
     if (status != JITOP_OK)
         goto out;
+    if (flags & MANIFEST_FLAG_INSTANCES) {
+        jitop__rb_strv(&r, &l.built);
+        if (!r.bad)
+            jitop__rb_strv(&r, &l.asked);
+    }
     if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32 || !note)
         goto out;
     memcpy(key, stored_key, 33);
@@ -95,8 +123,13 @@ int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *de
     }
     *deps = d;
     memset(&d, 0, sizeof d);
+    if (lists) {
+        *lists = l;
+        memset(&l, 0, sizeof l);
+    }
     *valid = true;
 out:
+    jitop__instlist_free(&l);
     jitop__deps_free(&d);
     free(stored_key);
     free(note);
@@ -106,6 +139,12 @@ out:
 int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, char key[33],
                         bool *found)
 {
+    return jitop__manifest_get_lists(c, id, deps, key, NULL, found);
+}
+
+int jitop__manifest_get_lists(jitop__cache *c, const char id[33], jitop__deps *deps,
+                              char key[33], jitop__instlist *lists, bool *found)
+{
     int status = JITOP_OK;
     unsigned char *data = NULL;
     size_t len = 0;
@@ -114,6 +153,8 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
     bool have = false;
     *found = false;
     memset(deps, 0, sizeof *deps);
+    if (lists)
+        memset(lists, 0, sizeof *lists);
     status = jitop__cache_mem_get(c, id, true, &data, &len, &have);
     if (status != JITOP_OK)
         goto out;
@@ -142,7 +183,7 @@ int jitop__manifest_get(jitop__cache *c, const char id[33], jitop__deps *deps, c
         if (status != JITOP_OK || !have)
             goto out;
     }
-    status = jitop__manifest_parse(data, len, deps, key, found);
+    status = jitop__manifest_parse_lists(data, len, deps, key, lists, found);
     if (status == JITOP_OK && !*found)
         jitop__cache_vlog(c, "cache: manifest %s is malformed: ignored", id);
 out:
@@ -178,14 +219,25 @@ bool jitop__manifest_peek_key(const char *path, char key[33])
 int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *deps,
                         const char key[33])
 {
+    return jitop__manifest_put_lists(c, id, deps, key, NULL);
+}
+
+int jitop__manifest_put_lists(jitop__cache *c, const char id[33], const jitop__deps *deps,
+                              const char key[33], const jitop__instlist *lists)
+{
     struct jitop__wbuf b = {0};
     char *dir = NULL;
     int err = 0, status = JITOP_OK;
-    jitop__file_begin(&b, JITOP__MANIFEST_MAGIC, 0);
+    bool with = lists && (lists->built.n > 0 || lists->asked.n > 0);
+    jitop__file_begin(&b, JITOP__MANIFEST_MAGIC, with ? MANIFEST_FLAG_INSTANCES : 0);
     jitop__wb_str(&b, key);
     jitop__wb_str(&b, deps->note ? deps->note : "");
     write_records(&b, true, deps->v, deps->n);
     write_records(&b, false, deps->dirs, deps->ndirs);
+    if (with) {
+        jitop__wb_strv(&b, &lists->built);
+        jitop__wb_strv(&b, &lists->asked);
+    }
     jitop__file_seal(&b);
     if (b.oom) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
@@ -213,4 +265,12 @@ out:
     free(b.p);
     free(dir);
     return status;
+}
+
+void jitop__instlist_free(jitop__instlist *l)
+{
+    if (!l)
+        return;
+    jitop__strv_free(&l->built);
+    jitop__strv_free(&l->asked);
 }

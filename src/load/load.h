@@ -170,6 +170,17 @@ typedef struct jitop__modunit {
     jitop__image *image;      /* current image; NULL for a source not loaded yet */
     jitop__binary unloaded;   /* while image is NULL: its binary (no data yet: read by key) */
     char *lowered;            /* instances: the instance's symbol in the current image */
+    /* Sources (the fold rule, build/build.h): the name expressions compiled
+     * into the current binary (in its key), their lowered names in the same
+     * order once the binary was read (empty before: a deferred hit), and
+     * every name asked of the source (its manifest's list, and each
+     * instance joined since). m->lock. */
+    jitop__strv folded, folded_lowered, asked;
+    /* Instances: the source unit they were asked of (index in m->units),
+     * and whether their code is that source's binary (a fold): image is
+     * then the source's image, owned and retired through the source. */
+    size_t src;
+    bool shared;
 } jitop__modunit;
 
 /* The op room's lock-free op table and the names in it (op/op.h). */
@@ -298,6 +309,10 @@ void jitop__modunit_free(jitop__modunit *mu);
 /* Loads the source images not loaded yet (m->lock held): after it, every
  * m->units[i].image is set and m->units_loaded is true. */
 int jitop__units_load(jitop_module *m);
+/* Loads one source's image if not loaded yet (m->lock held; not for a
+ * linked module): what an instance folded into it needs. Its
+ * folded_lowered is filled then. */
+int jitop__unit_load(jitop_module *m, jitop__modunit *mu);
 
 /* Loads a built binary as an image (cuModuleLoadData in m's context) and
  * lists its kernels: all of them, or with only set (an instance's lowered

@@ -21,7 +21,25 @@ void jitop__modunit_free(jitop__modunit *mu)
     jitop__deps_free(&mu->deps);
     jitop__binary_free(&mu->unloaded);
     free(mu->lowered);
+    jitop__strv_free(&mu->folded);
+    jitop__strv_free(&mu->folded_lowered);
+    jitop__strv_free(&mu->asked);
     memset(mu, 0, sizeof *mu);
+}
+
+/* A source's folded names and their lowered names, as its binary says
+ * (bin->names are the names it was compiled with, in order): moved out of
+ * bin. */
+static void take_folded(jitop__modunit *mu, jitop__binary *bin)
+{
+    if (!jitop__unit_folds(&mu->unit) || bin->names.n != bin->lowered.n)
+        return;
+    jitop__strv_free(&mu->folded);
+    jitop__strv_free(&mu->folded_lowered);
+    mu->folded = bin->names;
+    mu->folded_lowered = bin->lowered;
+    memset(&bin->names, 0, sizeof bin->names);
+    memset(&bin->lowered, 0, sizeof bin->lowered);
 }
 
 static const char *unit_label(const jitop__unit *u)
@@ -82,6 +100,11 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
     memcpy(mu->key, built.key, sizeof mu->key);
     mu->deps = built.deps;
     memset(&built.deps, 0, sizeof built.deps);
+    mu->folded = built.inst.built;
+    mu->asked = built.inst.asked;
+    memset(&built.inst, 0, sizeof built.inst);
+    if (built.entry.bin.data)
+        take_folded(mu, &built.entry.bin);
     if (lazy) {
         mu->unloaded = built.entry.bin;
         memset(&built.entry.bin, 0, sizeof built.entry.bin);
@@ -278,6 +301,7 @@ static int unit_binary_fetch(jitop_module *m, jitop__modunit *mu)
         return status;
     if (found) {
         jitop__log_warnings(m->ctx, &mu->unit, &e.bin, true);
+        take_folded(mu, &e.bin);
         mu->unloaded = e.bin;
         memset(&e.bin, 0, sizeof e.bin);
         jitop__entry_free(&e);
@@ -293,9 +317,35 @@ static int unit_binary_fetch(jitop_module *m, jitop__modunit *mu)
     jitop__deps_free(&mu->deps);
     mu->deps = built.deps;
     memset(&built.deps, 0, sizeof built.deps);
+    jitop__strv_free(&mu->asked);
+    mu->asked = built.inst.asked;
+    memset(&built.inst.asked, 0, sizeof built.inst.asked);
+    jitop__strv_free(&mu->folded_lowered);
+    take_folded(mu, &built.entry.bin);
     mu->unloaded = built.entry.bin;
     memset(&built.entry.bin, 0, sizeof built.entry.bin);
     jitop__built_free(&built);
+    return JITOP_OK;
+}
+
+int jitop__unit_load(jitop_module *m, jitop__modunit *mu)
+{
+    if (mu->image)
+        return JITOP_OK;
+    double t = jitop__now_ms();
+    if (!mu->unloaded.data) {
+        int status = unit_binary_fetch(m, mu);
+        if (status != JITOP_OK)
+            return status;
+    }
+    int status = jitop__image_load(m, mu->key, &mu->unloaded, unit_label(&mu->unit), NULL,
+                                   &mu->image);
+    if (status != JITOP_OK)
+        return status;
+    jitop__log(m->ctx, "module %s: %s: image loaded on first use, %zu kernels, %.3f ms",
+               m->name, unit_label(&mu->unit), mu->image->nkernels, jitop__now_ms() - t);
+    jitop__module_add_image(m, mu->image);
+    jitop__binary_free(&mu->unloaded);
     return JITOP_OK;
 }
 
@@ -304,23 +354,9 @@ int jitop__units_load(jitop_module *m)
     if (m->linked)
         return m->units_loaded ? JITOP_OK : jitop__link_load(m);
     for (size_t i = 0; !m->units_loaded && i < m->nunits; i++) {
-        jitop__modunit *mu = &m->units[i];
-        if (mu->image)
-            continue;
-        double t = jitop__now_ms();
-        if (!mu->unloaded.data) {
-            int status = unit_binary_fetch(m, mu);
-            if (status != JITOP_OK)
-                return status;
-        }
-        int status = jitop__image_load(m, mu->key, &mu->unloaded, unit_label(&mu->unit), NULL,
-                                       &mu->image);
+        int status = jitop__unit_load(m, &m->units[i]);
         if (status != JITOP_OK)
             return status;
-        jitop__log(m->ctx, "module %s: %s: image loaded on first use, %zu kernels, %.3f ms",
-                   m->name, unit_label(&mu->unit), mu->image->nkernels, jitop__now_ms() - t);
-        jitop__module_add_image(m, mu->image);
-        jitop__binary_free(&mu->unloaded);
     }
     m->units_loaded = true;
     return JITOP_OK;
@@ -486,6 +522,14 @@ typedef struct pending_item {
      * symbol at prepare, a snapshot taken under the lock. */
     char old_image_key[33];
     char *old_lowered;
+    /* The fold rule (build/build.h). Sources: the new binary's names, their
+     * lowered names, and the asked list, moved into the unit at commit.
+     * Instances: their source's item, whether the new code is that
+     * source's binary (no compile of their own), and whether the code in
+     * place was (its image is then the source's, not theirs to retire). */
+    jitop__strv folded, folded_lowered, asked;
+    size_t src;
+    bool shared, was_shared;
 } pending_item;
 
 struct jitop__pending {
@@ -521,6 +565,9 @@ void jitop__pending_free(jitop__pending *p)
         jitop__binary_free(&p->items[i].bin);
         free(p->items[i].lowered);
         free(p->items[i].old_lowered);
+        jitop__strv_free(&p->items[i].folded);
+        jitop__strv_free(&p->items[i].folded_lowered);
+        jitop__strv_free(&p->items[i].asked);
     }
     jitop__image_free(p->m->drv, p->link_image);
     jitop__binary_free(&p->link_bin);
@@ -596,10 +643,53 @@ static int prepare_links(jitop_module *m, jitop__pending *p)
     return status;
 }
 
+static int strv_dup(jitop__strv *dst, const jitop__strv *src)
+{
+    for (size_t i = 0; i < src->n; i++)
+        if (jitop__strv_push(dst, src->v[i]) != JITOP_OK)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+    return JITOP_OK;
+}
+
+/* An instance item whose name its source's new binary has compiled in
+ * (the source's item was built first): the instance takes that binary's
+ * key, files and image, and its lowered name, with no build of its own
+ * (*shared). Only when the source's image is or can be in hand: a source
+ * unchanged and not loaded leaves the instance to its own build. */
+static int prepare_folded(jitop_module *m, jitop__pending *p, pending_item *it, bool *shared)
+{
+    *shared = false;
+    if (it->src >= m->nunits)
+        return JITOP_OK;
+    pending_item *si = &p->items[it->src];
+    size_t k = SIZE_MAX;
+    for (size_t j = 0; j < si->folded.n && k == SIZE_MAX; j++)
+        if (strcmp(si->folded.v[j], it->mu->unit.names.v[0]) == 0)
+            k = j;
+    if (k == SIZE_MAX || k >= si->folded_lowered.n || (!si->changed && si->unloaded))
+        return JITOP_OK;
+    int status = JITOP_OK;
+    if (si->changed && !si->image)
+        status = jitop__image_load(m, si->key, &si->bin, unit_label(&si->mu->unit), NULL,
+                                   &si->image);
+    if (status == JITOP_OK)
+        status = jitop__deps_copy(&si->deps, &it->deps);
+    if (status == JITOP_OK && !(it->lowered = jitop__strdup(si->folded_lowered.v[k])))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status != JITOP_OK)
+        return status;
+    memcpy(it->key, si->key, sizeof it->key);
+    it->shared = *shared = true;
+    if (strcmp(it->key, it->old_key) != 0)
+        it->changed = p->changed = true;
+    return JITOP_OK;
+}
+
 int jitop__module_prepare(jitop_module *m, jitop__pending **out)
 {
     int status = JITOP_OK;
     jitop__pending *p = NULL;
+    jitop__strv *extras = NULL;
     if (!m || !out)
         return jitop__fail(JITOP_EINVAL, "jitop__module_prepare: NULL argument");
     *out = NULL;
@@ -614,7 +704,9 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
     pthread_mutex_lock(&m->lock);
     size_t n = m->nunits + m->ninstances;
     p->items = calloc(n ? n : 1, sizeof *p->items);
-    if (p->items) {
+    /* Each source's instances in use, folded into its compile (build.h). */
+    extras = calloc(m->nunits ? m->nunits : 1, sizeof *extras);
+    if (p->items && extras) {
         m->pending++;
         m->prepares++;
         p->counted = true;
@@ -624,6 +716,13 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
             p->items[i].mu = mu;
             memcpy(p->items[i].old_key, mu->key, sizeof p->items[i].old_key);
             p->items[i].unloaded = !mu->image;
+            if (i >= m->nunits) {
+                p->items[i].src = mu->src;
+                p->items[i].was_shared = mu->shared;
+                if (!m->linked && mu->src < m->nunits &&
+                    jitop__strv_push(&extras[mu->src], mu->unit.names.v[0]) != JITOP_OK)
+                    p->n = 0; /* out of memory, reported below */
+            }
             if (m->linked && i >= m->nunits) {
                 memcpy(p->items[i].old_image_key, mu->image->key, sizeof mu->image->key);
                 if (!(p->items[i].old_lowered = jitop__strdup(mu->lowered)))
@@ -636,7 +735,7 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
         }
     }
     pthread_mutex_unlock(&m->lock);
-    if (!p->items || p->n != n) {
+    if (!p->items || !extras || p->n != n) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
@@ -645,7 +744,24 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
         pending_item *it = &p->items[i];
         jitop__built built;
         memset(&built, 0, sizeof built);
-        status = jitop__build_unit(m->ctx, &it->mu->unit, &built);
+        if (i >= m->nunits && !m->linked) {
+            bool shared = false;
+            status = prepare_folded(m, p, it, &shared);
+            if (status != JITOP_OK)
+                goto out;
+            if (shared)
+                continue;
+        }
+        status = i < m->nunits && !m->linked
+                     ? jitop__build_unit_fold(m->ctx, &it->mu->unit, &extras[i], &built)
+                     : jitop__build_unit(m->ctx, &it->mu->unit, &built);
+        if (status == JITOP_OK && i < m->nunits && !m->linked) {
+            it->asked = built.inst.asked;
+            memset(&built.inst.asked, 0, sizeof built.inst.asked);
+            status = strv_dup(&it->folded, &built.entry.bin.names);
+            if (status == JITOP_OK)
+                status = strv_dup(&it->folded_lowered, &built.entry.bin.lowered);
+        }
         if (status != JITOP_OK) {
             jitop__fail_prefix(status, "reloading module %s", m->name);
             jitop__built_free(&built);
@@ -689,6 +805,9 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
     *out = p;
     p = NULL;
 out:
+    for (size_t i = 0; extras && i < m->nunits; i++)
+        jitop__strv_free(&extras[i]);
+    free(extras);
     jitop__pending_free(p);
     return status;
 }
@@ -891,7 +1010,7 @@ static int commit_stage(jitop_module *m, jitop__pending *p, jitop__image **image
      * its new binary now, so that its ops move to the new code. */
     for (size_t i = 0; i < p->n && status == JITOP_OK && !m->linked; i++) {
         pending_item *it = &p->items[i];
-        if (it->changed && !it->image && it->mu->image)
+        if (it->changed && !it->image && !it->shared && it->mu->image)
             status = jitop__image_load(m, it->key, &it->bin, unit_label(&it->mu->unit),
                                        NULL, &it->image);
     }
@@ -903,7 +1022,9 @@ static int commit_stage(jitop_module *m, jitop__pending *p, jitop__image **image
     if (status != JITOP_OK)
         return status;
     for (size_t i = 0; i < p->n; i++)
-        images[i] = p->items[i].image ? p->items[i].image : p->items[i].mu->image;
+        images[i] = p->items[i].shared ? images[p->items[i].src]
+                    : p->items[i].image ? p->items[i].image
+                                        : p->items[i].mu->image;
     if (m->linked && p->link_image)
         images[0] = p->link_image; /* where a linked module's kernels are */
     /* Every new binding is made before anything is published, so that a
@@ -936,6 +1057,31 @@ static void commit_units(jitop_module *m, jitop__pending *p)
         memcpy(it->mu->key, it->key, sizeof it->mu->key);
         if (m->linked && i < m->nunits)
             continue; /* a unit of a linked module: its code is in the link (below) */
+        if (i < m->nunits) {
+            jitop__strv_free(&it->mu->folded);
+            jitop__strv_free(&it->mu->folded_lowered);
+            jitop__strv_free(&it->mu->asked);
+            it->mu->folded = it->folded;
+            it->mu->folded_lowered = it->folded_lowered;
+            it->mu->asked = it->asked;
+            memset(&it->folded, 0, sizeof it->folded);
+            memset(&it->folded_lowered, 0, sizeof it->folded_lowered);
+            memset(&it->asked, 0, sizeof it->asked);
+        }
+        if (it->shared) {
+            /* Its code is its source's new binary (committed above: sources
+             * come first); an image of its own, if it had one, retires. */
+            if (!it->was_shared && it->mu->image)
+                it->mu->image->retired = true;
+            it->mu->image = m->units[it->src].image;
+            it->mu->shared = true;
+            if (it->lowered) {
+                free(it->mu->lowered);
+                it->mu->lowered = it->lowered;
+                it->lowered = NULL;
+            }
+            continue;
+        }
         if (it->changed && !it->image) {
             /* A source still not loaded: keep the new binary for later. */
             jitop__binary_free(&it->mu->unloaded);
@@ -945,7 +1091,14 @@ static void commit_units(jitop_module *m, jitop__pending *p)
         }
         if (!it->image)
             continue;
-        it->mu->image->retired = true;
+        /* Not a source's image an instance shared (its source retires
+         * that), nor one a source loaded only now. */
+        if (it->mu->image && !it->was_shared)
+            it->mu->image->retired = true;
+        /* A source loaded at prepare for the instances folded into it: its
+         * binary kept for a later load is not needed any more. */
+        jitop__binary_free(&it->mu->unloaded);
+        it->mu->shared = false;
         it->mu->image = it->image;
         jitop__module_add_image(m, it->image);
         it->image = NULL;

@@ -488,6 +488,15 @@ static jitop_op *instance_op(const jitop_module *m, size_t i)
     return NULL;
 }
 
+/* The index of s in sv, or SIZE_MAX. */
+static size_t strv_index(const jitop__strv *sv, const char *s)
+{
+    for (size_t i = 0; i < sv->n; i++)
+        if (strcmp(sv->v[i], s) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
 /* Adds a built instance to m as the op name, unless another thread added
  * the same name meanwhile, or an instance with the same kernel symbol is
  * there already (another spelling: "f<float, 4u>" after "f<float,4>"):
@@ -503,7 +512,7 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
 {
     int status = JITOP_OK;
     jitop__binding *b = NULL;
-    const jitop__kernel *k = jitop__image_find(mu->image, mu->lowered);
+    const jitop__kernel *k = NULL;
     const char *canon = mu->unit.names.v[0];
     *taken = *stale = false;
     pthread_mutex_lock(&m->lock);
@@ -511,6 +520,10 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
         *stale = true;
         goto out;
     }
+    /* Under the lock: a folded instance's image is its source's, whose
+     * kernel list a reap may free once a reload retired it (which the
+     * check above rules out). */
+    k = jitop__image_find(mu->image, mu->lowered);
     if (!k) {
         status = jitop__fail(JITOP_ENOTFOUND,
                              "module %s: %s compiled to %s, which is not a kernel of its image "
@@ -552,7 +565,8 @@ static int instance_publish(jitop_module *m, const char *name, jitop__modunit *m
     if (status == JITOP_OK) {
         b = NULL;
         m->instances[m->ninstances++] = mu;
-        jitop__module_add_image(m, mu->image);
+        if (!mu->shared) /* a folded instance's image is its source's, in the list already */
+            jitop__module_add_image(m, mu->image);
         *taken = true;
         /* The canonical spelling finds it too, without a compile. */
         status = op_alias(m, canon, *out);
@@ -563,34 +577,99 @@ out:
     return status;
 }
 
+/* The instance canon of source isrc made an op from the source's own
+ * binary, which has it compiled in (the fold rule): no compile, no cache
+ * read. The source's image is loaded (the caller saw to it); its key,
+ * files and image are the instance's. known: the source's files as copied
+ * at known_at (instance_publish's check). */
+static int instance_from_fold(jitop_module *m, size_t isrc, const char *name, const char *canon,
+                              const jitop__deps *known, uint64_t known_at, jitop_op **out,
+                              bool *taken, bool *stale)
+{
+    const jitop__unit *u = &m->units[isrc].unit;
+    const char *names[1] = {canon};
+    jitop__modunit *mu = calloc(1, sizeof *mu);
+    int status = mu ? jitop__unit_init(&mu->unit, u->source_path, u->inline_text,
+                                       (const char *const *)m->options.v, m->options.n, names, 1,
+                                       m->arch)
+                    : JITOP_ENOMEM;
+    if (status == JITOP_OK)
+        status = jitop__deps_copy(known, &mu->deps);
+    if (status == JITOP_OK) {
+        pthread_mutex_lock(&m->lock);
+        const jitop__modunit *src = &m->units[isrc];
+        size_t k = strv_index(&src->folded, canon);
+        if (k == SIZE_MAX || k >= src->folded_lowered.n || !src->image) {
+            /* A reload replaced the binary since: compile it as any other. */
+            *stale = true;
+        } else {
+            mu->image = src->image;
+            mu->shared = true;
+            mu->src = isrc;
+            memcpy(mu->key, src->key, sizeof mu->key);
+            if (!(mu->lowered = jitop__strdup(src->folded_lowered.v[k])))
+                status = JITOP_ENOMEM;
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    if (status == JITOP_OK && !*stale) {
+        status = instance_publish(m, name, mu, known_at, out, taken, stale);
+        if (status == JITOP_OK && !*stale)
+            jitop__log(m->ctx, "module %s: %s: compiled into %s's binary %s (no compile)",
+                       m->name, name, u->source_name, mu->key);
+    }
+    if (!*taken && mu) {
+        jitop__modunit_free(mu); /* the image stays: its source's */
+        free(mu);
+    }
+    return status == JITOP_ENOMEM ? jitop__fail(JITOP_ENOMEM, "out of memory") : status;
+}
+
 /* Compiles name as a name expression from source src and makes it an op.
  * Compiling runs without m->lock (it may take long, and the build may take
  * ctx->lock). *undeclared: src declares no such name (NVRTC said so, now or
  * in an answer the cache kept). *about_name: the failure is the answer for
  * this name and these sources (it does not compile, it is no kernel), not a
  * passing one (memory, I/O, the driver). */
-static int instantiate_from(jitop_module *m, const jitop__modunit *src, const char *name,
-                            jitop_op **out, bool *undeclared, bool *about_name)
+static int instantiate_from(jitop_module *m, size_t isrc, const char *name, jitop_op **out,
+                            bool *undeclared, bool *about_name)
 {
+    const jitop__modunit *src = &m->units[isrc];
     const jitop__unit *u = &src->unit;
     jitop__deps known = {0};
     uint64_t known_at = UINT64_MAX;
-    bool taken = false, stale = false;
+    bool taken = false, stale = false, folded = false, join = false, alone = false;
     int status = JITOP_OK;
     *undeclared = *about_name = false;
+    char *canon = jitop__name_canonical(name);
+    if (!canon)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
     /* The instance reads the files its source unit read: their hashes as
      * the module's current generation has them give the instance's key
      * without reading its manifest or stat'ing the files again (about 20 us
      * of a warm get in a new process on the GPU machine). The copy is taken
      * under the lock, which a reload holds while it replaces them; not while
      * a rebuild is prepared (its commit would leave this instance on the
-     * files it replaces). */
+     * files it replaces). An instance compiled into the source's binary
+     * (the fold rule, build/build.h) is no compile at all: the source's
+     * image (loaded now if it was not) and the lowered name NVRTC gave. */
     pthread_mutex_lock(&m->lock);
     if (m->pending == 0) {
         known_at = m->prepares;
         status = jitop__deps_copy(&src->deps, &known);
+        if (status == JITOP_OK && !m->linked && strv_index(&src->folded, canon) != SIZE_MAX) {
+            status = jitop__unit_load(m, &m->units[isrc]);
+            folded = status == JITOP_OK;
+        }
     }
+    join = !m->linked && jitop__unit_folds(u) && strv_index(&src->asked, canon) == SIZE_MAX;
     pthread_mutex_unlock(&m->lock);
+    if (folded) {
+        status = instance_from_fold(m, isrc, name, canon, &known, known_at, out, &taken, &stale);
+        *about_name = status == JITOP_ENOTFOUND;
+        if (status != JITOP_OK || !stale)
+            goto out;
+    }
     /* Twice at most: a rebuild that began while the instance was built
      * from the known hashes sends it back to the files as they are. */
     for (int attempt = 0; status == JITOP_OK && attempt < 2; attempt++) {
@@ -600,7 +679,7 @@ static int instantiate_from(jitop_module *m, const jitop__modunit *src, const ch
             break;
         }
         const char *names[1] = {name};
-        bool use_known = attempt == 0 && known_at != UINT64_MAX;
+        bool use_known = attempt == 0 && known_at != UINT64_MAX && !stale;
         status = jitop__modunit_build(m, u->source_path, u->inline_text, names, 1, false,
                                       use_known ? &known : NULL, mu, undeclared);
         if (status != JITOP_OK) {
@@ -608,8 +687,10 @@ static int instantiate_from(jitop_module *m, const jitop__modunit *src, const ch
             free(mu); /* modunit_build left it empty */
             break;
         }
+        mu->src = isrc;
         status = instance_publish(m, name, mu, use_known ? known_at : UINT64_MAX, out, &taken,
                                   &stale);
+        alone = taken;
         *about_name = status == JITOP_ENOTFOUND; /* compiled, but to no kernel */
         if (!taken) {
             jitop__image_free(m->drv, mu->image);
@@ -619,7 +700,18 @@ static int instantiate_from(jitop_module *m, const jitop__modunit *src, const ch
         if (!stale)
             break;
     }
+    /* Compiled on its own: it joins the source's list, and its next
+     * compile folds it in (the fold rule). */
+    if (status == JITOP_OK && alone && join) {
+        status = jitop__build_join(m->ctx, u, canon);
+        pthread_mutex_lock(&m->lock);
+        if (status == JITOP_OK && strv_index(&m->units[isrc].asked, canon) == SIZE_MAX)
+            status = jitop__strv_push(&m->units[isrc].asked, canon);
+        pthread_mutex_unlock(&m->lock);
+    }
+out:
     jitop__deps_free(&known);
+    free(canon);
     return status;
 }
 
@@ -637,7 +729,7 @@ static int instantiate(jitop_module *m, const char *name, jitop_op **out, bool *
     *about_name = false;
     for (size_t i = 0; i < m->nunits; i++) {
         bool undeclared = false;
-        status = instantiate_from(m, &m->units[i], name, out, &undeclared, about_name);
+        status = instantiate_from(m, i, name, out, &undeclared, about_name);
         if (status == JITOP_OK || !undeclared)
             goto out;
         char *e = first_error(jitop_errmsg(NULL));
@@ -862,7 +954,12 @@ int jitop_module_ops(jitop_module *m, jitop_op_info *infos, size_t cap, size_t *
         /* A linked module's units but the first have no image of their own. */
         for (size_t j = 0; status == JITOP_OK && mu->image && j < mu->image->nkernels; j++) {
             const jitop__kernel *k = &mu->image->kernels[j];
-            if (i >= m->nunits ? strcmp(k->name, mu->lowered) != 0 : listed_before(m, i, j))
+            /* A source's binary holds the instances folded into it (the fold
+             * rule, build/build.h): they are listed as instances, by the
+             * name asked, once made, and not as kernels of the source. */
+            if (i >= m->nunits ? strcmp(k->name, mu->lowered) != 0
+                               : listed_before(m, i, j) ||
+                                     strv_index(&mu->folded_lowered, k->name) != SIZE_MAX)
                 continue;
             if (n < cap) {
                 status = kernel_describe(m, mu->image, j, &infos[n]);

@@ -21,6 +21,7 @@
  * Host cost per call: argument checks, one acquire load of the state, one
  * table lookup per kernel, the launches. The first call per (dtype, kernel)
  * loads the module and gets the instance under ctx->lock. */
+#include "build/build.h"
 #include "load/driver.h"
 #include "ops/ops_state.h"
 
@@ -709,15 +710,17 @@ int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype)
     char *path = jitop__sprintf("%s/lltm.cu", ctx->kernel_dir);
     if (path == NULL)
         return jitop__fail(JITOP_ENOMEM, "%s: out of memory", fn);
-    /* The source as jitop_load builds it, then every instance the ops may
-     * ask for (which ones a call uses depends on its sizes). */
+    /* The source as jitop_load builds it, with every instance the ops may
+     * ask for (which ones a call uses depends on its sizes) folded in
+     * (build/build.h): one compile, each get then none. */
     const int t = dtype == JITOP_FLOAT64;
+    jitop__strv want = {0};
+    for (int slot = 0; status == JITOP_OK && slot < SLOT_COUNT; slot++)
+        status = jitop__strv_push(&want, lltm_kernels[t][slot].name);
     jitop_build_result r;
-    status = jitop_build(ctx, path, arch, NULL, 0, NULL, 0, &r);
-    for (int slot = 0; status == JITOP_OK && slot < SLOT_COUNT; slot++) {
-        const char *one[1] = {lltm_kernels[t][slot].name};
-        status = jitop_build(ctx, path, arch, NULL, 0, one, 1, &r);
-    }
+    if (status == JITOP_OK)
+        status = jitop__build_fold(ctx, path, arch, NULL, 0, &want, &r);
+    jitop__strv_free(&want);
     free(path);
     return status == JITOP_OK ? JITOP_OK : jitop__fail_prefix(status, "%s (%s)", fn, arch);
 }
