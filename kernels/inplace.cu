@@ -25,6 +25,9 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// NVRTC has no <math.h>: -inf by its bits.
+#define IP_NINF __int_as_float(0xff800000)
+
 template <typename T> struct ip_conv;
 template <> struct ip_conv<float> {
     static __device__ __forceinline__ float to(float v) { return v; }
@@ -44,7 +47,7 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) ip_vec {
     T v[VEC];
 };
 
-constexpr int ip_pow2_ceil(int x)
+__host__ __device__ constexpr int ip_pow2_ceil(int x)
 {
     return x <= 1 ? 1 : 2 * ip_pow2_ceil((x + 1) / 2);
 }
@@ -139,7 +142,7 @@ struct ip_ms {
 __device__ __forceinline__ ip_ms ip_merge(ip_ms a, ip_ms b)
 {
     const float m = fmaxf(a.m, b.m);
-    if (m == -INFINITY)
+    if (m == IP_NINF)
         return {m, 0.f};
     return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
 }
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
         if (live && (NV % TPR == 0 || j < NV))
             v[c] = xr[j];
     }
-    ip_ms ms = {-INFINITY, 0.f};
+    ip_ms ms = {IP_NINF, 0.f};
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
@@ -221,7 +224,7 @@ __global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
         ip_ms mx = ip_row_reduce<TPR>(ms, red);
         ms.m = mx.m;
     }
-    const float mx = ms.m == -INFINITY ? 0.f : ms.m;
+    const float mx = ms.m == IP_NINF ? 0.f : ms.m;
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
@@ -265,15 +268,15 @@ __global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         V *xr = reinterpret_cast<V *>(x + r * n);
         const int keep = ip_keep<MASK>(r, n, qlen);
-        ip_ms ms = {-INFINITY, 0.f};
+        ip_ms ms = {IP_NINF, 0.f};
         for (int j = threadIdx.x; j < nv; j += blockDim.x) {
             const V v = xr[j];
-            float m = -INFINITY;
+            float m = IP_NINF;
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || j * VEC + e < keep)
                     m = fmaxf(m, scale * ip_conv<T>::to(v.v[e]));
-            if (m == -INFINITY)
+            if (m == IP_NINF)
                 continue;
             float s = 0.f;
 #pragma unroll
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n
             ms = ip_merge(ms, ip_ms{m, s});
         }
         const ip_ms tot = ip_row_reduce<1024>(ms, red);
-        const float mx = tot.m == -INFINITY ? 0.f : tot.m;
+        const float mx = tot.m == IP_NINF ? 0.f : tot.m;
         const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
         for (int j = threadIdx.x; j < nv; j += blockDim.x) {
             const V v = xr[j];
