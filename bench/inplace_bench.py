@@ -191,6 +191,43 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     lib.jitop_inplace_release(ctx)
 
+    # the chunk size and the copy stream, each in a context of its own (both
+    # are read from the environment when a context's in-place state is made)
+    out_md.append("\n## Square matmul variants (m = 65536): chunk size, copy overlap\n")
+    out_md.append("| dtype | n | variant | jitop ms | torch.matmul ms | jitop / torch | scratch MiB |")
+    out_md.append("|---|---|---|---|---|---|---|")
+    variants = [("default (32 MiB x 2, overlap)", {}), ("no overlap (32 MiB x 1)", {"JITOP_INPLACE_OVERLAP": "0"}),
+                ("8 MiB chunks", {"JITOP_INPLACE_CHUNK_MB": "8"}), ("128 MiB chunks", {"JITOP_INPLACE_CHUNK_MB": "128"})]
+    for dt, n in ((torch.float16, 1024), (torch.float32, 1024), (torch.bfloat16, 4096)):
+        m = 65536
+        a = torch.randn(m, n, device="cuda", dtype=dt)
+        w = (torch.randn(n, n, device="cuda", dtype=torch.float32) / n ** 0.5).to(dt)
+        t_torch = time_ms(lambda: torch.matmul(a, w))
+        for vname, env in variants:
+            saved = {k: os.environ.get(k) for k in ("JITOP_INPLACE_OVERLAP", "JITOP_INPLACE_CHUNK_MB")}
+            os.environ.update(env)
+            c2 = vp()
+            check(lib.jitop_ctx_create(None, ctypes.byref(c2)), "jitop_ctx_create")
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+            def jt2():
+                check(lib.jitop_square_matmul_inplace(c2, DT[dt], m, n, a.data_ptr(), w.data_ptr(), 0, 0,
+                                                      stream()), "jitop_square_matmul_inplace")
+            t = time_ms(jt2)
+            sc = lib.jitop_inplace_scratch_bytes(c2) / 2 ** 20
+            lib.jitop_ctx_destroy(c2)
+            name = str(dt).split(".")[-1]
+            emit(area="kernel", kernel="square_matmul_inplace_variant", dtype=name, m=m, n=n, variant=vname,
+                 jitop_ms=t, torch_ms=t_torch, scratch_mib=sc)
+            out_md.append(f"| {name} | {n} | {vname} | {t:.3f} | {t_torch:.3f} | {t_torch / t:.2f} | {sc:.0f} |")
+            log(out_md[-1])
+        del a, w
+        torch.cuda.empty_cache()
+
     # --------------------------------------------------------------- softmax
     out_md.append("\n## Softmax in place over rows of N (M x N = 64M elements), GB/s (read + write)\n")
     out_md.append("| dtype | N | jitop GB/s | torch.softmax GB/s | D2D copy GB/s | jitop / copy |")

@@ -157,7 +157,8 @@ template <bool MASK> __device__ __forceinline__ int ip_keep(long long r, int n, 
 }
 
 // Reduction of (max, sum) over the TPR threads of a row: shuffles within a
-// warp, then shared memory across the row's warps (TPR > 32: one row per block).
+// warp, then, for TPR > 32, shared memory across the row's warps: red holds
+// TPR / 32 slots for each row of the block (row = threadIdx.x / TPR).
 template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms *red)
 {
     constexpr int W = TPR < 32 ? TPR : 32;
@@ -167,15 +168,17 @@ template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms
         v = ip_merge(v, u);
     }
     if (TPR > 32) {
-        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        constexpr int WPR = TPR > 32 ? TPR / 32 : 1; // warps per row
+        ip_ms *mine = red + (threadIdx.x / TPR) * WPR;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x % TPR) / 32;
         __syncthreads(); // red may hold the previous reduction
         if (lane == 0)
-            red[warp] = v;
+            mine[warp] = v;
         __syncthreads();
-        v = red[0];
+        v = mine[0];
 #pragma unroll
-        for (int i = 1; i < TPR / 32; i++)
-            v = ip_merge(v, red[i]);
+        for (int i = 1; i < WPR; i++)
+            v = ip_merge(v, mine[i]);
     }
     return v;
 }
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
     constexpr int NV = N / VEC;
     constexpr int CNT = (NV + TPR - 1) / TPR;
     typedef ip_vec<T, VEC> V;
-    __shared__ ip_ms red[TPR > 32 ? TPR / 32 : 1];
+    __shared__ ip_ms red[TPR > 32 ? RPB * (TPR / 32) : 1];
     if (blockDim.x != TPR * RPB)
         __trap();
     const int t = threadIdx.x % TPR;

@@ -15,8 +15,8 @@
  *    compute-bound there; the copy moves bytes). The scratch, per caller
  *    stream, holds at most 2 x max(IP_CHUNK_BYTES, one row) bytes whatever
  *    m is (jitop_inplace_scratch_bytes says how much is held now).
- * Softmax: softmax_rows (row in registers) up to IP_SOFTMAX_REG_ELEMS
- * elements per thread, else softmax_long (two reads of the row).
+ * Softmax: softmax_rows (row in registers) up to IP_SOFTMAX_REG_BYTES per
+ * thread, else softmax_long (two reads of the row).
  *
  * Per-context state (ctx->ops->inplace): the module, the instances already
  * got (a short list under s->lock), cuBLAS, and the scratch per stream. The
@@ -40,16 +40,19 @@
 /* Bytes of A one product chunk covers ($JITOP_INPLACE_CHUNK_MB overrides,
  * read once per context). Two such buffers: 64 MiB of scratch at most. */
 #define IP_CHUNK_BYTES ((size_t)32 << 20)
-/* A (m x n) that fits one chunk is still cut in IP_PIPE_CHUNKS chunks of at
- * least IP_PIPE_MIN_ROWS rows, so that copies overlap products. */
-#define IP_PIPE_CHUNKS 4
-#define IP_PIPE_MIN_ROWS 512
-/* Elements of a row one softmax_rows thread holds at most (128 bytes of
- * float32, 64 of 16-bit), and its largest block. */
-#define IP_SOFTMAX_REG_ELEMS 32
+/* Bytes of a row one softmax_rows thread holds at most (raw T: 32 float32
+ * or 64 16-bit elements), and its largest block: rows up to 128 KiB run from
+ * registers (float32 32768, 16-bit 65536 elements). */
+#define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
-/* Target bytes per thread when the row allows fewer threads. */
-#define IP_SOFTMAX_BYTES 32
+/* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
+ * (many rows per SM), 128 above, where fewer threads per row means fewer
+ * warps waiting at the row's two reductions and more rows in flight per SM
+ * (at 4 bytes x 8 per thread, rows of 8192 float32 ran at 58% of copy on
+ * an H100: bench/INPLACE_NOTES.md). */
+#define IP_SOFTMAX_SHORT_ROW 8192
+#define IP_SOFTMAX_BYTES_SHORT 32
+#define IP_SOFTMAX_BYTES_LONG 128
 /* The n above which W (n x n elements) could not be indexed by cuBLAS's int
  * leading dimensions and counts. */
 #define IP_MAX_N (1 << 20)
@@ -516,11 +519,8 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
         rpc = 1;
     if (rpc > INT_MAX)
         rpc = INT_MAX;
-    if (m <= rpc) {
-        rpc = m;
-        if (s->overlap && m >= (int64_t)IP_PIPE_CHUNKS * IP_PIPE_MIN_ROWS)
-            rpc = ((m + IP_PIPE_CHUNKS - 1) / IP_PIPE_CHUNKS + 127) / 128 * 128;
-    }
+    if (m <= rpc)
+        rpc = m; /* one product: smaller ones lost more than the overlap won */
     const int64_t chunks = (m + rpc - 1) / rpc;
     const int two = s->overlap && chunks > 1;
     const size_t chunk = (size_t)rpc * row;
@@ -637,8 +637,11 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     const int vec = ip_vec(n, es, x);
     const int nv = (int)(n / vec);
     const char *mask = causal_q > 0 ? "true" : "false";
+    const int64_t row_bytes = n * (int64_t)es;
+    const int64_t per = row_bytes <= IP_SOFTMAX_SHORT_ROW ? IP_SOFTMAX_BYTES_SHORT
+                                                           : IP_SOFTMAX_BYTES_LONG;
     int tpr = 1;
-    while (tpr < IP_SOFTMAX_MAX_TPR && (int64_t)tpr * (IP_SOFTMAX_BYTES / (int64_t)es) < n)
+    while (tpr < IP_SOFTMAX_MAX_TPR && (int64_t)tpr * per < row_bytes)
         tpr *= 2;
     while (tpr > 1 && tpr / 2 >= nv)
         tpr /= 2; /* no thread without a vector */
@@ -647,7 +650,7 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     jitop_op *op = NULL;
     int qlen = (int)causal_q;
     long long rr = rows;
-    if ((int64_t)cnt * vec <= IP_SOFTMAX_REG_ELEMS) {
+    if ((int64_t)cnt * vec * (int64_t)es <= IP_SOFTMAX_REG_BYTES) {
         snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype), (int)n,
                  vec, tpr, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
@@ -665,7 +668,9 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
         const jitop__driver *d = jitop__driver_of(ctx);
-        long long blocks = (long long)d->sm_count * 2; /* 2 blocks of 1024 per SM */
+        /* one row per SM at a time: the rows in flight (132 x 256 KiB of
+         * float32 65536 on an H100) stay within L2 for the second read */
+        long long blocks = (long long)d->sm_count;
         if (blocks > rows)
             blocks = rows;
         int nn = (int)n;
