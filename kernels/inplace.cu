@@ -6,6 +6,7 @@
 //   sqmm_small<T, N, TRANS>        A (m x N) <- A W  (TRANS: A W^T), W N x N,
 //                                  for small N (the C side uses it up to 64)
 //   softmax_rows<T, N, VEC, TPR, MASK>   x <- softmax(scale * x) per row, row in registers
+//   softmax_cluster<T, N, VEC, TPR, CL, MASK>  a row over a cluster of CL blocks (sm_90)
 //   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
 //
 // Larger square products run through cuBLAS in row chunks (src/ops/inplace.c);
@@ -16,7 +17,8 @@
 // memory (sqmm_small) or registers (softmax_rows) between the read and the
 // write, behind a barrier; softmax_long writes element j only in its second
 // pass, after the row's maximum and sum are known, and reads element j in
-// that pass from the same thread just before. So no pointer is __restrict__.
+// that pass from the same thread just before; softmax_cluster's blocks write
+// only their own slice. So no pointer is __restrict__.
 //
 // Softmax with MASK (causal, for attention scores laid out as rows of
 // queries): row r keeps its first r % Q + N - Q + 1 elements (Q = qlen, the
@@ -183,77 +185,138 @@ template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms
     return v;
 }
 
-// Each of the TPR threads of a row holds CNT vectors of VEC elements of the
-// row (raw T, so a 16-bit row costs half the registers), vector c of thread t
-// at elements (c * TPR + t) * VEC. One read, one write: what copy moves.
-// Rows per block: 128 / TPR when TPR < 128, else 1.
-template <typename T, int N, int VEC, int TPR, bool MASK>
-__global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
-    softmax_rows(T *x, long long rows, float scale, int qlen)
+// Thread-block clusters exist from sm_90 on; older archs still compile the
+// file, and the C side never picks softmax_cluster there.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define IP_CLUSTER_DIMS(cl) __cluster_dims__(cl, 1, 1)
+#else
+#define IP_CLUSTER_DIMS(cl)
+#endif
+
+__device__ __forceinline__ unsigned ip_cluster_rank()
 {
-    static_assert(N % VEC == 0, "softmax_rows: VEC must divide N");
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void ip_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Block `rank` of the cluster's (max, sum), read from its shared memory.
+__device__ __forceinline__ ip_ms ip_peer(const ip_ms *local, unsigned rank)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
+    unsigned ra;
+    float m, s;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(m), "=f"(s) : "r"(ra) : "memory");
+    return {m, s};
+}
+
+// One row (CL = 1) or one CL-th of a row (block `rank` of a cluster) held by
+// TPR threads: CNT vectors of VEC elements each (raw T, so a 16-bit row costs
+// half the registers), vector c of thread t at c * TPR + t of the slice's
+// SV vectors. One read, one write: what copy moves. One reduction: each
+// thread's own max and sum against it, merged across the row (the merge
+// rescales the sums), so one exp per element for the sum and one for the
+// output. Rows per block: 128 / TPR when TPR < 128, else 1 (always 1 with
+// CL > 1).
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+__device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, int qlen)
+{
+    static_assert(N % (VEC * CL) == 0, "softmax: VEC * CL must divide N");
+    static_assert(CL == 1 || TPR >= 128, "softmax: a cluster splits rows of whole blocks");
     constexpr int RPB = TPR < 128 ? 128 / TPR : 1;
-    constexpr int NV = N / VEC;
-    constexpr int CNT = (NV + TPR - 1) / TPR;
+    constexpr int SV = N / VEC / CL; // vectors per slice
+    constexpr int CNT = (SV + TPR - 1) / TPR;
     typedef ip_vec<T, VEC> V;
     __shared__ ip_ms red[TPR > 32 ? RPB * (TPR / 32) : 1];
+    __shared__ __align__(8) ip_ms part;
     if (blockDim.x != TPR * RPB)
         __trap();
+    const unsigned rank = CL > 1 ? ip_cluster_rank() : 0;
     const int t = threadIdx.x % TPR;
-    const long long r = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
+    const long long r = (long long)(blockIdx.x / CL) * RPB + threadIdx.x / TPR;
     const bool live = r < rows;
-    V *xr = reinterpret_cast<V *>(x + (live ? r : 0) * N);
+    V *xr = reinterpret_cast<V *>(x + (live ? r : 0) * N) + rank * SV;
     const int keep = ip_keep<MASK>(r, N, qlen);
+    const int e0 = (int)rank * SV * VEC; // the slice's first element in the row
     V v[CNT];
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (NV % TPR == 0 || j < NV))
+        if (live && (SV % TPR == 0 || j < SV))
             v[c] = xr[j];
     }
     ip_ms ms = {IP_NINF, 0.f};
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (NV % TPR == 0 || j < NV))
+        if (live && (SV % TPR == 0 || j < SV))
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                if (!MASK || j * VEC + e < keep)
+                if (!MASK || e0 + j * VEC + e < keep)
                     ms.m = fmaxf(ms.m, scale * ip_conv<T>::to(v[c].v[e]));
     }
-    // the max first, then one sum against it: one exp per element here and one
-    // in the output (an online merge per element would cost two)
-    {
-        ip_ms mx = ip_row_reduce<TPR>(ms, red);
-        ms.m = mx.m;
-    }
-    const float mx = ms.m == IP_NINF ? 0.f : ms.m;
+    const float lm = ms.m == IP_NINF ? 0.f : ms.m;
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (NV % TPR == 0 || j < NV))
+        if (live && (SV % TPR == 0 || j < SV))
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                if (!MASK || j * VEC + e < keep)
-                    ms.s += __expf(scale * ip_conv<T>::to(v[c].v[e]) - mx);
+                if (!MASK || e0 + j * VEC + e < keep)
+                    ms.s += __expf(scale * ip_conv<T>::to(v[c].v[e]) - lm);
     }
-    ms.m = mx;
-    const ip_ms tot = ip_row_reduce<TPR>(ms, red);
+    ip_ms tot = ip_row_reduce<TPR>(ms, red);
+    if (CL > 1) {
+        if (threadIdx.x == 0)
+            part = tot;
+        ip_cluster_sync(); // every block's part is written
+        tot = ip_peer(&part, 0);
+#pragma unroll
+        for (int p = 1; p < CL; p++)
+            tot = ip_merge(tot, ip_peer(&part, p));
+        ip_cluster_sync(); // no block leaves while a peer may still read its part
+    }
+    const float mx = tot.m == IP_NINF ? 0.f : tot.m;
     const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (NV % TPR == 0 || j < NV)) {
+        if (live && (SV % TPR == 0 || j < SV)) {
             V o;
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
-                const bool kept = !MASK || j * VEC + e < keep;
+                const bool kept = !MASK || e0 + j * VEC + e < keep;
                 o.v[e] = ip_conv<T>::from(
                     kept ? __expf(scale * ip_conv<T>::to(v[c].v[e]) - mx) * inv : 0.f);
             }
             xr[j] = o;
         }
     }
+}
+
+template <typename T, int N, int VEC, int TPR, bool MASK>
+__global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
+    softmax_rows(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, 1, MASK>(x, rows, scale, qlen);
+}
+
+// Rows over one block's registers: a cluster of CL blocks per row (grid =
+// rows x CL), each holding a slice, their (max, sum) merged through
+// distributed shared memory. Two blocks of 1024 threads fit an SM when each
+// thread holds 64 bytes, so two rows' phases overlap there.
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+__global__ void IP_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
+    softmax_cluster(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, CL, MASK>(x, rows, scale, qlen);
 }
 
 // Rows too long for registers: one block of 1024 threads per row (grid-stride

@@ -12,7 +12,8 @@
  * the documented bound). The scratch is reused across cases, holding the
  * previous case's products, so stale scratch would show as wrong rows.
  *
- * Softmax: every dtype, N from 1 to 65536 (powers of two and not), scale 1
+ * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
+ * a cluster and the long-row kernel), scale 1
  * and not, causal mask, unaligned rows, rows of equal values, of very large
  * values, with -inf elements and all -inf; no NaN, and guards around x. */
 #include <stdarg.h>
@@ -481,7 +482,8 @@ static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, i
 static void softmax_dtype(jitop_dtype dt)
 {
     static const int64_t ns[] = {1,    3,     7,     32,    100,   256,   1000,
-                                 1025, 4096,  5000,  12288, 32768, 32769, 65536};
+                                 1025, 4096,  5000,  12288, 32768, 32769, 65536,
+                                 131072, 140000};
     static const int64_t odd[] = {7, 1000, 5000, 32769};
     static const int64_t masked[] = {100, 1024, 5000, 65536};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
