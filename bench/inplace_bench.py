@@ -234,7 +234,7 @@ def main():
     out_md.append("|---|---|---|---|---|---|")
     total = 64 * 1024 * 1024
     for dt in (torch.float32, torch.float16, torch.bfloat16):
-        for n in (128, 256, 1024, 4096, 8192, 32768, 65536):
+        for n in (128, 256, 1024, 4096, 8192, 16384, 32768, 65536, 131072):
             m = total // n
             x = torch.randn(m, n, device="cuda", dtype=dt) * 4
             x0 = x[:64].clone()
