@@ -255,6 +255,45 @@ def main():
             del x, y, x0, want
             torch.cuda.empty_cache()
 
+    # long rows: each softmax path forced, each in a context of its own
+    out_md.append("\n## Softmax paths for long rows (JITOP_INPLACE_SOFTMAX), GB/s\n")
+    out_md.append("| dtype | N | auto | block | cluster | long | copy |")
+    out_md.append("|---|---|---|---|---|---|---|")
+    pctx = {}
+    for pname in ("auto", "block", "cluster", "long"):
+        saved = os.environ.get("JITOP_INPLACE_SOFTMAX")
+        if pname != "auto":
+            os.environ["JITOP_INPLACE_SOFTMAX"] = pname
+        c2 = vp()
+        check(lib.jitop_ctx_create(None, ctypes.byref(c2)), "jitop_ctx_create")
+        pctx[pname] = c2
+        if saved is None:
+            os.environ.pop("JITOP_INPLACE_SOFTMAX", None)
+        else:
+            os.environ["JITOP_INPLACE_SOFTMAX"] = saved
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        for n in (32768, 65536, 131072):
+            m = total // n
+            x = torch.randn(m, n, device="cuda", dtype=dt) * 4
+            y = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            row = []
+            for pname, c2 in pctx.items():
+                def f(c2=c2):
+                    check(lib.jitop_softmax_inplace(c2, DT[dt], m, n, x.data_ptr(), 1.0, 0, stream()),
+                          "jitop_softmax_inplace")
+                row.append(nbytes / time_ms(f) / 1e6)
+            cp = nbytes / time_ms(lambda: y.copy_(x)) / 1e6
+            name = str(dt).split(".")[-1]
+            emit(area="kernel", kernel="softmax_inplace_paths", dtype=name, N=n,
+                 **{f"{k}_gbs": v for k, v in zip(pctx, row)}, copy_gbs=cp)
+            out_md.append(f"| {name} | {n} | " + " | ".join(f"{v:.0f}" for v in row) + f" | {cp:.0f} |")
+            log(out_md[-1])
+            del x, y
+            torch.cuda.empty_cache()
+    for c2 in pctx.values():
+        lib.jitop_ctx_destroy(c2)
+
     lib.jitop_ctx_destroy(ctx)
     text = "\n".join(out_md) + "\n"
     print(text)

@@ -41,18 +41,26 @@
  * read once per context). Two such buffers: 64 MiB of scratch at most. */
 #define IP_CHUNK_BYTES ((size_t)32 << 20)
 /* Bytes of a row one softmax_rows thread holds at most (raw T: 32 float32
- * or 64 16-bit elements), and its largest block. Rows up to
- * IP_SOFTMAX_BLOCK_ROW bytes run in one block; longer ones over a cluster
- * of up to IP_SOFTMAX_MAX_CLUSTER blocks of 1024 threads holding
- * IP_SOFTMAX_CLUSTER_BYTES each (two such blocks fit an SM, so that two
- * rows' phases overlap): rows to 512 KiB (float32 131072 elements) from
- * registers; longer rows, or rows that do not split into whole vectors,
- * take softmax_long. */
+ * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
+ * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
+ * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
+ * 512 KiB. Which path a row length takes (measured on an H100,
+ * bench/INPLACE_NOTES.md, as % of copy):
+ *   up to 64 KiB: one block (94-99%; bfloat16 32768: 73%);
+ *   64-128 KiB: float32 one block (84-87%; a cluster of 2: 61%), 16-bit the
+ *     long kernel (68-69%; one block 70% / 40% bfloat16, a cluster 55-57%);
+ *   128-512 KiB: a cluster (float32 65536: 74%, the long kernel 63%);
+ *   longer, or rows not splitting into whole vectors: softmax_long.
+ * $JITOP_INPLACE_SOFTMAX=block|cluster|long forces a path where it can run
+ * (read once per context, for the benchmark's comparison). */
 #define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
+#define IP_SOFTMAX_CLUSTER_FROM 131072
 #define IP_SOFTMAX_CLUSTER_BYTES 64
 #define IP_SOFTMAX_MAX_CLUSTER 8
+
+enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG };
 /* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
  * (many rows per SM), 128 above, where fewer threads per row means fewer
  * warps waiting at the row's two reductions and more rows in flight per SM
@@ -109,6 +117,7 @@ struct jitop__inplace_state {
     ip_cublas *cublas;
     size_t chunk_bytes;
     int overlap; /* $JITOP_INPLACE_OVERLAP=0 turns the second stream off (to compare) */
+    enum ip_softmax_path softmax_path;
 };
 
 /* ------------------------------------------------------------- state */
@@ -207,6 +216,12 @@ static int ip_state(jitop_ctx *ctx, struct jitop__inplace_state **out)
             s->module = m;
             s->chunk_bytes = v > 0 && v <= 65536 ? (size_t)v << 20 : IP_CHUNK_BYTES;
             s->overlap = !(ov != NULL && strcmp(ov, "0") == 0);
+            const char *sp = getenv("JITOP_INPLACE_SOFTMAX");
+            s->softmax_path = sp == NULL                    ? SM_AUTO
+                              : strcmp(sp, "block") == 0   ? SM_BLOCK
+                              : strcmp(sp, "cluster") == 0 ? SM_CLUSTER
+                              : strcmp(sp, "long") == 0    ? SM_LONG
+                                                           : SM_AUTO;
             __atomic_store_n(&ops->inplace, s, __ATOMIC_RELEASE);
         }
     }
@@ -659,15 +674,31 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     int qlen = (int)causal_q;
     long long rr = rows;
     const jitop__driver *d = jitop__driver_of(ctx);
-    int cl = 1;
-    if (row_bytes > IP_SOFTMAX_BLOCK_ROW && d->cc_major >= 9) {
+    /* what can run: one block, a cluster of cl, the long kernel (always) */
+    const int block_ok = (int64_t)cnt * vec * (int64_t)es <= IP_SOFTMAX_REG_BYTES;
+    int cl = 2;
+    {
         const int64_t slice = (int64_t)IP_SOFTMAX_MAX_TPR * IP_SOFTMAX_CLUSTER_BYTES;
         while (cl <= IP_SOFTMAX_MAX_CLUSTER && (int64_t)cl * slice < row_bytes)
             cl *= 2;
-        if (cl > IP_SOFTMAX_MAX_CLUSTER || n % ((int64_t)cl * vec) != 0)
-            cl = 0; /* softmax_long */
     }
-    if (cl > 1) {
+    const int cluster_ok = d->cc_major >= 9 && row_bytes > IP_SOFTMAX_BLOCK_ROW &&
+                           cl <= IP_SOFTMAX_MAX_CLUSTER && n % ((int64_t)cl * vec) == 0;
+    enum ip_softmax_path path = s->softmax_path;
+    if (path == SM_BLOCK && !block_ok)
+        path = SM_AUTO;
+    if (path == SM_CLUSTER && !cluster_ok)
+        path = SM_AUTO;
+    if (path == SM_AUTO) {
+        if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || es == 4) &&
+            row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
+            path = SM_BLOCK;
+        else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM)
+            path = SM_CLUSTER;
+        else
+            path = SM_LONG;
+    }
+    if (path == SM_CLUSTER) {
         snprintf(name, sizeof name, "softmax_cluster<%s, %d, %d, %d, %d, %s>", ip_ctype(dtype),
                  (int)n, vec, IP_SOFTMAX_MAX_TPR, cl, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
@@ -678,8 +709,7 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         size_t sizes[] = {8, 8, 4, 4};
         rc = jitop_launch(op, (jitop_dim3){(unsigned)(rows * cl), 1, 1},
                           (jitop_dim3){IP_SOFTMAX_MAX_TPR, 1, 1}, 0, stream, args, sizes, 4);
-    } else if (cl == 1 && row_bytes <= IP_SOFTMAX_BLOCK_ROW &&
-               (int64_t)cnt * vec * (int64_t)es <= IP_SOFTMAX_REG_BYTES) {
+    } else if (path == SM_BLOCK) {
         snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype), (int)n,
                  vec, tpr, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
