@@ -5,6 +5,7 @@ kernel (bench/inplace_ref/warp_row.cu, built here with
 torch.utils.cpp_extension.load), side by side in one process.
 
     python3 bench/inplace_bench.py [--out DIR] [--lib build/libjitop.so] [--quick]
+                                   [--sections mm,var,sm,paths] [--no-ref]
 
 Square matmul A (m x n) <- A W, W n x n, for n in {1024, 4096, 8192} and m in
 {4096, 65536}: float32 (full float32 on both sides; torch's default leaves
@@ -50,6 +51,8 @@ def main():
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libjitop.so"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-ref", action="store_true", help="skip building the warp-per-row extension")
+    ap.add_argument("--sections", default="mm,var,sm,paths",
+                    help="comma-separated: mm (matmul), var (matmul variants), sm (softmax), paths (softmax paths)")
     args = ap.parse_args()
     import torch
 
@@ -117,8 +120,16 @@ def main():
         ts.sort()
         return ts[len(ts) // 2]
 
+    one = torch.zeros(1, 1, device="cuda")
+
+    def make_state(c):
+        # the in-place state reads its JITOP_INPLACE_* variables when the
+        # context's first in-place call makes it: make it now
+        check(lib.jitop_softmax_inplace(c, 0, 1, 1, one.data_ptr(), 1.0, 0, stream()), "jitop_softmax_inplace")
+
+    sections = set(args.sections.split(","))
     ref = None
-    if not args.no_ref:
+    if not args.no_ref and "mm" in sections:
         t0 = time.time()
         try:
             from torch.utils.cpp_extension import load
@@ -139,7 +150,7 @@ def main():
              ("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False)]
     ns = [1024, 4096, 8192]
     ms = [4096, 65536]
-    for kname, dt, tf32 in kinds:
+    for kname, dt, tf32 in (kinds if "mm" in sections else []):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         for n in ns:
             for m in ms:
@@ -198,7 +209,8 @@ def main():
     out_md.append("|---|---|---|---|---|---|---|")
     variants = [("default (32 MiB x 2, overlap)", {}), ("no overlap (32 MiB x 1)", {"JITOP_INPLACE_OVERLAP": "0"}),
                 ("8 MiB chunks", {"JITOP_INPLACE_CHUNK_MB": "8"}), ("128 MiB chunks", {"JITOP_INPLACE_CHUNK_MB": "128"})]
-    for dt, n in ((torch.float16, 1024), (torch.float32, 1024), (torch.bfloat16, 4096)):
+    for dt, n in (((torch.float16, 1024), (torch.float32, 1024), (torch.bfloat16, 4096))
+                  if "var" in sections else ()):
         m = 65536
         a = torch.randn(m, n, device="cuda", dtype=dt)
         w = (torch.randn(n, n, device="cuda", dtype=torch.float32) / n ** 0.5).to(dt)
@@ -208,6 +220,7 @@ def main():
             os.environ.update(env)
             c2 = vp()
             check(lib.jitop_ctx_create(None, ctypes.byref(c2)), "jitop_ctx_create")
+            make_state(c2)
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
@@ -233,7 +246,7 @@ def main():
     out_md.append("| dtype | N | jitop GB/s | torch.softmax GB/s | D2D copy GB/s | jitop / copy |")
     out_md.append("|---|---|---|---|---|---|")
     total = 64 * 1024 * 1024
-    for dt in (torch.float32, torch.float16, torch.bfloat16):
+    for dt in ((torch.float32, torch.float16, torch.bfloat16) if "sm" in sections else ()):
         for n in (128, 256, 1024, 4096, 8192, 16384, 32768, 65536, 131072):
             m = total // n
             x = torch.randn(m, n, device="cuda", dtype=dt) * 4
@@ -260,18 +273,19 @@ def main():
     out_md.append("| dtype | N | auto | block | cluster | long | copy |")
     out_md.append("|---|---|---|---|---|---|---|")
     pctx = {}
-    for pname in ("auto", "block", "cluster", "long"):
+    for pname in (("auto", "block", "cluster", "long") if "paths" in sections else ()):
         saved = os.environ.get("JITOP_INPLACE_SOFTMAX")
         if pname != "auto":
             os.environ["JITOP_INPLACE_SOFTMAX"] = pname
         c2 = vp()
         check(lib.jitop_ctx_create(None, ctypes.byref(c2)), "jitop_ctx_create")
+        make_state(c2)
         pctx[pname] = c2
         if saved is None:
             os.environ.pop("JITOP_INPLACE_SOFTMAX", None)
         else:
             os.environ["JITOP_INPLACE_SOFTMAX"] = saved
-    for dt in (torch.float32, torch.float16, torch.bfloat16):
+    for dt in ((torch.float32, torch.float16, torch.bfloat16) if "paths" in sections else ()):
         for n in (32768, 65536, 131072):
             m = total // n
             x = torch.randn(m, n, device="cuda", dtype=dt) * 4
