@@ -44,12 +44,13 @@
  * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
  * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
- * 512 KiB. Which path a row length takes (measured on an H100,
- * bench/INPLACE_NOTES.md, as % of copy):
- *   up to 64 KiB: one block (94-99%; bfloat16 32768: 73%);
- *   64-128 KiB: float32 one block (84-87%; a cluster of 2: 61%), 16-bit the
- *     long kernel (68-69%; one block 70% / 40% bfloat16, a cluster 55-57%);
- *   128-512 KiB: a cluster (float32 65536: 74%, the long kernel 63%);
+ * 512 KiB. Which path a row length takes (measured on an H100 with each
+ * path forced, bench/INPLACE_NOTES.md, as % of copy):
+ *   up to 64 KiB: one block (94-99%; bfloat16 32768: 74%, the others less);
+ *   64-128 KiB: float32 one block (92%; cluster 62%, long 68%); 16-bit the
+ *     long kernel (66%; float16 one block 80% but bfloat16 40%, cluster 55-58%);
+ *   128-512 KiB: float32 a cluster (65536: 75%, 131072: 70%; long 63% and
+ *     57%), 16-bit the long kernel (131072: 63%; cluster 49-52%);
  *   longer, or rows not splitting into whole vectors: softmax_long.
  * $JITOP_INPLACE_SOFTMAX=block|cluster|long forces a path where it can run
  * (read once per context, for the benchmark's comparison). */
@@ -693,7 +694,7 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || es == 4) &&
             row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
             path = SM_BLOCK;
-        else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM)
+        else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM && es == 4)
             path = SM_CLUSTER;
         else
             path = SM_LONG;
