@@ -165,7 +165,7 @@ JITOP_API int jitop_inplace_release(jitop_ctx *ctx);
  * once into one block's registers and written once; float32 rows up to
  * 512 KiB (n <= 131072) into a thread-block cluster's (sm_90, n a multiple
  * of the cluster's vectors); other rows are read twice (the second read
- * mostly from L2). Near copy speed (>= 94% on an H100) for rows up to 32768
+ * mostly from L2). Near copy speed (>= 92% on an H100) for rows up to 32768
  * elements (bfloat16: 16384); 50-75% for longer ones (bench/INPLACE_NOTES.md).
  * No scratch. */
 JITOP_API int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n,

@@ -46,7 +46,7 @@
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
  * 512 KiB. Which path a row length takes (measured on an H100 with each
  * path forced, bench/INPLACE_NOTES.md, as % of copy):
- *   up to 64 KiB: one block (94-99%; bfloat16 32768: 74%, the others less);
+ *   up to 64 KiB: one block (94-99%; bfloat16 32768: 74%);
  *   64-128 KiB: float32 one block (92%; cluster 62%, long 68%); 16-bit the
  *     long kernel (66%; float16 one block 80% but bfloat16 40%, cluster 55-58%);
  *   128-512 KiB: float32 a cluster (65536: 75%, 131072: 70%; long 63% and
