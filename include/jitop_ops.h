@@ -151,8 +151,8 @@ JITOP_API size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
 /* Bytes of device scratch the in-place ops of ctx hold now, all streams. */
 JITOP_API size_t jitop_inplace_scratch_bytes(jitop_ctx *ctx);
 
-/* Frees that scratch, after each stream that used it finishes its queued
- * work (synchronizes those streams); the next call allocates again. */
+/* Frees that scratch after synchronizing the context (queued work may still
+ * use it); the next call allocates again. */
 JITOP_API int jitop_inplace_release(jitop_ctx *ctx);
 
 /* x (rows x n) <- softmax(scale * x) over each row, max-subtracted, in

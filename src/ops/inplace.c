@@ -150,12 +150,13 @@ static void ip_state_destroy(jitop_ctx *ctx)
                      jitop__driver_make_current(d) == JITOP_OK;
     if (!live)
         jitop__clear_error();
+    /* the whole context, not each caller stream: those may be destroyed by now */
+    if (live && s->ws != NULL)
+        (void)d->api->cuCtxSynchronize();
     for (ip_ws *w = s->ws, *n; w != NULL; w = n) {
         n = w->next;
-        if (live) {
-            (void)d->api->cuStreamSynchronize((CUstream)w->stream);
+        if (live)
             ip_ws_release(d, w);
-        }
         free(w);
     }
     for (ip_inst *i = s->insts, *n; i != NULL; i = n) {
@@ -431,15 +432,17 @@ int jitop_inplace_release(jitop_ctx *ctx)
     if (s == NULL)
         return JITOP_OK;
     const jitop__driver *d = jitop__driver_of(ctx);
-    int rc = jitop__driver_make_current(d);
+    int rc = jitop__cuda_more();
+    if (rc == JITOP_OK)
+        rc = jitop__driver_make_current(d);
     pthread_mutex_lock(&s->lock);
+    /* queued products and copies may still use the scratch */
+    if (rc == JITOP_OK && s->ws != NULL)
+        rc = jitop__cu_check(d->api->cuCtxSynchronize(), "cuCtxSynchronize", "jitop_inplace_release");
     for (ip_ws *w = s->ws; rc == JITOP_OK && w != NULL; w = w->next) {
         if (w->buf == 0)
             continue;
-        rc = jitop__cu_check(d->api->cuStreamSynchronize((CUstream)w->stream),
-                             "cuStreamSynchronize", "jitop_inplace_release");
-        if (rc == JITOP_OK)
-            rc = jitop__cu_check(d->api->cuMemFree(w->buf), "cuMemFree", "jitop_inplace_release");
+        rc = jitop__cu_check(d->api->cuMemFree(w->buf), "cuMemFree", "jitop_inplace_release");
         if (rc == JITOP_OK) {
             w->buf = 0;
             w->bytes = 0;
