@@ -1,5 +1,6 @@
 /*
- * The ops jitop ships as .cu sources (kernels/layernorm.cu, kernels/lltm.cu),
+ * The ops jitop ships as .cu sources (kernels/layernorm.cu, kernels/lltm.cu,
+ * kernels/inplace.cu),
  * with C calls that pick the template instance and launch shape for the
  * caller. Included by jitop.h; do not include it on its own.
  *
@@ -114,6 +115,61 @@ JITOP_API int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int 
  * jitop_lltm_backward may use for dtype (float32 or float64) on a GPU of
  * arch (NULL: the context's arch), whatever the sizes. */
 JITOP_API int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype);
+
+/* In place (kernels/inplace.cu): ops that overwrite their input, for models
+ * short of device memory. Row-major, dtype JITOP_FLOAT32, JITOP_FLOAT16 or
+ * JITOP_BFLOAT16 (float32 accumulation), pointers aligned to their element
+ * size; queued on stream, nothing synchronizes. Arguments are checked before
+ * anything is queued (JITOP_EINVAL naming the argument). */
+
+/* jitop_square_matmul_inplace flag: float32 products may round their inputs
+ * to TF32 on the tensor cores (about 1e-3 relative error, several times
+ * faster). Without it float32 is full float32. */
+#define JITOP_MATMUL_TF32 1u
+
+/* a (m x n) <- a w, or a w^T when transpose_w is non-zero; w is n x n and
+ * must not overlap a. Any m >= 1, n in [1, 2^20].
+ * n <= 64: one jitop kernel, a tile of rows in shared memory at a time (one
+ * read and one write of a, no scratch). Larger n: cuBLAS (libcublas.so.13,
+ * opened at run time; without it JITOP_ENOTFOUND) in chunks of rows whose
+ * product goes to a scratch buffer and is copied back over the chunk.
+ * Extra device memory, whatever m is: at most
+ * jitop_square_matmul_scratch_bound(dtype, n) bytes (2 x 32 MiB, or two rows
+ * when a row is larger; $JITOP_INPLACE_CHUNK_MB sets the 32), kept per
+ * context and per stream between calls (jitop_inplace_release frees it),
+ * plus cuBLAS's own workspace. The copies run on a second stream of jitop's,
+ * ordered with events, so that they overlap the next chunk's product; the
+ * caller's stream waits for the last copy. */
+JITOP_API int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, int64_t n,
+                                          void *a, const void *w, int transpose_w, unsigned flags,
+                                          void *stream);
+
+/* The most scratch jitop_square_matmul_inplace holds for one stream at this
+ * (dtype, n), for any m (0 for n <= 64, or invalid arguments). */
+JITOP_API size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n);
+
+/* Bytes of device scratch the in-place ops of ctx hold now, all streams. */
+JITOP_API size_t jitop_inplace_scratch_bytes(jitop_ctx *ctx);
+
+/* Frees that scratch after synchronizing the context (queued work may still
+ * use it); the next call allocates again. */
+JITOP_API int jitop_inplace_release(jitop_ctx *ctx);
+
+/* x (rows x n) <- softmax(scale * x) over each row, max-subtracted, in
+ * float32 (any finite scale; scale * x must stay finite). causal_q 0: every
+ * element counts; causal_q = Q in [1, n]: the rows are attention scores of Q
+ * queries each (row r is query r % Q), and row r keeps its first
+ * r % Q + n - Q + 1 elements, writing 0 over the rest. A row whose kept
+ * elements are all -inf is written as zeros. Compiled per (dtype, n,
+ * alignment, mask): rows up to 64 KiB (float32 up to 128 KiB) are read
+ * once into one block's registers and written once; float32 rows up to
+ * 512 KiB (n <= 131072) into a thread-block cluster's (sm_90, n a multiple
+ * of the cluster's vectors); other rows are read twice (the second read
+ * mostly from L2). Near copy speed (>= 92% on an H100) for rows up to 32768
+ * elements (bfloat16: 16384); 50-75% for longer ones (bench/INPLACE_NOTES.md).
+ * No scratch. */
+JITOP_API int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n,
+                                    void *x, float scale, int64_t causal_q, void *stream);
 
 #ifdef __cplusplus
 }

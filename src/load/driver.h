@@ -88,6 +88,8 @@
     X(cuEventRecord, 2000)                                                                         \
     X(cuEventSynchronize, 2000)                                                                    \
     X(cuEventElapsedTime, 12080)                                                                   \
+    X(cuMemcpyDtoDAsync, 3020)                                                                     \
+    X(cuStreamWaitEvent, 3020)                                                                     \
     JITOP__CUDA_GLOBALS(X)
 
 /* Module globals (src/op/global.c): looked up and copied, part of the rest. */

@@ -1,5 +1,5 @@
 /*
- * The ops room: the shipped ops' C entry points (layernorm.c, lltm.c), the
+ * The ops room: the shipped ops' C entry points (layernorm.c, lltm.c, inplace.c), the
  * top of src/. They load their kernels and launch them through the public
  * API; this private header (included by ops/ only) holds what that API
  * lacks: ctx->ops, the per-context state where each op keeps its loaded
@@ -29,10 +29,12 @@
 
 struct jitop__layernorm_state;
 struct jitop__lltm_state;
+struct jitop__inplace_state;
 
 struct jitop__ops_state {
     struct jitop__layernorm_state *layernorm; /* layernorm.c */
     struct jitop__lltm_state *lltm;           /* lltm.c */
+    struct jitop__inplace_state *inplace;     /* inplace.c */
 };
 
 static inline void jitop__ops_state_free(jitop_ctx *ctx)

@@ -1019,6 +1019,20 @@ static CUresult CUDAAPI fake_cuEventElapsedTime(float *ms, CUevent start, CUeven
     return CUDA_SUCCESS;
 }
 
+static CUresult CUDAAPI fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                                               CUstream stream)
+{
+    (void)stream;
+    memmove((void *)dst, (const void *)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI fake_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
+{
+    (void)stream, (void)event, (void)flags;
+    return CUDA_SUCCESS;
+}
+
 /* Each fake must have the prototype jitop calls it with (the header's, which
  * cuda.c checks against the ABI version it asks for). */
 #define FAKE_CHECK_PROTOTYPE(fn, version)                                                         \

@@ -1,0 +1,368 @@
+// In-place ops over the rows of a row-major tensor, compiled at run time by
+// jitop (NVRTC, no host code); src/ops/inplace.c picks the instances and the
+// launch shapes.
+//
+// Ops (T is float, __half or __nv_bfloat16; every sum in float32):
+//   sqmm_small<T, N, TRANS>        A (m x N) <- A W  (TRANS: A W^T), W N x N,
+//                                  for small N (the C side uses it up to 64)
+//   softmax_rows<T, N, VEC, TPR, MASK>   x <- softmax(scale * x) per row, row in registers
+//   softmax_cluster<T, N, VEC, TPR, CL, MASK>  a row over a cluster of CL blocks (sm_90)
+//   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
+//
+// Larger square products run through cuBLAS in row chunks (src/ops/inplace.c);
+// nothing here is used for them.
+//
+// In place is safe because no element is written before every read of its row
+// (sqmm_small: of its whole tile of rows) is done: the tile sits in shared
+// memory (sqmm_small) or registers (softmax_rows) between the read and the
+// write, behind a barrier; softmax_long writes element j only in its second
+// pass, after the row's maximum and sum are known, and reads element j in
+// that pass from the same thread just before; softmax_cluster's blocks write
+// only their own slice. So no pointer is __restrict__.
+//
+// Softmax with MASK (causal, for attention scores laid out as rows of
+// queries): row r keeps its first r % Q + N - Q + 1 elements (Q = qlen, the
+// queries per matrix, 1 <= Q <= N: query q sees keys 0 .. q + N - Q) and writes
+// 0 to the rest. A row whose kept elements are all -inf is written as zeros.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NVRTC has no <math.h>: -inf by its bits.
+#define IP_NINF __int_as_float(0xff800000)
+
+template <typename T> struct ip_conv;
+template <> struct ip_conv<float> {
+    static __device__ __forceinline__ float to(float v) { return v; }
+    static __device__ __forceinline__ float from(float v) { return v; }
+};
+template <> struct ip_conv<__half> {
+    static __device__ __forceinline__ float to(__half v) { return __half2float(v); }
+    static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
+};
+template <> struct ip_conv<__nv_bfloat16> {
+    static __device__ __forceinline__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+};
+
+// VEC elements of T moved as one load/store of VEC * sizeof(T) bytes.
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) ip_vec {
+    T v[VEC];
+};
+
+__host__ __device__ constexpr int ip_pow2_ceil(int x)
+{
+    return x <= 1 ? 1 : 2 * ip_pow2_ceil((x + 1) / 2);
+}
+
+// ------------------------------------------------------------ sqmm_small
+//
+// One block of 256 threads takes tiles of R rows: the tile is read into
+// shared memory (as float, transposed: As[k][r]), multiplied by W (read into
+// shared memory once per block, as float Ws[k][j], columns padded to NP with
+// zeros), each thread accumulating a 4 x 4 block of the tile's product in
+// registers; the product goes back through shared memory (Cs[r][j]) and is
+// written over the tile with coalesced stores. Full float32 FMAs (no TF32).
+// Memory-bound for N <= 64: one read and one write of A, as copy does.
+template <int N> struct sqmm_shape {
+    static constexpr int CG = ip_pow2_ceil((N + 3) / 4); // column groups of 4
+    static constexpr int NP = 4 * CG;      // padded columns
+    static constexpr int RG = 256 / CG;    // row groups
+    static constexpr int R = 4 * RG;       // rows per tile
+    static constexpr int AS = R + 4;       // As row stride (16-byte aligned, skews banks)
+    static constexpr int CS = N + 1;       // Cs row stride
+    static constexpr int BUF = N * AS > R * CS ? N * AS : R * CS;
+};
+
+template <typename T, int N, bool TRANS>
+__global__ void __launch_bounds__(256) sqmm_small(T *a, const T *w, long long m)
+{
+    typedef sqmm_shape<N> S;
+    static_assert(S::CG <= 64, "sqmm_small: N too large");
+    __shared__ __align__(16) float Ws[N * S::NP];
+    __shared__ __align__(16) float buf[S::BUF];
+    if (blockDim.x != 256)
+        __trap();
+    const int tid = threadIdx.x;
+    for (int e = tid; e < N * S::NP; e += 256) {
+        const int k = e / S::NP, j = e % S::NP;
+        Ws[e] = j < N ? ip_conv<T>::to(TRANS ? w[j * N + k] : w[k * N + j]) : 0.f;
+    }
+    const int tc = tid % S::CG, tr = tid / S::CG;
+    const long long tiles = (m + S::R - 1) / S::R;
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long r0 = tile * S::R;
+        const long long rows = m - r0 < S::R ? m - r0 : S::R;
+        T *at = a + r0 * N;
+        __syncthreads(); // Ws ready; the previous tile's stores have read buf
+#pragma unroll 4
+        for (int e = tid; e < S::R * N; e += 256) {
+            const int r = e / N, k = e % N;
+            buf[k * S::AS + r] = r < rows ? ip_conv<T>::to(at[e]) : 0.f;
+        }
+        __syncthreads();
+        float acc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = 0.f;
+#pragma unroll 8
+        for (int k = 0; k < N; k++) {
+            const float4 av = *reinterpret_cast<const float4 *>(&buf[k * S::AS + tr * 4]);
+            const float4 wv = *reinterpret_cast<const float4 *>(&Ws[k * S::NP + tc * 4]);
+            const float ar[4] = {av.x, av.y, av.z, av.w}, wr[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = fmaf(ar[i], wr[j], acc[i][j]);
+        }
+        __syncthreads(); // every thread is done reading As
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (tc * 4 + j < N)
+                    buf[(tr * 4 + i) * S::CS + tc * 4 + j] = acc[i][j];
+        __syncthreads();
+#pragma unroll 4
+        for (int e = tid; e < S::R * N; e += 256) {
+            const int r = e / N, c = e % N;
+            if (r < rows)
+                at[e] = ip_conv<T>::from(buf[r * S::CS + c]);
+        }
+    }
+}
+
+// ------------------------------------------------------------ softmax
+
+// Running maximum and sum of exp(v - max), merged in any order.
+struct ip_ms {
+    float m, s;
+};
+
+__device__ __forceinline__ ip_ms ip_merge(ip_ms a, ip_ms b)
+{
+    const float m = fmaxf(a.m, b.m);
+    if (m == IP_NINF)
+        return {m, 0.f};
+    return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+// The number of elements row r keeps (MASK: causal with Q queries per matrix).
+template <bool MASK> __device__ __forceinline__ int ip_keep(long long r, int n, int q)
+{
+    if (!MASK)
+        return n;
+    const int k = (int)(r % q) + n - q + 1;
+    return k < n ? k : n;
+}
+
+// Reduction of (max, sum) over the TPR threads of a row: shuffles within a
+// warp, then, for TPR > 32, shared memory across the row's warps: red holds
+// TPR / 32 slots for each row of the block (row = threadIdx.x / TPR).
+template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms *red)
+{
+    constexpr int W = TPR < 32 ? TPR : 32;
+#pragma unroll
+    for (int o = W / 2; o > 0; o /= 2) {
+        ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o, W), __shfl_xor_sync(0xffffffffu, v.s, o, W)};
+        v = ip_merge(v, u);
+    }
+    if (TPR > 32) {
+        constexpr int WPR = TPR > 32 ? TPR / 32 : 1; // warps per row
+        ip_ms *mine = red + (threadIdx.x / TPR) * WPR;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x % TPR) / 32;
+        __syncthreads(); // red may hold the previous reduction
+        if (lane == 0)
+            mine[warp] = v;
+        __syncthreads();
+        v = mine[0];
+#pragma unroll
+        for (int i = 1; i < WPR; i++)
+            v = ip_merge(v, mine[i]);
+    }
+    return v;
+}
+
+// Thread-block clusters exist from sm_90 on; older archs still compile the
+// file, and the C side never picks softmax_cluster there.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define IP_CLUSTER_DIMS(cl) __cluster_dims__(cl, 1, 1)
+#else
+#define IP_CLUSTER_DIMS(cl)
+#endif
+
+__device__ __forceinline__ unsigned ip_cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void ip_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Block `rank` of the cluster's (max, sum), read from its shared memory.
+__device__ __forceinline__ ip_ms ip_peer(const ip_ms *local, unsigned rank)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
+    unsigned ra;
+    float m, s;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(m), "=f"(s) : "r"(ra) : "memory");
+    return {m, s};
+}
+
+// One row (CL = 1) or one CL-th of a row (block `rank` of a cluster) held by
+// TPR threads: CNT vectors of VEC elements each (raw T, so a 16-bit row costs
+// half the registers), vector c of thread t at c * TPR + t of the slice's
+// SV vectors. One read, one write: what copy moves. One reduction: each
+// thread's own max and sum against it, merged across the row (the merge
+// rescales the sums), so one exp per element for the sum and one for the
+// output. Rows per block: 128 / TPR when TPR < 128, else 1 (always 1 with
+// CL > 1).
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+__device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, int qlen)
+{
+    static_assert(N % (VEC * CL) == 0, "softmax: VEC * CL must divide N");
+    static_assert(CL == 1 || TPR >= 128, "softmax: a cluster splits rows of whole blocks");
+    constexpr int RPB = TPR < 128 ? 128 / TPR : 1;
+    constexpr int SV = N / VEC / CL; // vectors per slice
+    constexpr int CNT = (SV + TPR - 1) / TPR;
+    typedef ip_vec<T, VEC> V;
+    __shared__ ip_ms red[TPR > 32 ? RPB * (TPR / 32) : 1];
+    __shared__ __align__(8) ip_ms part;
+    if (blockDim.x != TPR * RPB)
+        __trap();
+    const unsigned rank = CL > 1 ? ip_cluster_rank() : 0;
+    const int t = threadIdx.x % TPR;
+    const long long r = (long long)(blockIdx.x / CL) * RPB + threadIdx.x / TPR;
+    const bool live = r < rows;
+    V *xr = reinterpret_cast<V *>(x + (live ? r : 0) * N) + rank * SV;
+    const int keep = ip_keep<MASK>(r, N, qlen);
+    const int e0 = (int)rank * SV * VEC; // the slice's first element in the row
+    V v[CNT];
+#pragma unroll
+    for (int c = 0; c < CNT; c++) {
+        const int j = c * TPR + t;
+        if (live && (SV % TPR == 0 || j < SV))
+            v[c] = xr[j];
+    }
+    ip_ms ms = {IP_NINF, 0.f};
+#pragma unroll
+    for (int c = 0; c < CNT; c++) {
+        const int j = c * TPR + t;
+        if (live && (SV % TPR == 0 || j < SV))
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (!MASK || e0 + j * VEC + e < keep)
+                    ms.m = fmaxf(ms.m, scale * ip_conv<T>::to(v[c].v[e]));
+    }
+    const float lm = ms.m == IP_NINF ? 0.f : ms.m;
+#pragma unroll
+    for (int c = 0; c < CNT; c++) {
+        const int j = c * TPR + t;
+        if (live && (SV % TPR == 0 || j < SV))
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (!MASK || e0 + j * VEC + e < keep)
+                    ms.s += __expf(scale * ip_conv<T>::to(v[c].v[e]) - lm);
+    }
+    ip_ms tot = ip_row_reduce<TPR>(ms, red);
+    if (CL > 1) {
+        if (threadIdx.x == 0)
+            part = tot;
+        ip_cluster_sync(); // every block's part is written
+        tot = ip_peer(&part, 0);
+#pragma unroll
+        for (int p = 1; p < CL; p++)
+            tot = ip_merge(tot, ip_peer(&part, p));
+        ip_cluster_sync(); // no block leaves while a peer may still read its part
+    }
+    const float mx = tot.m == IP_NINF ? 0.f : tot.m;
+    const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
+#pragma unroll
+    for (int c = 0; c < CNT; c++) {
+        const int j = c * TPR + t;
+        if (live && (SV % TPR == 0 || j < SV)) {
+            V o;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const bool kept = !MASK || e0 + j * VEC + e < keep;
+                o.v[e] = ip_conv<T>::from(
+                    kept ? __expf(scale * ip_conv<T>::to(v[c].v[e]) - mx) * inv : 0.f);
+            }
+            xr[j] = o;
+        }
+    }
+}
+
+template <typename T, int N, int VEC, int TPR, bool MASK>
+__global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
+    softmax_rows(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, 1, MASK>(x, rows, scale, qlen);
+}
+
+// Rows over one block's registers: a cluster of CL blocks per row (grid =
+// rows x CL), each holding a slice, their (max, sum) merged through
+// distributed shared memory. Two blocks of 1024 threads fit an SM when each
+// thread holds 64 bytes, so two rows' phases overlap there.
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+__global__ void IP_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
+    softmax_cluster(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, CL, MASK>(x, rows, scale, qlen);
+}
+
+// Rows too long for registers: one block of 1024 threads per row (grid-stride
+// over rows), an online (max, sum) pass, then a pass that reads again and
+// writes. The second read mostly hits L2 (a block's row is at most a few
+// hundred KB and is re-read right after).
+template <typename T, int VEC, bool MASK>
+__global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n, float scale, int qlen)
+{
+    typedef ip_vec<T, VEC> V;
+    __shared__ ip_ms red[32];
+    if (blockDim.x != 1024)
+        __trap();
+    const int nv = n / VEC;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        V *xr = reinterpret_cast<V *>(x + r * n);
+        const int keep = ip_keep<MASK>(r, n, qlen);
+        ip_ms ms = {IP_NINF, 0.f};
+        for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+            const V v = xr[j];
+            float m = IP_NINF;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (!MASK || j * VEC + e < keep)
+                    m = fmaxf(m, scale * ip_conv<T>::to(v.v[e]));
+            if (m == IP_NINF)
+                continue;
+            float s = 0.f;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                if (!MASK || j * VEC + e < keep)
+                    s += __expf(scale * ip_conv<T>::to(v.v[e]) - m);
+            ms = ip_merge(ms, ip_ms{m, s});
+        }
+        const ip_ms tot = ip_row_reduce<1024>(ms, red);
+        const float mx = tot.m == IP_NINF ? 0.f : tot.m;
+        const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
+        for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+            const V v = xr[j];
+            V o;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const bool kept = !MASK || j * VEC + e < keep;
+                o.v[e] = ip_conv<T>::from(kept ? __expf(scale * ip_conv<T>::to(v.v[e]) - mx) * inv : 0.f);
+            }
+            xr[j] = o;
+        }
+    }
+}

@@ -1,0 +1,745 @@
+/*
+ * The in-place ops' C entry points (kernels/inplace.cu): the square product
+ * A <- A W / A W^T and the row softmax, written over their input.
+ *
+ * Square product, two paths (bench/INPLACE_NOTES.md has the measurements):
+ *  - n <= IP_SMALL_N: sqmm_small, compiled by jitop per (dtype, n, transpose):
+ *    a tile of rows in shared memory, multiplied by W there, written back over
+ *    itself. One read and one write of A, no scratch. At these n the product
+ *    is memory-bound and a library GEMM cannot be in place.
+ *  - larger n: cuBLAS (libcublas.so.13, opened at run time) in row chunks:
+ *    chunk i's product goes to a scratch buffer, then is copied back over
+ *    chunk i (cuMemcpyDtoDAsync). With two or more chunks the copies run on a
+ *    second stream of the context's own, with two scratch buffers in turn,
+ *    so that chunk i's copy overlaps chunk i+1's product (the product is
+ *    compute-bound there; the copy moves bytes). The scratch, per caller
+ *    stream, holds at most 2 x max(IP_CHUNK_BYTES, one row) bytes whatever
+ *    m is (jitop_inplace_scratch_bytes says how much is held now).
+ * Softmax: softmax_rows (a row in one block's registers), softmax_cluster
+ * (a row over a cluster's registers, sm_90), else softmax_long (two reads).
+ *
+ * Per-context state (ctx->ops->inplace): the module, the instances already
+ * got (a short list under s->lock), cuBLAS, and the scratch per stream. The
+ * product's whole enqueue runs under s->lock: cuBLAS's stream is set per
+ * handle, and the scratch is in use until the enqueue is done.
+ */
+#include "load/driver.h"
+#include "ops/ops_state.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The largest n sqmm_small takes (its W and tile fit the 48 KiB of static
+ * shared memory: 33 KiB at 64). */
+#define IP_SMALL_N 64
+/* Bytes of A one product chunk covers ($JITOP_INPLACE_CHUNK_MB overrides,
+ * read once per context). Two such buffers: 64 MiB of scratch at most. */
+#define IP_CHUNK_BYTES ((size_t)32 << 20)
+/* Bytes of a row one softmax_rows thread holds at most (raw T: 32 float32
+ * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
+ * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
+ * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
+ * 512 KiB. Which path a row length takes (measured on an H100 with each
+ * path forced, bench/INPLACE_NOTES.md, as % of copy):
+ *   up to 64 KiB: one block (94-99%; bfloat16 32768: 74%);
+ *   64-128 KiB: float32 one block (92%; cluster 62%, long 68%); 16-bit the
+ *     long kernel (66%; float16 one block 80% but bfloat16 40%, cluster 55-58%);
+ *   128-512 KiB: float32 a cluster (65536: 75%, 131072: 70%; long 63% and
+ *     57%), 16-bit the long kernel (131072: 63%; cluster 49-52%);
+ *   longer, or rows not splitting into whole vectors: softmax_long.
+ * $JITOP_INPLACE_SOFTMAX=block|cluster|long forces a path where it can run
+ * (read once per context, for the benchmark's comparison). */
+#define IP_SOFTMAX_REG_BYTES 128
+#define IP_SOFTMAX_MAX_TPR 1024
+#define IP_SOFTMAX_BLOCK_ROW 65536
+#define IP_SOFTMAX_CLUSTER_FROM 131072
+#define IP_SOFTMAX_CLUSTER_BYTES 64
+#define IP_SOFTMAX_MAX_CLUSTER 8
+
+enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG };
+/* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
+ * (many rows per SM), 128 above, where fewer threads per row means fewer
+ * warps waiting at the row's two reductions and more rows in flight per SM
+ * (at 4 bytes x 8 per thread, rows of 8192 float32 ran at 58% of copy on
+ * an H100: bench/INPLACE_NOTES.md). */
+#define IP_SOFTMAX_SHORT_ROW 8192
+#define IP_SOFTMAX_BYTES_SHORT 32
+#define IP_SOFTMAX_BYTES_LONG 128
+/* The n above which W (n x n elements) could not be indexed by cuBLAS's int
+ * leading dimensions and counts. */
+#define IP_MAX_N (1 << 20)
+
+/* cuBLAS entry points (cublasGemmEx and the handle); enums as ints:
+ * CUBLAS_OP_N 0 / T 1, CUDA_R_32F 0 / 16F 2 / 16BF 14, CUBLAS_COMPUTE_32F 68
+ * / 32F_FAST_TF32 77, CUBLAS_GEMM_DEFAULT -1. */
+typedef int (*ip_cublas_create_fn)(void **handle);
+typedef int (*ip_cublas_destroy_fn)(void *handle);
+typedef int (*ip_cublas_set_stream_fn)(void *handle, void *stream);
+typedef int (*ip_cublas_gemm_ex_fn)(void *h, int ta, int tb, int m, int n, int k,
+                                    const void *alpha, const void *a, int atype, int lda,
+                                    const void *b, int btype, int ldb, const void *beta, void *c,
+                                    int ctype, int ldc, int compute, int algo);
+
+typedef struct ip_cublas {
+    void *lib, *handle;
+    ip_cublas_destroy_fn destroy;
+    ip_cublas_set_stream_fn set_stream;
+    ip_cublas_gemm_ex_fn gemm_ex;
+} ip_cublas;
+
+typedef struct ip_inst {
+    char name[96];
+    jitop_op *op;
+    struct ip_inst *next;
+} ip_inst;
+
+/* A caller stream's scratch, and the second stream and events of the
+ * overlapped copies (created on first need). */
+typedef struct ip_ws {
+    void *stream;
+    CUdeviceptr buf;
+    size_t bytes;
+    CUstream aux;
+    CUevent done_gemm[2], done_copy[2];
+    struct ip_ws *next;
+} ip_ws;
+
+struct jitop__inplace_state {
+    pthread_mutex_t lock;
+    jitop_module *module;
+    ip_inst *insts;
+    ip_ws *ws;
+    int cublas_tried;
+    ip_cublas *cublas;
+    size_t chunk_bytes;
+    int overlap; /* $JITOP_INPLACE_OVERLAP=0 turns the second stream off (to compare) */
+    enum ip_softmax_path softmax_path;
+};
+
+/* ------------------------------------------------------------- state */
+
+static void ip_ws_release(const jitop__driver *d, ip_ws *w)
+{
+    const jitop__cuda_api *api = d->api;
+    if (w->buf != 0)
+        (void)api->cuMemFree(w->buf);
+    for (int i = 0; i < 2; i++) {
+        if (w->done_gemm[i] != NULL)
+            (void)api->cuEventDestroy(w->done_gemm[i]);
+        if (w->done_copy[i] != NULL)
+            (void)api->cuEventDestroy(w->done_copy[i]);
+    }
+    if (w->aux != NULL)
+        (void)api->cuStreamDestroy(w->aux);
+}
+
+static void ip_state_destroy(jitop_ctx *ctx)
+{
+    if (ctx->ops == NULL || ctx->ops->inplace == NULL)
+        return;
+    struct jitop__inplace_state *s = ctx->ops->inplace;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    /* Teardown: nothing to report to; the driver releases the context right
+     * after (hooks run in reverse order), which frees what is left anyway. */
+    const int live = d != NULL && jitop__cuda_more() == JITOP_OK &&
+                     jitop__driver_make_current(d) == JITOP_OK;
+    if (!live)
+        jitop__clear_error();
+    /* the whole context, not each caller stream: those may be destroyed by now */
+    if (live && s->ws != NULL)
+        (void)d->api->cuCtxSynchronize();
+    for (ip_ws *w = s->ws, *n; w != NULL; w = n) {
+        n = w->next;
+        if (live)
+            ip_ws_release(d, w);
+        free(w);
+    }
+    for (ip_inst *i = s->insts, *n; i != NULL; i = n) {
+        n = i->next;
+        free(i);
+    }
+    if (s->cublas != NULL) {
+        if (live && s->cublas->destroy(s->cublas->handle) != 0)
+            jitop__log(ctx, "inplace: cublasDestroy failed");
+        if (dlclose(s->cublas->lib) != 0)
+            jitop__log(ctx, "inplace: dlclose(libcublas): %s", dlerror());
+        free(s->cublas);
+    }
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    ctx->ops->inplace = NULL;
+}
+
+static int ip_state(jitop_ctx *ctx, struct jitop__inplace_state **out)
+{
+    struct jitop__inplace_state *s = NULL;
+    jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
+    if (ops != NULL && (s = __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE)) != NULL) {
+        *out = s;
+        return JITOP_OK;
+    }
+    if (ctx->kernel_dir == NULL)
+        return jitop__fail(JITOP_ENOTFOUND, "inplace: the context has no kernel directory");
+    char *path = jitop__sprintf("%s/inplace.cu", ctx->kernel_dir);
+    if (path == NULL)
+        return jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+    const char *srcs[1] = {path};
+    jitop_module *m = NULL;
+    int rc = jitop_load(ctx, "inplace", srcs, 1, NULL, 0, &m); /* starts the driver; cached */
+    if (rc != JITOP_OK)
+        rc = jitop__fail_prefix(rc, "inplace: loading %s", path);
+    free(path);
+    if (rc != JITOP_OK)
+        return rc;
+
+    pthread_mutex_lock(&ctx->lock);
+    rc = jitop__ops_state_get(ctx, &ops);
+    if (rc == JITOP_OK && ops->inplace == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL) {
+            rc = jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+        } else if (pthread_mutex_init(&s->lock, NULL) != 0) {
+            free(s);
+            s = NULL;
+            rc = jitop__fail(JITOP_ENOMEM, "inplace: pthread_mutex_init failed");
+        } else if ((rc = jitop__ctx_on_destroy(ctx, ip_state_destroy)) != JITOP_OK) {
+            pthread_mutex_destroy(&s->lock);
+            free(s);
+            s = NULL;
+        } else {
+            const char *mb = getenv("JITOP_INPLACE_CHUNK_MB");
+            const char *ov = getenv("JITOP_INPLACE_OVERLAP");
+            long v = mb != NULL ? strtol(mb, NULL, 10) : 0;
+            s->module = m;
+            s->chunk_bytes = v > 0 && v <= 65536 ? (size_t)v << 20 : IP_CHUNK_BYTES;
+            s->overlap = !(ov != NULL && strcmp(ov, "0") == 0);
+            const char *sp = getenv("JITOP_INPLACE_SOFTMAX");
+            s->softmax_path = sp == NULL                    ? SM_AUTO
+                              : strcmp(sp, "block") == 0   ? SM_BLOCK
+                              : strcmp(sp, "cluster") == 0 ? SM_CLUSTER
+                              : strcmp(sp, "long") == 0    ? SM_LONG
+                                                           : SM_AUTO;
+            __atomic_store_n(&ops->inplace, s, __ATOMIC_RELEASE);
+        }
+    }
+    if (rc == JITOP_OK)
+        s = ops->inplace;
+    pthread_mutex_unlock(&ctx->lock);
+    if (rc == JITOP_OK)
+        *out = s;
+    return rc;
+}
+
+static int ip_get(struct jitop__inplace_state *s, const char *name, jitop_op **out)
+{
+    int rc = JITOP_OK;
+    pthread_mutex_lock(&s->lock);
+    ip_inst *i = s->insts;
+    while (i != NULL && strcmp(i->name, name) != 0)
+        i = i->next;
+    if (i == NULL) {
+        jitop_op *op = NULL;
+        rc = jitop_op_get(s->module, name, &op); /* compiles the instance on first use */
+        if (rc == JITOP_OK && strlen(name) >= sizeof i->name)
+            rc = jitop__fail(JITOP_EINVAL, "inplace: op name %s too long", name);
+        if (rc == JITOP_OK && (i = calloc(1, sizeof *i)) == NULL)
+            rc = jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+        if (rc == JITOP_OK) {
+            memcpy(i->name, name, strlen(name) + 1);
+            i->op = op;
+            i->next = s->insts;
+            s->insts = i;
+        }
+    }
+    if (rc == JITOP_OK)
+        *out = i->op;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static void *ip_sym(void *lib, const char *name, int *missing)
+{
+    void *p = dlsym(lib, name);
+    if (p == NULL)
+        *missing = 1;
+    return p;
+}
+
+/* Opens libcublas.so.13 (by soname, then $CUDA_HOME/lib64, then
+ * /usr/local/cuda/lib64) and makes a handle in ctx's CUDA context, with
+ * CUBLAS_DEFAULT_MATH (no TF32 unless a call's compute type asks) and host
+ * pointer mode. NULL, with the reason logged, when a step fails. */
+static ip_cublas *ip_cublas_load(jitop_ctx *ctx)
+{
+    ip_cublas *cb = calloc(1, sizeof *cb);
+    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    const char *home = getenv("CUDA_HOME");
+    char path[4096];
+    if (lib == NULL && home != NULL &&
+        snprintf(path, sizeof path, "%s/lib64/libcublas.so.13", home) < (int)sizeof path)
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    int missing = 0, ok = 0;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    if (cb != NULL && lib != NULL && d != NULL) {
+        ip_cublas_create_fn create = (ip_cublas_create_fn)ip_sym(lib, "cublasCreate_v2", &missing);
+        typedef int (*set_int_fn)(void *, int);
+        set_int_fn math = (set_int_fn)ip_sym(lib, "cublasSetMathMode", &missing);
+        set_int_fn ptr = (set_int_fn)ip_sym(lib, "cublasSetPointerMode_v2", &missing);
+        cb->destroy = (ip_cublas_destroy_fn)ip_sym(lib, "cublasDestroy_v2", &missing);
+        cb->set_stream = (ip_cublas_set_stream_fn)ip_sym(lib, "cublasSetStream_v2", &missing);
+        cb->gemm_ex = (ip_cublas_gemm_ex_fn)ip_sym(lib, "cublasGemmEx", &missing);
+        if (!missing && jitop__driver_make_current(d) == JITOP_OK && create(&cb->handle) == 0) {
+            ok = math(cb->handle, 0) == 0 && ptr(cb->handle, 0) == 0;
+            if (!ok && cb->destroy(cb->handle) != 0)
+                jitop__log(ctx, "inplace: cublasDestroy failed");
+        }
+    }
+    if (ok) {
+        cb->lib = lib;
+        return cb;
+    }
+    jitop__log(ctx, "inplace: cuBLAS not available (%s)",
+               lib == NULL ? "libcublas.so.13 not found" : "setup failed");
+    if (lib != NULL && dlclose(lib) != 0)
+        jitop__log(ctx, "inplace: dlclose(libcublas): %s", dlerror());
+    free(cb);
+    return NULL;
+}
+
+/* The caller stream's scratch, at least bytes long; with aux, its second
+ * stream and events too. Called under s->lock. Growing frees the old buffer
+ * only after the stream's queued work (which may still read it) is done. */
+static int ip_workspace(jitop_ctx *ctx, struct jitop__inplace_state *s, void *stream, size_t bytes,
+                        int aux, ip_ws **out)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    const jitop__cuda_api *api = d->api;
+    ip_ws *w = s->ws;
+    while (w != NULL && w->stream != stream)
+        w = w->next;
+    if (w == NULL) {
+        if ((w = calloc(1, sizeof *w)) == NULL)
+            return jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+        w->stream = stream;
+        w->next = s->ws;
+        s->ws = w;
+    }
+    int rc = JITOP_OK;
+    if (w->bytes < bytes) {
+        if (w->buf != 0) {
+            rc = jitop__cu_check(api->cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize",
+                                 "inplace scratch");
+            if (rc == JITOP_OK)
+                rc = jitop__cu_check(api->cuMemFree(w->buf), "cuMemFree", "inplace scratch");
+            if (rc != JITOP_OK)
+                return rc;
+            w->buf = 0;
+            w->bytes = 0;
+        }
+        CUdeviceptr p = 0;
+        rc = jitop__cu_check(api->cuMemAlloc(&p, bytes), "cuMemAlloc", "inplace scratch");
+        if (rc != JITOP_OK)
+            return rc;
+        w->buf = p;
+        w->bytes = bytes;
+    }
+    if (aux && w->aux == NULL) {
+        /* made whole or not at all: w->aux set means the events exist */
+        CUevent ev[4] = {NULL, NULL, NULL, NULL};
+        CUstream as = NULL;
+        for (int i = 0; rc == JITOP_OK && i < 4; i++)
+            rc = jitop__cu_check(api->cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING),
+                                 "cuEventCreate", "inplace");
+        if (rc == JITOP_OK)
+            rc = jitop__cu_check(api->cuStreamCreate(&as, CU_STREAM_NON_BLOCKING),
+                                 "cuStreamCreate", "inplace copy stream");
+        if (rc != JITOP_OK) {
+            for (int i = 0; i < 4; i++)
+                if (ev[i] != NULL)
+                    (void)api->cuEventDestroy(ev[i]);
+            return rc;
+        }
+        w->done_gemm[0] = ev[0];
+        w->done_gemm[1] = ev[1];
+        w->done_copy[0] = ev[2];
+        w->done_copy[1] = ev[3];
+        w->aux = as;
+    }
+    *out = w;
+    return JITOP_OK;
+}
+
+/* ------------------------------------------------------------- dtype */
+
+static const char *ip_ctype(jitop_dtype dt)
+{
+    switch (dt) {
+    case JITOP_FLOAT32: return "float";
+    case JITOP_FLOAT16: return "__half";
+    case JITOP_BFLOAT16: return "__nv_bfloat16";
+    default: return NULL;
+    }
+}
+
+static int ip_cuda_type(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT32 ? 0 : dt == JITOP_FLOAT16 ? 2 : 14;
+}
+
+/* ------------------------------------------------------- square matmul */
+
+size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
+{
+    const size_t es = ip_ctype(dtype) != NULL ? jitop_dtype_size(dtype) : 0;
+    if (es == 0 || n < 1 || n > IP_MAX_N)
+        return 0;
+    if (n <= IP_SMALL_N)
+        return 0;
+    const size_t row = (size_t)n * es;
+    const char *mb = getenv("JITOP_INPLACE_CHUNK_MB");
+    long v = mb != NULL ? strtol(mb, NULL, 10) : 0;
+    const size_t chunk = v > 0 && v <= 65536 ? (size_t)v << 20 : IP_CHUNK_BYTES;
+    return 2 * (chunk > row ? chunk / row * row : row);
+}
+
+size_t jitop_inplace_scratch_bytes(jitop_ctx *ctx)
+{
+    size_t total = 0;
+    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
+    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    for (ip_ws *w = s->ws; w != NULL; w = w->next)
+        total += w->bytes;
+    pthread_mutex_unlock(&s->lock);
+    return total;
+}
+
+int jitop_inplace_release(jitop_ctx *ctx)
+{
+    if (ctx == NULL)
+        return jitop__fail(JITOP_EINVAL, "jitop_inplace_release: ctx is NULL");
+    jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
+    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+    if (s == NULL)
+        return JITOP_OK;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    int rc = jitop__cuda_more();
+    if (rc == JITOP_OK)
+        rc = jitop__driver_make_current(d);
+    pthread_mutex_lock(&s->lock);
+    /* queued products and copies may still use the scratch */
+    if (rc == JITOP_OK && s->ws != NULL)
+        rc = jitop__cu_check(d->api->cuCtxSynchronize(), "cuCtxSynchronize", "jitop_inplace_release");
+    for (ip_ws *w = s->ws; rc == JITOP_OK && w != NULL; w = w->next) {
+        if (w->buf == 0)
+            continue;
+        rc = jitop__cu_check(d->api->cuMemFree(w->buf), "cuMemFree", "jitop_inplace_release");
+        if (rc == JITOP_OK) {
+            w->buf = 0;
+            w->bytes = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* The arguments of both ops, checked in order; the first bad one named. */
+static int ip_check(const char *fn, jitop_ctx *ctx, jitop_dtype dtype, int64_t m, int64_t n,
+                    const char *nname, int64_t nmax, const void *a, const char *aname)
+{
+    if (ctx == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: ctx is NULL", fn);
+    if (ip_ctype(dtype) == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: dtype %d is not float32, float16 or bfloat16", fn,
+                           (int)dtype);
+    if (m < 1)
+        return jitop__fail(JITOP_EINVAL, "%s: m (rows) is %lld, must be >= 1", fn, (long long)m);
+    if (n < 1 || n > nmax)
+        return jitop__fail(JITOP_EINVAL, "%s: %s is %lld, must be in [1, %lld]", fn, nname,
+                           (long long)n, (long long)nmax);
+    if ((uint64_t)m > (uint64_t)(INT64_MAX / 4) / (uint64_t)n)
+        return jitop__fail(JITOP_EINVAL, "%s: m x %s = %lld x %lld elements is too large", fn,
+                           nname, (long long)m, (long long)n);
+    if (a == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: %s is NULL", fn, aname);
+    if ((uintptr_t)a % jitop_dtype_size(dtype) != 0)
+        return jitop__fail(JITOP_EINVAL, "%s: %s is not aligned to its element size", fn, aname);
+    return JITOP_OK;
+}
+
+static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *d,
+                           jitop_dtype dtype, int64_t m, int n, void *a, const void *w, int trans,
+                           void *stream)
+{
+    char name[96];
+    snprintf(name, sizeof name, "sqmm_small<%s, %d, %s>", ip_ctype(dtype), n,
+             trans ? "true" : "false");
+    jitop_op *op = NULL;
+    int rc = ip_get(s, name, &op);
+    if (rc != JITOP_OK)
+        return rc;
+    /* as kernels/inplace.cu's sqmm_shape: R rows per tile */
+    int cg = 1;
+    while (cg < (n + 3) / 4)
+        cg *= 2;
+    const long long rows_per_tile = 4LL * (256 / cg);
+    long long tiles = (m + rows_per_tile - 1) / rows_per_tile;
+    /* a persistent grid: W is read into shared memory once per block */
+    long long grid = (long long)d->sm_count * 8;
+    if (grid > tiles)
+        grid = tiles;
+    long long mm = m;
+    void *args[] = {&a, &w, &mm};
+    size_t sizes[] = {8, 8, 8};
+    return jitop_launch(op, (jitop_dim3){(unsigned)grid, 1, 1}, (jitop_dim3){256, 1, 1}, 0, stream,
+                        args, sizes, 3);
+}
+
+/* C (rows x n) = A_chunk op(W) into c, row-major: in cuBLAS's column-major
+ * view C^T (n x rows) = op'(W) A_chunk^T, where W's buffer read column-major
+ * is W^T (so A W takes it untransposed, A W^T transposed). */
+static int ip_gemm(ip_cublas *cb, jitop_dtype dtype, int tf32, int n, int rows, const void *w,
+                   int trans, const void *a, void *c)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const int t = ip_cuda_type(dtype);
+    const int compute = dtype == JITOP_FLOAT32 && tf32 ? 77 : 68;
+    int r = cb->gemm_ex(cb->handle, trans ? 1 : 0, 0, n, rows, n, &one, w, t, n, a, t, n, &zero, c,
+                        t, n, compute, -1);
+    if (r != 0)
+        return jitop__fail(JITOP_ECUDA, "inplace: cublasGemmEx (%d x %d x %d) failed with status %d",
+                           rows, n, n, r);
+    return JITOP_OK;
+}
+
+static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop_dtype dtype,
+                             int64_t m, int n, void *a, const void *w, int trans, int tf32,
+                             void *stream)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    const jitop__cuda_api *api = d->api;
+    if (!__atomic_load_n(&s->cublas_tried, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&s->lock);
+        if (!s->cublas_tried) {
+            s->cublas = ip_cublas_load(ctx);
+            __atomic_store_n(&s->cublas_tried, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    ip_cublas *cb = s->cublas;
+    if (cb == NULL)
+        return jitop__fail(JITOP_ENOTFOUND,
+                           "inplace: n = %d needs cuBLAS (libcublas.so.13), which could not be "
+                           "opened (n <= %d runs without it)", n, IP_SMALL_N);
+    const size_t es = jitop_dtype_size(dtype), row = (size_t)n * es;
+    int64_t rpc = (int64_t)(s->chunk_bytes / row);
+    if (rpc < 1)
+        rpc = 1;
+    if (rpc > INT_MAX)
+        rpc = INT_MAX;
+    if (m <= rpc)
+        rpc = m; /* one product: smaller ones lost more than the overlap won */
+    const int64_t chunks = (m + rpc - 1) / rpc;
+    const int two = s->overlap && chunks > 1;
+    const size_t chunk = (size_t)rpc * row;
+    int rc = jitop__cuda_more();
+    if (rc == JITOP_OK)
+        rc = jitop__driver_make_current(d);
+    if (rc != JITOP_OK)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    ip_ws *ws = NULL;
+    rc = ip_workspace(ctx, s, stream, two ? 2 * chunk : chunk, two, &ws);
+    if (rc == JITOP_OK && cb->set_stream(cb->handle, stream) != 0)
+        rc = jitop__fail(JITOP_ECUDA, "inplace: cublasSetStream failed");
+    CUstream st = (CUstream)stream;
+    for (int64_t i = 0; rc == JITOP_OK && i < chunks; i++) {
+        const int rows = (int)(m - i * rpc < rpc ? m - i * rpc : rpc);
+        const int b = two ? (int)(i % 2) : 0;
+        char *ai = (char *)a + (size_t)i * chunk;
+        CUdeviceptr sc = ws->buf + (size_t)b * chunk;
+        /* the buffer is free once the copy that read it two chunks ago is done */
+        if (two && i >= 2)
+            rc = jitop__cu_check(api->cuStreamWaitEvent(st, ws->done_copy[b], 0),
+                                 "cuStreamWaitEvent", "inplace");
+        if (rc == JITOP_OK)
+            rc = ip_gemm(cb, dtype, tf32, n, rows, w, trans, ai, (void *)(uintptr_t)sc);
+        if (rc != JITOP_OK)
+            break;
+        const size_t bytes = (size_t)rows * row;
+        if (!two) {
+            rc = jitop__cu_check(api->cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)ai, sc, bytes, st),
+                                 "cuMemcpyDtoDAsync", "inplace");
+            continue;
+        }
+        rc = jitop__cu_check(api->cuEventRecord(ws->done_gemm[b], st), "cuEventRecord", "inplace");
+        if (rc == JITOP_OK)
+            rc = jitop__cu_check(api->cuStreamWaitEvent(ws->aux, ws->done_gemm[b], 0),
+                                 "cuStreamWaitEvent", "inplace");
+        if (rc == JITOP_OK)
+            rc = jitop__cu_check(
+                api->cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)ai, sc, bytes, ws->aux),
+                "cuMemcpyDtoDAsync", "inplace");
+        if (rc == JITOP_OK)
+            rc = jitop__cu_check(api->cuEventRecord(ws->done_copy[b], ws->aux), "cuEventRecord",
+                                 "inplace");
+    }
+    /* the caller's stream goes on after the last copy (the second stream
+     * runs in order: that one is the last) */
+    if (rc == JITOP_OK && two)
+        rc = jitop__cu_check(api->cuStreamWaitEvent(st, ws->done_copy[(chunks - 1) % 2], 0),
+                             "cuStreamWaitEvent", "inplace");
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, int64_t n, void *a,
+                                const void *w, int transpose_w, unsigned flags, void *stream)
+{
+    static const char *fn = "jitop_square_matmul_inplace";
+    int rc = ip_check(fn, ctx, dtype, m, n, "n", IP_MAX_N, a, "a");
+    if (rc != JITOP_OK)
+        return rc;
+    if (w == NULL)
+        return jitop__fail(JITOP_EINVAL, "%s: w is NULL", fn);
+    if ((uintptr_t)w % jitop_dtype_size(dtype) != 0)
+        return jitop__fail(JITOP_EINVAL, "%s: w is not aligned to its element size", fn);
+    if (flags & ~(unsigned)JITOP_MATMUL_TF32)
+        return jitop__fail(JITOP_EINVAL, "%s: flags 0x%x has unknown bits", fn, flags);
+    const size_t es = jitop_dtype_size(dtype);
+    const uintptr_t a0 = (uintptr_t)a, a1 = a0 + (size_t)m * (size_t)n * es;
+    const uintptr_t w0 = (uintptr_t)w, w1 = w0 + (size_t)n * (size_t)n * es;
+    if (a0 < w1 && w0 < a1)
+        return jitop__fail(JITOP_EINVAL, "%s: w overlaps a (w is read while a is written)", fn);
+
+    struct jitop__inplace_state *s;
+    if ((rc = ip_state(ctx, &s)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    const jitop__driver *d = jitop__driver_of(ctx);
+    if (n <= IP_SMALL_N)
+        rc = ip_matmul_small(s, d, dtype, m, (int)n, a, w, transpose_w != 0, stream);
+    else
+        rc = ip_matmul_chunked(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0,
+                               (flags & JITOP_MATMUL_TF32) != 0, stream);
+    return rc == JITOP_OK ? JITOP_OK : jitop__fail_prefix(rc, "%s", fn);
+}
+
+/* ------------------------------------------------------------- softmax */
+
+/* Widest vector (elements, 16 bytes at most) dividing n, to whose size x is
+ * aligned. */
+static int ip_vec(int64_t n, size_t es, const void *x)
+{
+    int v = (int)(16 / es);
+    while (v > 1 && (n % v != 0 || (uintptr_t)x % ((size_t)v * es) != 0))
+        v /= 2;
+    return v;
+}
+
+int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n, void *x,
+                          float scale, int64_t causal_q, void *stream)
+{
+    static const char *fn = "jitop_softmax_inplace";
+    int rc = ip_check(fn, ctx, dtype, rows, n, "n", INT32_MAX / 2, x, "x");
+    if (rc != JITOP_OK)
+        return rc;
+    if (!isfinite(scale))
+        return jitop__fail(JITOP_EINVAL, "%s: scale is %g, must be finite", fn, (double)scale);
+    if (causal_q < 0 || causal_q > n)
+        return jitop__fail(JITOP_EINVAL, "%s: causal_q is %lld, must be 0 (no mask) or in [1, n = %lld]",
+                           fn, (long long)causal_q, (long long)n);
+    struct jitop__inplace_state *s;
+    if ((rc = ip_state(ctx, &s)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
+    const size_t es = jitop_dtype_size(dtype);
+    const int vec = ip_vec(n, es, x);
+    const int nv = (int)(n / vec);
+    const char *mask = causal_q > 0 ? "true" : "false";
+    const int64_t row_bytes = n * (int64_t)es;
+    const int64_t per = row_bytes <= IP_SOFTMAX_SHORT_ROW ? IP_SOFTMAX_BYTES_SHORT
+                                                           : IP_SOFTMAX_BYTES_LONG;
+    int tpr = 1;
+    while (tpr < IP_SOFTMAX_MAX_TPR && (int64_t)tpr * per < row_bytes)
+        tpr *= 2;
+    while (tpr > 1 && tpr / 2 >= nv)
+        tpr /= 2; /* no thread without a vector */
+    const int cnt = (nv + tpr - 1) / tpr;
+    char name[96];
+    jitop_op *op = NULL;
+    int qlen = (int)causal_q;
+    long long rr = rows;
+    const jitop__driver *d = jitop__driver_of(ctx);
+    /* what can run: one block, a cluster of cl, the long kernel (always) */
+    const int block_ok = (int64_t)cnt * vec * (int64_t)es <= IP_SOFTMAX_REG_BYTES;
+    int cl = 2;
+    {
+        const int64_t slice = (int64_t)IP_SOFTMAX_MAX_TPR * IP_SOFTMAX_CLUSTER_BYTES;
+        while (cl <= IP_SOFTMAX_MAX_CLUSTER && (int64_t)cl * slice < row_bytes)
+            cl *= 2;
+    }
+    const int cluster_ok = d->cc_major >= 9 && row_bytes > IP_SOFTMAX_BLOCK_ROW &&
+                           cl <= IP_SOFTMAX_MAX_CLUSTER && n % ((int64_t)cl * vec) == 0;
+    enum ip_softmax_path path = s->softmax_path;
+    if (path == SM_BLOCK && !block_ok)
+        path = SM_AUTO;
+    if (path == SM_CLUSTER && !cluster_ok)
+        path = SM_AUTO;
+    if (path == SM_AUTO) {
+        if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || es == 4) &&
+            row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
+            path = SM_BLOCK;
+        else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM && es == 4)
+            path = SM_CLUSTER;
+        else
+            path = SM_LONG;
+    }
+    if (path == SM_CLUSTER) {
+        snprintf(name, sizeof name, "softmax_cluster<%s, %d, %d, %d, %d, %s>", ip_ctype(dtype),
+                 (int)n, vec, IP_SOFTMAX_MAX_TPR, cl, mask);
+        if ((rc = ip_get(s, name, &op)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+        if (rows > INT32_MAX / cl)
+            return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, rr);
+        void *args[] = {&x, &rr, &scale, &qlen};
+        size_t sizes[] = {8, 8, 4, 4};
+        rc = jitop_launch(op, (jitop_dim3){(unsigned)(rows * cl), 1, 1},
+                          (jitop_dim3){IP_SOFTMAX_MAX_TPR, 1, 1}, 0, stream, args, sizes, 4);
+    } else if (path == SM_BLOCK) {
+        snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype), (int)n,
+                 vec, tpr, mask);
+        if ((rc = ip_get(s, name, &op)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+        const int rpb = tpr < 128 ? 128 / tpr : 1;
+        const long long blocks = (rows + rpb - 1) / rpb;
+        if (blocks > INT32_MAX)
+            return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, rr);
+        void *args[] = {&x, &rr, &scale, &qlen};
+        size_t sizes[] = {8, 8, 4, 4};
+        rc = jitop_launch(op, (jitop_dim3){(unsigned)blocks, 1, 1},
+                          (jitop_dim3){(unsigned)(tpr * rpb), 1, 1}, 0, stream, args, sizes, 4);
+    } else {
+        snprintf(name, sizeof name, "softmax_long<%s, %d, %s>", ip_ctype(dtype), vec, mask);
+        if ((rc = ip_get(s, name, &op)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+        /* one row per SM at a time (two measured the same on an H100, 63-64%
+         * of copy for float32 rows of 65536 before clusters took them) */
+        long long blocks = (long long)d->sm_count;
+        if (blocks > rows)
+            blocks = rows;
+        int nn = (int)n;
+        void *args[] = {&x, &rr, &nn, &scale, &qlen};
+        size_t sizes[] = {8, 8, 4, 4, 4};
+        rc = jitop_launch(op, (jitop_dim3){(unsigned)blocks, 1, 1}, (jitop_dim3){1024, 1, 1}, 0,
+                          stream, args, sizes, 5);
+    }
+    return rc == JITOP_OK ? JITOP_OK : jitop__fail_prefix(rc, "%s", fn);
+}

@@ -1,0 +1,540 @@
+/* jitop_square_matmul_inplace and jitop_softmax_inplace on a GPU against a
+ * float64 CPU reference on fresh random inputs.
+ *
+ * Square product: every dtype, W and W^T, m in {1, 7, 1000, 65536}, n in
+ * {1, 17, 64, 768, 1024, 4096, 12288}. A is filled on the GPU (a hash of a
+ * fresh seed per case); the rows checked are copied back before and after:
+ * every row where m x n x n is small, else the first, the last, the rows
+ * around each quarter of m (where the chunks meet) and random ones. A sits
+ * between two guard regions filled with a poison pattern, checked after each
+ * call: nothing outside A may be written (the op's scratch is its own
+ * allocation, reported by jitop_inplace_scratch_bytes and checked against
+ * the documented bound). The scratch is reused across cases, holding the
+ * previous case's products, so stale scratch would show as wrong rows.
+ *
+ * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
+ * a cluster and the long-row kernel), scale 1
+ * and not, causal mask, unaligned rows, rows of equal values, of very large
+ * values, with -inf elements and all -inf; no NaN, and guards around x. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "load/driver.h"
+#include "jitop.h"
+#include "gputest.h"
+#include "testutil.h"
+
+static const jitop__cuda_api *cu;
+static jitop_ctx *ctx;
+static jitop_module *fill_mod;
+static jitop_op *fill_op[3];
+
+#define GUARD 4096 /* bytes each side of A */
+#define POISON 0xA5
+
+static const char *dname(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT32 ? "f32" : dt == JITOP_FLOAT16 ? "f16" : "bf16";
+}
+
+static int dindex(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT32 ? 0 : dt == JITOP_FLOAT16 ? 1 : 2;
+}
+
+/* ---------------------------------------------- host storage of 16-bit types */
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void store(jitop_dtype dt, void *buf, size_t i, float v)
+{
+    if (dt == JITOP_FLOAT32) {
+        ((float *)buf)[i] = v;
+    } else if (dt == JITOP_FLOAT16) {
+        _Float16 h = (_Float16)v;
+        memcpy((char *)buf + 2 * i, &h, 2);
+    } else {
+        uint16_t b = f32_to_bf16(v);
+        memcpy((char *)buf + 2 * i, &b, 2);
+    }
+}
+
+static float load(jitop_dtype dt, const void *buf, size_t i)
+{
+    if (dt == JITOP_FLOAT32)
+        return ((const float *)buf)[i];
+    uint16_t b;
+    memcpy(&b, (const char *)buf + 2 * i, 2);
+    if (dt == JITOP_BFLOAT16)
+        return bf16_to_f32(b);
+    _Float16 h;
+    memcpy(&h, &b, 2);
+    return (float)h;
+}
+
+/* ------------------------------------------------------------- setup */
+
+/* Uniform values in [-1, 1) from a hash of (seed, index), made on the GPU so
+ * that gigabyte inputs cost no host time. */
+static const char *FILL_SRC =
+    "#include <cuda_fp16.h>\n"
+    "#include <cuda_bf16.h>\n"
+    "__device__ float u(unsigned long long s, long long i) {\n"
+    "  unsigned long long z = s + (unsigned long long)i * 0x9E3779B97F4A7C15ull;\n"
+    "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;\n"
+    "  z ^= z >> 31; return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f; }\n"
+    "extern \"C\" __global__ void fill_f32(float *p, long long n, unsigned long long s) {\n"
+    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x) p[i] = u(s, i); }\n"
+    "extern \"C\" __global__ void fill_f16(__half *p, long long n, unsigned long long s) {\n"
+    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x) p[i] = __float2half(u(s, i)); }\n"
+    "extern \"C\" __global__ void fill_bf16(__nv_bfloat16 *p, long long n, unsigned long long s) {\n"
+    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x) p[i] = __float2bfloat16(u(s, i)); }\n";
+
+static void setup_ctx(void)
+{
+    if (ctx != NULL)
+        return;
+    char *dir = jt_tmpdir();
+    char *cache = jt_path(dir, "cache");
+    ctx = jt_ctx_driver(cache);
+    OK(jitop_ctx_cuda(ctx, NULL, NULL));
+    cu = jitop__cuda();
+    assert_non_null(cu);
+    OK(jitop_load_inline(ctx, "fill", FILL_SRC, NULL, 0, &fill_mod));
+    OK(jitop_op_get(fill_mod, "fill_f32", &fill_op[0]));
+    OK(jitop_op_get(fill_mod, "fill_f16", &fill_op[1]));
+    OK(jitop_op_get(fill_mod, "fill_bf16", &fill_op[2]));
+    free(dir);
+    free(cache);
+}
+
+static int teardown_all(void **state)
+{
+    (void)state;
+    jitop_ctx_destroy(ctx);
+    ctx = NULL;
+    jt_cleanup();
+    return 0;
+}
+
+static unsigned long long fresh_seed(void)
+{
+    unsigned long long s;
+    double r[2];
+    jt_random_doubles(r, 2, 0, 4294967296.0);
+    s = ((unsigned long long)r[0] << 32) ^ (unsigned long long)r[1];
+    return s;
+}
+
+static void fill(jitop_dtype dt, CUdeviceptr p, long long n)
+{
+    unsigned long long s = fresh_seed();
+    void *ptr = (void *)(uintptr_t)p;
+    void *args[] = {&ptr, &n, &s};
+    long long blocks = (n + 255) / 256;
+    if (blocks > 132 * 32)
+        blocks = 132 * 32;
+    OK(jitop_launch(fill_op[dindex(dt)], (jitop_dim3){(unsigned)blocks, 1, 1},
+                    (jitop_dim3){256, 1, 1}, 0, NULL, args, NULL, 3));
+}
+
+/* A buffer of bytes between two guards, all filled with the poison pattern. */
+typedef struct guarded {
+    CUdeviceptr base, p;
+    size_t bytes;
+} guarded;
+
+static guarded galloc(size_t bytes, size_t offset)
+{
+    guarded g = {0, 0, bytes};
+    CU(cu->cuMemAlloc(&g.base, bytes + 2 * GUARD + offset));
+    CU(cu->cuMemsetD8(g.base, POISON, bytes + 2 * GUARD + offset));
+    g.p = g.base + GUARD + offset;
+    return g;
+}
+
+/* Every guard byte still holds the poison. */
+static void check_guards(const guarded *g, size_t offset, const char *what)
+{
+    unsigned char buf[GUARD + 64];
+    size_t lo = GUARD + offset;
+    assert_true(lo <= sizeof buf);
+    CU(cu->cuMemcpyDtoH(buf, g->base, lo));
+    for (size_t i = 0; i < lo; i++)
+        if (buf[i] != POISON)
+            fail_msg("%s: byte %zu before the tensor was written", what, lo - i);
+    CU(cu->cuMemcpyDtoH(buf, g->p + g->bytes, GUARD));
+    for (size_t i = 0; i < GUARD; i++)
+        if (buf[i] != POISON)
+            fail_msg("%s: byte %zu after the tensor was written", what, i);
+}
+
+static void gfree(guarded *g)
+{
+    if (g->base)
+        CU(cu->cuMemFree(g->base));
+    g->base = g->p = 0;
+}
+
+/* ---------------------------------------------------------- square matmul */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The rows to check (sorted, distinct); returns how many. */
+static size_t pick_rows(int64_t m, int64_t n, int64_t *rows, size_t cap)
+{
+    size_t k = 0;
+    if ((double)m * (double)n * (double)n <= 2e8 && (size_t)m <= cap) {
+        for (int64_t r = 0; r < m; r++)
+            rows[k++] = r;
+        return k;
+    }
+    const int64_t want[] = {0, m - 1, m / 4 - 1, m / 4, m / 2 - 1, m / 2, 3 * m / 4, m - 2};
+    for (size_t i = 0; i < sizeof want / sizeof want[0] && k < cap; i++)
+        if (want[i] >= 0 && want[i] < m)
+            rows[k++] = want[i];
+    double r[4];
+    jt_random_doubles(r, 4, 0, (double)m);
+    for (size_t i = 0; i < 4 && k < cap; i++)
+        rows[k++] = (int64_t)r[i];
+    qsort(rows, k, sizeof rows[0], cmp_i64);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || rows[u - 1] != rows[i])
+            rows[u++] = rows[i];
+    /* large n: the float64 reference costs n * n per row */
+    if (n >= 4096 && u > 4) {
+        rows[1] = rows[u / 2];
+        rows[2] = rows[u - 1];
+        u = 3;
+    }
+    return u;
+}
+
+static size_t max_bound; /* the largest scratch bound of the cases run so far */
+
+static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags)
+{
+    const size_t es = jitop_dtype_size(dt);
+    guarded a = galloc((size_t)m * n * es, 0);
+    CUdeviceptr w;
+    CU(cu->cuMemAlloc(&w, (size_t)n * n * es));
+    fill(dt, a.p, m * n);
+    fill(dt, w, n * n);
+    CU(cu->cuCtxSynchronize());
+
+    int64_t rows[64];
+    size_t nr = pick_rows(m, n, rows, 64);
+    void *wh = malloc((size_t)n * n * es);
+    float *wf = malloc((size_t)n * n * sizeof(float));
+    void *ah = malloc((size_t)nr * n * es), *oh = malloc((size_t)nr * n * es);
+    double *acc = malloc((size_t)n * sizeof(double)), *ad = malloc((size_t)n * sizeof(double));
+    assert_true(wh && wf && ah && oh && acc && ad);
+    CU(cu->cuMemcpyDtoH(wh, w, (size_t)n * n * es));
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        wf[i] = load(dt, wh, i);
+    for (size_t i = 0; i < nr; i++)
+        CU(cu->cuMemcpyDtoH((char *)ah + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
+
+    OK(jitop_square_matmul_inplace(ctx, dt, m, n, (void *)(uintptr_t)a.p, (void *)(uintptr_t)w,
+                                   trans, flags, NULL));
+    CU(cu->cuCtxSynchronize());
+    for (size_t i = 0; i < nr; i++)
+        CU(cu->cuMemcpyDtoH((char *)oh + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
+
+    /* float32: full float32 products (no TF32); 16-bit: the output's rounding */
+    double tol = dt == JITOP_FLOAT32 ? 1e-5 : dt == JITOP_FLOAT16 ? 2e-3 : 1e-2;
+    if (flags & JITOP_MATMUL_TF32)
+        tol = 5e-3;
+    for (size_t i = 0; i < nr; i++) {
+        for (int64_t k = 0; k < n; k++)
+            ad[k] = load(dt, (const char *)ah + i * n * es, (size_t)k);
+        double num = 0, den = 0;
+        if (trans) {
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0;
+                const float *wr = wf + (size_t)j * n;
+                for (int64_t k = 0; k < n; k++)
+                    s += ad[k] * wr[k];
+                acc[j] = s;
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                acc[j] = 0;
+            for (int64_t k = 0; k < n; k++) {
+                const double av = ad[k];
+                const float *wr = wf + (size_t)k * n;
+                for (int64_t j = 0; j < n; j++)
+                    acc[j] += av * wr[j];
+            }
+        }
+        for (int64_t j = 0; j < n; j++) {
+            const double o = load(dt, (const char *)oh + i * n * es, (size_t)j);
+            if (!isfinite(o))
+                fail_msg("%s trans=%d m=%lld n=%lld: row %lld col %lld is %g", dname(dt), trans,
+                         (long long)m, (long long)n, (long long)rows[i], (long long)j, o);
+            num += (o - acc[j]) * (o - acc[j]);
+            den += acc[j] * acc[j];
+        }
+        const double err = den > 0 ? sqrt(num / den) : sqrt(num);
+        if (!(err <= tol))
+            fail_msg("%s trans=%d m=%lld n=%lld: row %lld relative error %.3g > %.1g", dname(dt),
+                     trans, (long long)m, (long long)n, (long long)rows[i], err, tol);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "matmul %s trans=%d m=%lld n=%lld", dname(dt), trans,
+             (long long)m, (long long)n);
+    check_guards(&a, 0, what);
+    size_t bound = jitop_square_matmul_scratch_bound(dt, n);
+    if (bound > max_bound)
+        max_bound = bound;
+    if (jitop_inplace_scratch_bytes(ctx) > max_bound)
+        fail_msg("%s: %zu bytes of scratch held, over the bound %zu", what,
+                 jitop_inplace_scratch_bytes(ctx), max_bound);
+    free(wh);
+    free(wf);
+    free(ah);
+    free(oh);
+    free(acc);
+    free(ad);
+    CU(cu->cuMemFree(w));
+    gfree(&a);
+}
+
+static void matmul_dtype(jitop_dtype dt)
+{
+    static const int64_t ms[] = {65536, 1, 7, 1000};
+    static const int64_t ns[] = {1, 17, 64, 768, 1024, 4096, 12288};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (int trans = 0; trans <= 1; trans++)
+                matmul_case(dt, trans, ms[mi], ns[ni], 0);
+}
+
+static void test_matmul_f32(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    matmul_dtype(JITOP_FLOAT32);
+}
+
+static void test_matmul_f16(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    matmul_dtype(JITOP_FLOAT16);
+}
+
+static void test_matmul_bf16(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    matmul_dtype(JITOP_BFLOAT16);
+}
+
+/* The scratch stays within its bound for any m, and goes when released;
+ * TF32 when asked is close to float32 but allowed its own error. */
+static void test_matmul_scratch_and_tf32(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    OK(jitop_inplace_release(ctx));
+    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
+    const int64_t n = 1024, m = 300000; /* 1.2 GB of float32: many chunks */
+    guarded a = galloc((size_t)m * n * 4, 0);
+    CUdeviceptr w;
+    CU(cu->cuMemAlloc(&w, (size_t)n * n * 4));
+    fill(JITOP_FLOAT32, a.p, m * n);
+    fill(JITOP_FLOAT32, w, n * n);
+    OK(jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, m, n, (void *)(uintptr_t)a.p,
+                                   (void *)(uintptr_t)w, 0, JITOP_MATMUL_TF32, NULL));
+    CU(cu->cuCtxSynchronize());
+    size_t held = jitop_inplace_scratch_bytes(ctx);
+    print_message("scratch for m=%lld n=%lld f32: %zu bytes (bound %zu, A is %zu)\n",
+                  (long long)m, (long long)n, held, jitop_square_matmul_scratch_bound(JITOP_FLOAT32, n),
+                  (size_t)m * n * 4);
+    assert_true(held > 0);
+    assert_true(held <= jitop_square_matmul_scratch_bound(JITOP_FLOAT32, n));
+    check_guards(&a, 0, "tf32");
+    OK(jitop_inplace_release(ctx));
+    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
+    CU(cu->cuMemFree(w));
+    gfree(&a);
+    matmul_case(JITOP_FLOAT32, 0, 1000, 768, JITOP_MATMUL_TF32);
+    matmul_case(JITOP_FLOAT32, 1, 4096, 1024, JITOP_MATMUL_TF32);
+}
+
+/* ------------------------------------------------------------- softmax */
+
+/* Row kinds: random, all equal, very large (near the dtype's top), with some
+ * -inf, all -inf. */
+enum { ROW_RANDOM, ROW_EQUAL, ROW_LARGE, ROW_SOMEINF, ROW_ALLINF, ROW_KINDS };
+
+static float big_value(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT16 ? 60000.f : 1e30f;
+}
+
+static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, int64_t q,
+                         size_t offset_elems)
+{
+    const size_t es = jitop_dtype_size(dt), total = (size_t)rows * n;
+    guarded x = galloc(total * es, offset_elems * es);
+    void *h = malloc(total * es), *o = malloc(total * es);
+    float *v = malloc((size_t)n * sizeof(float));
+    double *ref = malloc((size_t)n * sizeof(double));
+    assert_true(h && o && v && ref);
+    for (int64_t r = 0; r < rows; r++) {
+        int kind = rows >= ROW_KINDS ? (int)(r % ROW_KINDS) : ROW_RANDOM;
+        if (kind == ROW_ALLINF && q > 0)
+            kind = ROW_RANDOM; /* the mask may keep none of a row's -inf */
+        jt_random_floats(v, (size_t)n, -8.f, 8.f);
+        for (int64_t j = 0; j < n; j++) {
+            float e = v[j];
+            if (kind == ROW_EQUAL)
+                e = 3.25f;
+            else if (kind == ROW_LARGE)
+                e = big_value(dt) * (j % 3 == 0 ? 1.f : (j % 3 == 1 ? 0.999f : -1.f));
+            else if (kind == ROW_SOMEINF && j % 4 == 1)
+                e = -INFINITY;
+            else if (kind == ROW_ALLINF)
+                e = -INFINITY;
+            store(dt, h, (size_t)r * n + j, e);
+        }
+    }
+    CU(cu->cuMemcpyHtoD(x.p, h, total * es));
+    OK(jitop_softmax_inplace(ctx, dt, rows, n, (void *)(uintptr_t)x.p, scale, q, NULL));
+    CU(cu->cuCtxSynchronize());
+    CU(cu->cuMemcpyDtoH(o, x.p, total * es));
+    const double rtol = dt == JITOP_FLOAT32 ? 1e-5 : dt == JITOP_FLOAT16 ? 2e-3 : 1e-2;
+    const double atol = dt == JITOP_FLOAT32 ? 1e-7 : 1e-5;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t keep = q > 0 ? (r % q) + n - q + 1 : n;
+        if (keep > n)
+            keep = n;
+        double mx = -INFINITY, s = 0;
+        for (int64_t j = 0; j < keep; j++)
+            mx = fmax(mx, (double)scale * load(dt, h, (size_t)r * n + j));
+        for (int64_t j = 0; j < n; j++) {
+            double xv = (double)scale * load(dt, h, (size_t)r * n + j);
+            ref[j] = j < keep && mx != -INFINITY ? exp(xv - mx) : 0.0;
+            s += ref[j];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            const double want = s > 0 ? ref[j] / s : 0.0;
+            const double got = load(dt, o, (size_t)r * n + j);
+            if (!(fabs(got - want) <= atol + rtol * want))
+                fail_msg("softmax %s rows=%lld n=%lld scale=%g q=%lld off=%zu: row %lld col %lld "
+                         "is %.8g, want %.8g",
+                         dname(dt), (long long)rows, (long long)n, (double)scale, (long long)q,
+                         offset_elems, (long long)r, (long long)j, got, want);
+        }
+    }
+    char what[128];
+    snprintf(what, sizeof what, "softmax %s n=%lld", dname(dt), (long long)n);
+    check_guards(&x, offset_elems * es, what);
+    free(h);
+    free(o);
+    free(v);
+    free(ref);
+    gfree(&x);
+}
+
+/* Each (n, alignment, mask) is one more instance to compile (~0.3 s): the
+ * lists are chosen to cover each kernel shape (1 thread per row to 1024,
+ * partial vectors, the long-row kernel) rather than every n. */
+static void softmax_dtype(jitop_dtype dt)
+{
+    static const int64_t ns[] = {1,    3,     7,     32,    100,   256,   1000,
+                                 1025, 4096,  5000,  12288, 32768, 32769, 65536,
+                                 131072, 140000};
+    static const int64_t odd[] = {7, 1000, 5000, 32769};
+    static const int64_t masked[] = {100, 1024, 5000, 65536};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        const int64_t n = ns[i];
+        int64_t rows = (int64_t)(1500000 / n);
+        if (rows < 6)
+            rows = 6;
+        if (rows > 1031)
+            rows = 1031;
+        softmax_case(dt, rows, n, 1.0f, 0, 0);
+    }
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+        softmax_case(dt, 7, odd[i], 0.125f, 0, 1); /* unaligned rows: scalar loads */
+    for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++)
+        softmax_case(dt, 128, masked[i], 0.5f, 64, 0); /* causal, 64 queries per matrix */
+}
+
+static void test_softmax_f32(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    softmax_dtype(JITOP_FLOAT32);
+}
+
+static void test_softmax_f16(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    softmax_dtype(JITOP_FLOAT16);
+}
+
+static void test_softmax_bf16(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    softmax_dtype(JITOP_BFLOAT16);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_softmax_f32),
+        cmocka_unit_test(test_softmax_f16),
+        cmocka_unit_test(test_softmax_bf16),
+        cmocka_unit_test(test_matmul_f32),
+        cmocka_unit_test(test_matmul_f16),
+        cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_matmul_scratch_and_tf32),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown_all);
+}
