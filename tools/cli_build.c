@@ -33,6 +33,7 @@ typedef struct job {
     jitop_build_result res;
     char *error;             /* jitop_errmsg of a failure, malloc'd */
     double check_ms;         /* the hit check that found it missing */
+    double start_ms;         /* when its compile was handed out (jitop__now_ms) */
     int hit;                 /* build: built by the hit check; explain: would hit */
     char *why;               /* explain's answer (jitop_free) */
     char *log;               /* NVRTC's warnings for the binary (from the cache on a hit), malloc'd */
@@ -239,6 +240,7 @@ static void task_started(void *user, size_t task)
     r->shown++;
     r->in_flight++;
     r->last_started = &r->jobs[r->todo[task]];
+    r->jobs[r->todo[task]].start_ms = jitop__now_ms();
     draw_progress(r);
 }
 
@@ -294,6 +296,7 @@ static void worker_done(void *user, size_t task, const void *data, size_t len, c
         free(j->log);
         j->log = NULL;
         memset(&j->res, 0, sizeof j->res);
+        j->res.ms = jitop__now_ms() - j->start_ms + j->check_ms;
         j->status = JITOP_ENVRTC;
         size_t n = strlen(j->file) + strlen(died) + 128;
         if ((j->error = malloc(n)) != NULL)
