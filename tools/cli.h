@@ -28,7 +28,7 @@
  *   cli_build.c    jitop__build_if_cached (build/build.h): serves a unit
  *                  that hits from the cache on the main thread (its time
  *                  covers its hashing), so that a no-op build starts no
- *                  worker thread
+ *                  worker process
  *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
  *                  cache: jitop_watch watches loaded modules, which need a
  *                  GPU; `jitop watch` must not
