@@ -28,7 +28,8 @@
  *   cli_build.c    jitop__build_if_cached (build/build.h): serves a unit
  *                  that hits from the cache on the main thread (its time
  *                  covers its hashing), so that a no-op build starts no
- *                  worker process
+ *                  worker process; jitop__build_before_fork, so that the
+ *                  workers inherit the cache's once-only warnings as said
  *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
  *                  cache: jitop_watch watches loaded modules, which need a
  *                  GPU; `jitop watch` must not

@@ -19,7 +19,7 @@
  */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__build_if_cached, jitop__now_ms: see cli.h */
+#include "build/build.h" /* jitop__build_if_cached, jitop__build_before_fork, jitop__now_ms: see cli.h */
 
 #include <errno.h>
 #include <stdlib.h>
@@ -325,6 +325,7 @@ static int compile_pending(build_run *r, int jobs)
         return 0;
     }
     jitop_cli_pool_ops ops = {.run = worker_task, .started = worker_started, .done = worker_done};
+    jitop__build_before_fork(r->ctx);
     return jitop_cli_pool_procs(r->ntodo, jobs, &ops, r);
 }
 
