@@ -152,8 +152,8 @@ int jitop_cli_ctx_create(const char *cmd, const struct jitop_cli_build_args *a,
  * "jitop CMD: PATH: reason". Returns 0 or JITOP_CLI_EXIT_FAIL. */
 int jitop_cli_expand_paths(const char *cmd, const jitop_cli_strs *paths, jitop_cli_strs *files);
 
-/* $JITOP_JOBS when it is a number from 1 to 4096, else one per online core
- * (sysconf(_SC_NPROCESSORS_ONLN)), at least 1. */
+/* $JITOP_JOBS when it is a number from 1 to 4096 (other text is said on
+ * stderr and ignored), else one per online core (sysconf), at least 1. */
 int jitop_cli_default_jobs(void);
 
 /* Writes s as a JSON string literal (quotes included, control characters,

@@ -269,6 +269,10 @@ static void worker_task(void *user, size_t task, jitop_cli_buf *reply)
     jitop_cli_buf_put(reply, j->res.key, sizeof j->res.key);
     jitop_cli_buf_put_str(reply, j->error);
     jitop_cli_buf_put_str(reply, j->log);
+    /* sent: this worker's copies are not needed again */
+    free(j->error);
+    free(j->log);
+    j->error = j->log = NULL;
 }
 
 static void worker_started(void *user, size_t task)

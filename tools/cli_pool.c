@@ -333,6 +333,9 @@ int jitop_cli_default_jobs(void)
         long v = strtol(env, &end, 10);
         if (errno == 0 && *end == '\0' && v >= 1 && v <= 4096)
             return (int)v;
+        fprintf(stderr, "jitop: JITOP_JOBS='%s' is not a number of jobs from 1 to 4096; using "
+                        "one per online core\n",
+                env);
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;

@@ -212,11 +212,24 @@ static void test_mem_guard_in_cli(void **state)
     assert_true(strncmp(bad, "rc=0\n", 5) == 0);
     assert_non_null(strstr(bad, "JITOP_JOB_MEM='lots' is not a size"));
     jt_rm_rf(cache);
+    /* JITOP_JOBS stands for -j; text that is no count is named */
+    snprintf(args, sizeof args, "build --cache-dir %s --arch sm_90 %s", cache, src);
+    char *jobs = run_cli("JITOP_JOB_MEM=1T JITOP_JOBS=2", args);
+    assert_non_null(strstr(jobs, "1 compiles at once, not 2: "));
+    jt_rm_rf(cache);
+    char *badjobs = run_cli("JITOP_JOBS=many", args);
+    assert_true(strncmp(badjobs, "rc=0\n", 5) == 0);
+    assert_non_null(strstr(badjobs, "JITOP_JOBS='many' is not a number of jobs"));
+    assert_int_equal(count(badjobs, " compiled "), 2);
+    jt_rm_rf(cache);
+    snprintf(args, sizeof args, "build --cache-dir %s --arch sm_90 -j2 %s", cache, src);
     char *off = run_cli("JITOP_JOB_MEM=0", args);
     assert_true(strncmp(off, "rc=0\n", 5) == 0);
     assert_null(strstr(off, "compiles at once"));
     assert_int_equal(count(off, " compiled "), 2);
     free(off);
+    free(badjobs);
+    free(jobs);
     free(bad);
     free(cut);
     free(cache);
