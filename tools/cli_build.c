@@ -12,7 +12,7 @@
  * need NVRTC, as many as -j, $JITOP_JOBS or the cores say and the memory
  * holds (tools/cli_mem.c). A worker builds through the same cache path as
  * any process (per-key lock, atomic write), so a worker killed mid-compile
- * leaves no entry, only a stale temporary file `jitop gc` removes. One
+ * leaves no partial entry, at most a temporary file `jitop gc` removes. One
  * pending pair, or -j1, compiles here without a fork. A hit's reported time
  * is that whole call, hashing included; a compile's includes the check
  * that found it missing.
@@ -21,7 +21,6 @@
 
 #include "build/build.h" /* jitop__build_if_cached, jitop__build_before_fork, jitop__now_ms: see cli.h */
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -275,11 +274,6 @@ static void worker_task(void *user, size_t task, jitop_cli_buf *reply)
     j->error = j->log = NULL;
 }
 
-static void worker_started(void *user, size_t task)
-{
-    task_started(user, task);
-}
-
 /* In the parent: a worker's reply read into the job, or its death made the
  * job's failure. */
 static void worker_done(void *user, size_t task, const void *data, size_t len, const char *died)
@@ -305,8 +299,8 @@ static void worker_done(void *user, size_t task, const void *data, size_t len, c
         size_t n = strlen(j->file) + strlen(died) + 128;
         if ((j->error = malloc(n)) != NULL)
             snprintf(j->error, n,
-                     "%s: %s while it compiled this file; nothing of this compile was "
-                     "written to the cache",
+                     "%s: %s while it compiled this file; the cache holds no partial "
+                     "entry for it (an entry appears whole, by one rename, or not at all)",
                      j->file, died);
     } else {
         j->status = v[0];
@@ -328,7 +322,7 @@ static int compile_pending(build_run *r, int jobs)
         }
         return 0;
     }
-    jitop_cli_pool_ops ops = {.run = worker_task, .started = worker_started, .done = worker_done};
+    jitop_cli_pool_ops ops = {.run = worker_task, .started = task_started, .done = worker_done};
     jitop__build_before_fork(r->ctx);
     return jitop_cli_pool_procs(r->ntodo, jobs, &ops, r);
 }
