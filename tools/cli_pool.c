@@ -232,7 +232,7 @@ int jitop_cli_pool_procs(size_t ntasks, int nworkers, const jitop_cli_pool_ops *
     worker *ws = NULL;
     struct pollfd *pfd = NULL;
     size_t next = 0, done = 0;
-    int rc = 0;
+    int rc = 0, idle_deaths = 0;
     char why[256];
     if (ntasks == 0)
         return 0;
@@ -255,22 +255,33 @@ int jitop_cli_pool_procs(size_t ntasks, int nworkers, const jitop_cli_pool_ops *
         /* Every idle slot gets a worker and a task while tasks are left. A
          * slot whose fork fails stays empty; with no worker at all and
          * tasks left, the pool fails (the caller reports the rest). */
-        int live = 0;
+        int live = 0, spawn_err = 0;
         for (int i = 0; i < nworkers; i++) {
-            if (ws[i].pid == 0 && next < ntasks && spawn(ws, nworkers, i, ops, user) != 0)
+            if (ws[i].pid == 0 && next < ntasks && spawn(ws, nworkers, i, ops, user) != 0) {
+                spawn_err = errno ? errno : EAGAIN;
                 continue;
+            }
             if (ws[i].pid != 0 && ws[i].task == SIZE_MAX) {
                 if (next < ntasks) {
-                    size_t t = next++;
-                    ops->started(user, t);
+                    size_t t = next;
                     if (give(&ws[i], t) != 0) {
-                        /* Dead before it read its task: that task fails
-                         * with the death's reason. */
+                        /* Dead while idle, before it read this task (killed,
+                         * or out of memory at its start): the task goes to
+                         * the next worker, unless workers keep dying this
+                         * way, when it fails with the death's reason. */
                         retire(&ws[i], why, sizeof why);
+                        if (++idle_deaths <= nworkers + 2)
+                            continue;
+                        next++;
+                        ops->started(user, t);
                         ops->done(user, t, NULL, 0, why[0] ? why : "the worker process died");
                         done++;
+                        idle_deaths = 0;
                         continue;
                     }
+                    next++;
+                    idle_deaths = 0;
+                    ops->started(user, t);
                 } else {
                     retire(&ws[i], NULL, 0);
                     continue;
@@ -282,7 +293,9 @@ int jitop_cli_pool_procs(size_t ntasks, int nworkers, const jitop_cli_pool_ops *
         if (done >= ntasks)
             break;
         if (live == 0) {
-            rc = errno ? errno : EAGAIN;
+            if (!spawn_err)
+                continue; /* a worker died idle: its slot is forked again */
+            rc = spawn_err;
             goto out;
         }
         for (int i = 0; i < nworkers; i++)
