@@ -1,6 +1,8 @@
 /*
  * `jitop build`'s worker processes (tools/cli_pool.c) and their memory
- * guard (tools/cli_mem.c): 32 sources built by two workers, each compiled
+ * guard (tools/cli_mem.c): the pool's protocol alone (large replies, a
+ * worker that exits, one killed; every task run once, in order); 32
+ * sources built by two workers, each compiled
  * once and all hits the second time; a worker killed with SIGKILL in the
  * middle of a compile fails its file by name and leaves no entry; the
  * guard's arithmetic on fake /proc/meminfo texts, and its cut of -j as the
@@ -18,9 +20,12 @@
 
 #include "testutil.h"
 
-/* The guard's functions, compiled into this test (the CLI's objects are not
- * in libjitop.a). */
+/* The pool and the guard, compiled into this test (the CLI's objects are
+ * not in libjitop.a). */
 #include "../../tools/cli_mem.c"
+#include "../../tools/cli_pool.c"
+
+#include <signal.h>
 
 static size_t count(const char *text, const char *what)
 {
@@ -158,6 +163,82 @@ static void test_worker_killed_fails_its_file(void **state)
     free(dir);
 }
 
+/* The pool's protocol on its own: 40 tasks on 3 workers; task 7 exits
+ * (status 7), task 13 kills itself (SIGKILL), every other task answers
+ * with a reply of 1 + task * 100 KiB (up to ~4 MiB: many partial reads and
+ * writes through the socket) filled with its own byte. */
+typedef struct pool_run {
+    int started[40], done[40];
+    char died[40][256];
+    size_t order[40], norder;
+} pool_run;
+
+static void pool_task(void *user, size_t task, jitop_cli_buf *reply)
+{
+    (void)user;
+    if (task == 7)
+        _exit(7);
+    if (task == 13)
+        raise(SIGKILL);
+    size_t n = 1 + task * 100 * 1024;
+    char *b = malloc(n);
+    if (!b)
+        _exit(99);
+    memset(b, (int)('A' + task), n);
+    jitop_cli_buf_put(reply, b, n);
+    free(b);
+}
+
+static void pool_started(void *user, size_t task)
+{
+    pool_run *r = user;
+    r->started[task]++;
+    r->order[r->norder++] = task;
+}
+
+static void pool_done(void *user, size_t task, const void *reply, size_t len, const char *died)
+{
+    pool_run *r = user;
+    r->done[task]++;
+    if (died) {
+        snprintf(r->died[task], sizeof r->died[task], "%s", died);
+        return;
+    }
+    size_t want = 1 + task * 100 * 1024;
+    const unsigned char *p = reply;
+    int ok = len == want;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = p[i] == (unsigned char)('A' + task);
+    if (!ok)
+        snprintf(r->died[task], sizeof r->died[task], "bad reply of %zu bytes", len);
+}
+
+static void test_pool_protocol(void **state)
+{
+    (void)state;
+    pool_run r = {0};
+    jitop_cli_pool_ops ops = {.run = pool_task, .started = pool_started, .done = pool_done};
+    assert_int_equal(jitop_cli_pool_procs(40, 3, &ops, &r), 0);
+    assert_int_equal(r.norder, 40);
+    for (size_t t = 0; t < 40; t++) {
+        assert_int_equal(r.started[t], 1);
+        assert_int_equal(r.done[t], 1);
+        assert_int_equal(r.order[t], t); /* handed out in order */
+        if (t == 7)
+            assert_non_null(strstr(r.died[t], "exited with status 7"));
+        else if (t == 13)
+            assert_non_null(strstr(r.died[t], "was killed by signal 9"));
+        else if (r.died[t][0])
+            fail_msg("task %zu: %s", t, r.died[t]);
+    }
+    /* nothing to do, and one worker for many tasks */
+    assert_int_equal(jitop_cli_pool_procs(0, 3, &ops, &r), 0);
+    pool_run one = {0};
+    assert_int_equal(jitop_cli_pool_procs(5, 1, &ops, &one), 0);
+    for (size_t t = 0; t < 5; t++)
+        assert_int_equal(one.done[t], 1);
+}
+
 static const char meminfo[] = "MemTotal:        2097152 kB\n"
                               "MemFree:          100000 kB\n"
                               "MemAvailable:    1048576 kB\n"
@@ -240,6 +321,7 @@ static void test_mem_guard_in_cli(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_protocol),
         cmocka_unit_test(test_mem_guard_limits),
         cmocka_unit_test(test_mem_guard_in_cli),
         cmocka_unit_test(test_pool_builds_32_sources_once),
