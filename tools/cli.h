@@ -13,7 +13,8 @@
  *   cli_build.c    `jitop build` / `jitop explain`
  *   cli_ops.c      `jitop build --op`: the shipped ops prewarmed
  *   cli_units.c    the (file, arch, name) units a command line covers
- *   cli_pool.c     worker threads for `jitop build`
+ *   cli_pool.c     worker processes for `jitop build`, their protocol
+ *   cli_mem.c      the memory guard: how many compiles the memory holds
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
  *   cmd_watch.c    `jitop watch`
  *
@@ -28,7 +29,8 @@
  *   cli_build.c    jitop__build_if_cached (build/build.h): serves a unit
  *                  that hits from the cache on the main thread (its time
  *                  covers its hashing), so that a no-op build starts no
- *                  worker thread
+ *                  worker process; jitop__build_before_fork, so that the
+ *                  workers inherit the cache's once-only warnings as said
  *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
  *                  cache: jitop_watch watches loaded modules, which need a
  *                  GPU; `jitop watch` must not
@@ -155,7 +157,8 @@ int jitop_cli_ctx_create(const char *cmd, const struct jitop_cli_build_args *a,
  * "jitop CMD: PATH: reason". Returns 0 or JITOP_CLI_EXIT_FAIL. */
 int jitop_cli_expand_paths(const char *cmd, const jitop_cli_strs *paths, jitop_cli_strs *files);
 
-/* One per online core (sysconf(_SC_NPROCESSORS_ONLN)), at least 1. */
+/* $JITOP_JOBS when it is a number from 1 to 4096 (other text is said on
+ * stderr and ignored), else one per online core (sysconf), at least 1. */
 int jitop_cli_default_jobs(void);
 
 /* Writes s as a JSON string literal (quotes included, control characters,
@@ -178,11 +181,56 @@ void jitop_cli_text_unit(FILE *f, const char *file, const char *arch, const char
  * 1024, an optional trailing 'B' or "iB"). 0, or -1 on bad text. */
 int jitop_cli_parse_size(const char *s, int64_t *out);
 
-/* Runs run(user, 0) ... run(user, ntasks - 1) on up to nworkers threads (the
- * calling thread included) and returns when all are done. Tasks are handed
- * out in order. 0, or an errno value when nothing could be run. */
-int jitop_cli_pool_run(size_t ntasks, int nworkers, void (*run)(void *user, size_t task),
-                       void *user);
+/* A growable byte buffer for a worker's reply. failed: an allocation
+ * failed, and every later put fails too. */
+typedef struct jitop_cli_buf {
+    char *data;
+    size_t len, cap;
+    int failed;
+} jitop_cli_buf;
+/* Appends len bytes / a string as a u32 length and its bytes (NULL: the
+ * length UINT32_MAX alone). 0, or -1 on ENOMEM. */
+int jitop_cli_buf_put(jitop_cli_buf *b, const void *data, size_t len);
+int jitop_cli_buf_put_str(jitop_cli_buf *b, const char *s);
+void jitop_cli_buf_free(jitop_cli_buf *b);
+/* Reads back what put wrote, advancing *p up to end: 0, or -1 when the
+ * bytes run out (or, for a string, on ENOMEM). *out is malloc'd (NULL for
+ * a NULL string). */
+int jitop_cli_buf_get(const char **p, const char *end, void *out, size_t len);
+int jitop_cli_buf_get_str(const char **p, const char *end, char **out);
+
+/* What a task pool calls. run is called in a worker process with its copy
+ * of user, and writes its result into reply; started and done are called
+ * in the calling process, one at a time: started before the task is handed
+ * out, done with the worker's reply (reply, len), or when the worker died
+ * holding the task with reply NULL and died saying how (a signal, an exit
+ * status, with the worker's pid). */
+typedef struct jitop_cli_pool_ops {
+    void (*run)(void *user, size_t task, jitop_cli_buf *reply);
+    void (*started)(void *user, size_t task);
+    void (*done)(void *user, size_t task, const void *reply, size_t len, const char *died);
+} jitop_cli_pool_ops;
+
+/* Runs tasks 0 ... ntasks - 1, in order, in up to nworkers forked worker
+ * processes, and returns when every task is done (or died). Call it only
+ * while the calling process runs no other thread (fork). A worker that
+ * dies fails its task only; a new one takes the rest. 0, or an errno value
+ * when no worker could be started (done was not called for the tasks
+ * left). The protocol: tools/cli_pool.c. */
+int jitop_cli_pool_procs(size_t ntasks, int nworkers, const jitop_cli_pool_ops *ops, void *user);
+
+/* The memory guard (tools/cli_mem.c). Bytes of MemAvailable in the text of
+ * a /proc/meminfo, -1 when it has none or it is malformed. */
+int64_t jitop_cli_meminfo_available(const char *text);
+/* The same read from the file at path (/proc/meminfo); -1 when unreadable. */
+int64_t jitop_cli_mem_available(const char *path);
+/* How many of want compiles fit in avail bytes at per_job bytes each: at
+ * least 1, at most want; want when avail < 0 (unknown) or per_job <= 0
+ * (the guard is off). */
+int jitop_cli_mem_jobs(int want, int64_t avail, int64_t per_job);
+/* The estimated peak of one compile (measured: tools/cli_mem.c), which
+ * $JITOP_JOB_MEM (a SIZE, 0: no guard) replaces. */
+#define JITOP_CLI_JOB_MEM_DEFAULT ((int64_t)384 << 20)
 
 /* For build and explain where something must be compiled: whether NVRTC
  * compiles for each arch of archs[0..n-1] (duplicates allowed). Prints

@@ -4,19 +4,23 @@
  * jitop_cli_units), built into the cache or explained.
  *
  * A no-op build must cost a few milliseconds for the whole process, so the
- * pairs are first built, on the main thread, only if they hit
+ * pairs are first built, in this process, only if they hit
  * (jitop__build_if_cached: the stat fast path, no file read when nothing
  * changed, one hashing pass when the stat data does not vouch; unlike
  * jitop_explain it never walks the cache to say why a pair would miss),
- * and worker threads start only for the pairs that need NVRTC. A hit's
- * reported time is that whole call, hashing included; a compile's includes
- * the check that found it missing.
+ * and worker processes (tools/cli_pool.c) start only for the pairs that
+ * need NVRTC, as many as -j, $JITOP_JOBS or the cores say and the memory
+ * holds (tools/cli_mem.c). A worker builds through the same cache path as
+ * any process (per-key lock, atomic write), so a worker killed mid-compile
+ * leaves no partial entry, at most a temporary file `jitop gc` removes. One
+ * pending pair, or -j1, compiles here without a fork. A hit's reported time
+ * is that whole call, hashing included; a compile's includes the check
+ * that found it missing.
  */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__build_if_cached, jitop__now_ms: see cli.h */
+#include "build/build.h" /* jitop__build_if_cached, jitop__build_before_fork, jitop__now_ms: see cli.h */
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +32,7 @@ typedef struct job {
     jitop_build_result res;
     char *error;             /* jitop_errmsg of a failure, malloc'd */
     double check_ms;         /* the hit check that found it missing */
+    double start_ms;         /* when its compile was handed out (jitop__now_ms) */
     int hit;                 /* build: built by the hit check; explain: would hit */
     char *why;               /* explain's answer (jitop_free) */
     char *log;               /* NVRTC's warnings for the binary (from the cache on a hit), malloc'd */
@@ -56,7 +61,6 @@ typedef struct build_run {
     const job *last_started; /* what the progress line names */
     int progress;            /* stderr is a terminal: keep a progress line */
     int progress_drawn;
-    pthread_mutex_t out;     /* one writer at a time on stdout and stderr */
 } build_run;
 
 static const char *const *opts_of(const struct jitop_cli_build_args *a)
@@ -229,27 +233,127 @@ static void draw_progress(build_run *r)
     r->progress_drawn = 1;
 }
 
-/* A worker thread's task: the compile of one pending pair. */
-static void compile_task(void *user, size_t task)
+/* The parent's side of one pending pair: started, then done. */
+static void task_started(void *user, size_t task)
 {
     build_run *r = user;
-    job *j = &r->jobs[r->todo[task]];
-    pthread_mutex_lock(&r->out);
     r->shown++;
     r->in_flight++;
-    r->last_started = j;
+    r->last_started = &r->jobs[r->todo[task]];
+    r->jobs[r->todo[task]].start_ms = jitop__now_ms();
     draw_progress(r);
-    pthread_mutex_unlock(&r->out);
+}
 
-    build_job(r, j);
-
-    pthread_mutex_lock(&r->out);
+static void task_done(build_run *r, job *j)
+{
     r->in_flight--;
     if (j->status != JITOP_OK && !undeclared(j))
         r->failed++;
     print_result(r, j);
     draw_progress(r);
-    pthread_mutex_unlock(&r->out);
+}
+
+/* In a worker process: the compile of one pending pair, its outcome sent
+ * back as status, cached, warnings, ms, key, error, log. */
+static void worker_task(void *user, size_t task, jitop_cli_buf *reply)
+{
+    build_run *r = user;
+    job *j = &r->jobs[r->todo[task]];
+    int32_t v[3];
+    build_job(r, j);
+    v[0] = j->status;
+    v[1] = j->res.cached;
+    v[2] = j->res.warnings;
+    jitop_cli_buf_put(reply, v, sizeof v);
+    jitop_cli_buf_put(reply, &j->res.ms, sizeof j->res.ms);
+    jitop_cli_buf_put(reply, j->res.key, sizeof j->res.key);
+    jitop_cli_buf_put_str(reply, j->error);
+    jitop_cli_buf_put_str(reply, j->log);
+    /* sent: this worker's copies are not needed again */
+    free(j->error);
+    free(j->log);
+    j->error = j->log = NULL;
+}
+
+/* In the parent: a worker's reply read into the job, or its death made the
+ * job's failure. */
+static void worker_done(void *user, size_t task, const void *data, size_t len, const char *died)
+{
+    build_run *r = user;
+    job *j = &r->jobs[r->todo[task]];
+    const char *p = data, *end = p ? p + len : NULL;
+    int32_t v[3];
+    if (!died && (jitop_cli_buf_get(&p, end, v, sizeof v) != 0 ||
+                  jitop_cli_buf_get(&p, end, &j->res.ms, sizeof j->res.ms) != 0 ||
+                  jitop_cli_buf_get(&p, end, j->res.key, sizeof j->res.key) != 0 ||
+                  jitop_cli_buf_get_str(&p, end, &j->error) != 0 ||
+                  jitop_cli_buf_get_str(&p, end, &j->log) != 0 || p != end ||
+                  j->res.key[sizeof j->res.key - 1] != '\0'))
+        died = "the worker process sent a reply that does not parse";
+    if (died) {
+        free(j->error);
+        free(j->log);
+        j->log = NULL;
+        memset(&j->res, 0, sizeof j->res);
+        j->res.ms = jitop__now_ms() - j->start_ms + j->check_ms;
+        j->status = JITOP_ENVRTC;
+        size_t n = strlen(j->file) + strlen(died) + 128;
+        if ((j->error = malloc(n)) != NULL)
+            snprintf(j->error, n,
+                     "%s: %s while it compiled this file; the cache holds no partial "
+                     "entry for it (an entry appears whole, by one rename, or not at all)",
+                     j->file, died);
+    } else {
+        j->status = v[0];
+        j->res.cached = v[1];
+        j->res.warnings = v[2];
+    }
+    task_done(r, j);
+}
+
+/* The compiles of the pending pairs, here (one at a time) or in worker
+ * processes. 0, or an errno value when no worker could be started. */
+static int compile_pending(build_run *r, int jobs)
+{
+    if (jobs <= 1 || r->ntodo <= 1) {
+        for (size_t t = 0; t < r->ntodo; t++) {
+            task_started(r, t);
+            build_job(r, &r->jobs[r->todo[t]]);
+            task_done(r, &r->jobs[r->todo[t]]);
+        }
+        return 0;
+    }
+    jitop_cli_pool_ops ops = {.run = worker_task, .started = task_started, .done = worker_done};
+    jitop__build_before_fork(r->ctx);
+    return jitop_cli_pool_procs(r->ntodo, jobs, &ops, r);
+}
+
+/* -j (or $JITOP_JOBS, or the cores), then as many as the memory holds. A
+ * cut is said on stderr. */
+static int choose_jobs(const struct jitop_cli_build_args *a, size_t ntodo)
+{
+    int want = a->jobs > 0 ? a->jobs : jitop_cli_default_jobs();
+    int64_t per_job = JITOP_CLI_JOB_MEM_DEFAULT;
+    const char *env = getenv("JITOP_JOB_MEM");
+    if (want < 2 || ntodo < 2)
+        return want;
+    if ((size_t)want > ntodo)
+        want = (int)ntodo;
+    if (env && *env && jitop_cli_parse_size(env, &per_job) != 0) {
+        fprintf(stderr, "jitop build: JITOP_JOB_MEM='%s' is not a size (e.g. 512M, or 0 for "
+                        "no memory guard); using %lld MiB\n",
+                env, (long long)(JITOP_CLI_JOB_MEM_DEFAULT >> 20));
+        per_job = JITOP_CLI_JOB_MEM_DEFAULT;
+    }
+    int64_t avail = jitop_cli_mem_available("/proc/meminfo");
+    int jobs = jitop_cli_mem_jobs(want, avail, per_job);
+    if (jobs < want)
+        fprintf(stderr,
+                "jitop build: %d compiles at once, not %d: %lld MiB of memory available "
+                "(MemAvailable), about %lld MiB per compile (JITOP_JOB_MEM sets it, 0 turns "
+                "this guard off)\n",
+                jobs, want, (long long)(avail >> 20), (long long)(per_job >> 20));
+    return jobs;
 }
 
 /* Reports each --name that no file declares, for each arch (NVRTC's first
@@ -304,7 +408,7 @@ int jitop_cli_build(int argc, char **argv)
     struct jitop_cli_build_args a = {0};
     jitop_cli_strs files = {0};
     build_run r = {0};
-    int done = 0, lock_ok = 0;
+    int done = 0;
     int rc = prepare(argc, argv, &a, &files, &done);
     if (done)
         goto out;
@@ -319,12 +423,6 @@ int jitop_cli_build(int argc, char **argv)
         rc = JITOP_CLI_EXIT_FAIL;
         goto out;
     }
-    if (pthread_mutex_init(&r.out, NULL) != 0) {
-        fprintf(stderr, "jitop build: cannot create a mutex\n");
-        rc = JITOP_CLI_EXIT_FAIL;
-        goto out;
-    }
-    lock_ok = 1;
 
     /* The shipped ops (--op) first: each folds its instances into its
      * source's binary, which a file job of that source then finds. */
@@ -385,9 +483,11 @@ int jitop_cli_build(int argc, char **argv)
         print_result(&r, &r.jobs[i]);
     }
 
-    int jobs = a.jobs > 0 ? a.jobs : jitop_cli_default_jobs();
-    if (jitop_cli_pool_run(r.ntodo, jobs, compile_task, &r) != 0) {
-        fprintf(stderr, "jitop build: cannot start the compile workers\n");
+    int pool_rc = compile_pending(&r, choose_jobs(&a, r.ntodo));
+    if (pool_rc != 0) {
+        clear_progress(&r);
+        fprintf(stderr, "jitop build: cannot start a compile worker process: %s\n",
+                strerror(pool_rc));
         rc = JITOP_CLI_EXIT_FAIL;
         goto out;
     }
@@ -409,8 +509,6 @@ out:
     }
     free(r.jobs);
     free(r.todo);
-    if (lock_ok)
-        pthread_mutex_destroy(&r.out);
     jitop_ctx_destroy(r.ctx);
     jitop_cli_strs_free(&files);
     jitop_cli_build_args_free(&a);

@@ -17,7 +17,9 @@ const char jitop_cli_build_flags_help[] =
     "                     includes), as jitop_op_get does; a name no file declares fails\n"
     "  --cache-dir DIR    cache root (default $JITOP_CACHE_DIR, $XDG_CACHE_HOME/jitop,\n"
     "                     ~/.cache/jitop)\n"
-    "  -j N               parallel compiles (default: one per online core)\n"
+    "  -j N               parallel compiles, in worker processes (default: $JITOP_JOBS,\n"
+    "                     else one per online core; never more than the memory holds at\n"
+    "                     $JITOP_JOB_MEM per compile, default 384M, 0: no limit)\n"
     "  --json             one JSON object per line\n"
     "  --verbose          say why each binary is (re)built\n"
     "  -h, --help         this help\n";

@@ -102,6 +102,13 @@ int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            jitop_build_result *result);
 void jitop__built_free(jitop__built *b);
 
+/* ------------------------------------------------------------- fork.c */
+
+/* Before forking processes that build through ctx: the cache's once-per-
+ * cache warnings (no file locks here) said now, so that the workers inherit
+ * them as said. */
+void jitop__build_before_fork(jitop_ctx *ctx);
+
 /* ------------------------------------------------------------- link.c */
 
 /* One unit of a link: its unit, its cache key, and its binary when in hand

@@ -160,6 +160,27 @@ static void warn_no_locks(jitop__cache *c, const char *path, int err)
                 path, strerror(err));
 }
 
+void jitop__cache_probe_locks(jitop__cache *c)
+{
+    if (jitop__cache_is_readonly(c))
+        return;
+    char *dir = jitop__sprintf("%s/locks", c->vdir);
+    if (!dir)
+        return; /* only the warning's timing is lost */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        int rc;
+        while ((rc = flock(fd, LOCK_SH | LOCK_NB)) != 0 && errno == EINTR)
+            ;
+        if (rc != 0 && jitop__cache_no_locks_errno(errno))
+            warn_no_locks(c, dir, errno);
+        /* a lock taken is released by the close */
+        if (close(fd) != 0)
+            jitop__cache_vlog(c, "cache: close %s: %s", dir, strerror(errno));
+    }
+    free(dir);
+}
+
 /* Opens and locks path: 1 with *lfd locked; 0 to compile without a lock
  * (said why); -1 to open again (the name no longer is the file locked: gc
  * removed it, or clean moved the tree away). */

@@ -53,6 +53,12 @@ int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e)
 /* A per-key lock (flock: released if the process dies). */
 int jitop__cache_lock(jitop__cache *c, const char key[33], int *fd);
 void jitop__cache_unlock(int fd);
+/* Says now (once per cache, as jitop__cache_lock would at its first compile)
+ * when this filesystem cannot lock (an flock of the locks directory fails
+ * with ENOLCK or EOPNOTSUPP): for a process about to fork workers that
+ * build through it, so that each inherits the warning as said instead of
+ * saying it again. Creates nothing; a failure to ask is silent. */
+void jitop__cache_probe_locks(jitop__cache *c);
 
 /* The manifest of a unit (its deps with their stat data and the key they
  * gave), stored under an id that hashes everything but file contents. */
