@@ -142,8 +142,20 @@ $(BUILD)/tests/cpu/test_cache_safety: $(FLOCK_SHIM)
 # runner) when PYTHON has its headers; test-python-gpu the GPU suite
 # (python/tests/gpu, torch); `make python` installs it with pip, offline
 # (no build isolation: the interpreter's own setuptools).
-PYTHON ?= python3
 PY_GOALS := test test-python test-python-gpu bench-python
+ifneq ($(filter $(PY_GOALS),$(MAKECMDGOALS)),)
+# The CPU suite prefers an interpreter with pytest (Debian's python3-pytest
+# serves /usr/bin/python3, not a python3 of pyenv or a venv found first);
+# the GPU suite the python3 on PATH, the one with torch. Either way the
+# bundled runner stands in for a missing pytest.
+ifeq ($(origin PYTHON),undefined)
+ifeq ($(filter test-python-gpu bench-python,$(MAKECMDGOALS)),)
+PYTHON := $(shell python3 -c 'import pytest' 2>/dev/null && echo python3 || \
+	{ /usr/bin/python3 -c 'import pytest' 2>/dev/null && echo /usr/bin/python3; } || echo python3)
+endif
+endif
+endif
+PYTHON ?= python3
 ifneq ($(filter $(PY_GOALS),$(MAKECMDGOALS)),)
 PY_CFG := $(shell $(PYTHON) -c 'import sys, sysconfig; print(sysconfig.get_paths()["include"], sys.implementation.cache_tag)' 2>/dev/null)
 endif

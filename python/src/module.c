@@ -891,7 +891,16 @@ static int add_type(PyObject *m, PyTypeObject *t, const char *name)
 static int add_error(PyObject *m, PyObject **slot, const char *name, PyObject *bases,
                      const char *doc)
 {
-    *slot = PyErr_NewExceptionWithDoc(name, doc, bases, NULL);
+    /* The message as it is: KeyError's __str__ (NotFoundError is one, for
+     * mod["name"]) would print it as a quoted repr. */
+    PyObject *dict = PyDict_New();
+    PyObject *str = PyDict_GetItemString(((PyTypeObject *)PyExc_BaseException)->tp_dict, "__str__");
+    if (!dict || !str || PyDict_SetItemString(dict, "__str__", str) < 0) {
+        Py_XDECREF(dict);
+        return -1;
+    }
+    *slot = PyErr_NewExceptionWithDoc(name, doc, bases, dict);
+    Py_DECREF(dict);
     if (!*slot)
         return -1;
     Py_INCREF(*slot);
