@@ -23,6 +23,7 @@
 
 #include <stdalign.h>
 #include <string.h>
+#include <time.h>
 
 #define PJ_STACK_PARAMS 64
 #define PJ_STACK_BYTES 1024
@@ -634,6 +635,56 @@ out:
     return list;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0.0; /* never for this clock; a zero reads as a broken bench */
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* op._bench(count, grid, block, *args) -> seconds: count launches with
+ * arguments converted once, from C: what jitop_launch alone costs, to set
+ * beside a launch from Python in the same process (bench/python_bench.py). */
+static PyObject *op_bench(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    pj_op *op = (pj_op *)self;
+    if (nargs < 3)
+        return PyErr_Format(PyExc_TypeError, "_bench(count, grid, block, *args)");
+    long count = PyLong_AsLong(args[0]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    jitop_dim3 grid, block;
+    if (dim3_arg(args[1], "grid", &grid) < 0 || dim3_arg(args[2], "block", &block) < 0 ||
+        fresh(op) < 0)
+        return NULL;
+    unsigned char *buf = PyMem_Calloc(op->packed_bytes ? op->packed_bytes : 1, 1);
+    void **ptrs = PyMem_Calloc(op->nparams ? op->nparams : 1, sizeof *ptrs);
+    void *stream = NULL;
+    PyObject *ret = NULL;
+    if (!buf || !ptrs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (pack(op, args + 3, (size_t)nargs - 3, buf, ptrs) < 0 ||
+        pj_stream_arg(NULL, op->owner->owner->device, &stream) < 0)
+        goto out;
+    double t0 = now_s();
+    for (long k = 0; k < count; k++) {
+        int status = jitop_launch(op->op, grid, block, 0, stream, ptrs, op->param_size,
+                                  op->nparams);
+        if (status != JITOP_OK) {
+            pj_raise(status, NULL);
+            goto out;
+        }
+    }
+    ret = PyFloat_FromDouble(now_s() - t0);
+out:
+    PyMem_Free(buf);
+    PyMem_Free(ptrs);
+    return ret;
+}
+
 /* op.info(): the kernel's description (jitop_op_info_get). */
 static PyObject *op_info(PyObject *self, PyObject *unused)
 {
@@ -721,6 +772,8 @@ static PyMethodDef op_methods[] = {
      "occupancy(shared_mem=0) -> (block_size, min_grid) that maximize occupancy."},
     {"_pack", (PyCFunction)(void (*)(void))op_pack, METH_FASTCALL,
      "The bytes each argument would be launched with (for tests)."},
+    {"_bench", (PyCFunction)(void (*)(void))op_bench, METH_FASTCALL,
+     "_bench(count, grid, block, *args) -> seconds of count launches from C (benchmarks)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -202,3 +202,12 @@ def test_streams(tmp_path):
     assert jitop._jitop.stream(1234, 0) == 1234
     if "torch" not in __import__("sys").modules:
         assert jitop._jitop.stream(None, 0) == 0
+
+
+def test_bench_launches_from_c(tmp_path):
+    mark = load(tmp_path).mark
+    out = ctypes.c_int(0)
+    secs = mark._bench(10, 1, 32, ctypes.addressof(out), 0)
+    assert isinstance(secs, float) and secs >= 0.0 and out.value >= 1
+    with pytest.raises(TypeError, match="takes 2 kernel arguments, 1 given"):
+        mark._bench(10, 1, 32, 0)
