@@ -180,11 +180,14 @@ PY_TEST_DEPS := $(if $(PY_ON),$(PY_EXT) $(FAKE_CUDA))
 PY_TEST_RUN := $(if $(PY_ON),python/tests/run.sh)
 export PYTHON
 export JITOP_PY_PKG := $(abspath $(PY_PKG))
-.PHONY: test-python test-python-gpu python python-ldlibs
+.PHONY: test-python test-python-gpu bench-python python python-ldlibs
 test-python: deps $(PY_EXT) $(FAKE_CUDA) $(CLI)
 	@JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh python/tests/run.sh
 test-python-gpu: deps $(PY_EXT)
 	@JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh python/tests/run-gpu.sh
+# BENCH_ARGS: --quick, --parts launch,load,lltm (bench/python_bench.py).
+bench-python: deps $(PY_EXT)
+	PYTHONPATH=$(abspath $(dir $(PY_PKG))) $(PYTHON) bench/python_bench.py $(BENCH_ARGS)
 python: $(STATIC)
 	$(PYTHON) -m pip install --no-build-isolation ./python
 # What python/setup.py links the extension with.
