@@ -29,7 +29,7 @@
 #define PJ_STACK_BYTES 1024
 
 static PyObject *s_data_ptr, *s_cai, *s_dlpack, *s_shared_mem, *s_stream, *s_cuda_stream,
-    *s_ptr, *s_cuda_stream_proto;
+    *s_ptr, *s_cuda_stream_proto, *s_torch, *s_ctypes, *s_numpy;
 
 /* Types found in sys.modules the first time a call needs them: importing
  * torch, NumPy or ctypes is the user's choice, never jitop's. */
@@ -42,16 +42,20 @@ static PyObject *g_torch_raw_stream;
 static int g_torch_stream_state;
 static PyObject *g_device_ints[16]; /* small ints for the raw-stream call */
 
-static PyObject *sys_module(const char *name)
+/* sys.modules[name] or NULL (borrowed); name an interned str. */
+static PyObject *sys_module(PyObject *name)
 {
     PyObject *mods = PyImport_GetModuleDict(); /* borrowed */
-    return mods ? PyDict_GetItemString(mods, name) : NULL; /* borrowed */
+    PyObject *m = mods ? PyDict_GetItemWithError(mods, name) : NULL;
+    if (!m)
+        PyErr_Clear();
+    return m;
 }
 
 static void find_types(void)
 {
     if (!g_tensor_type) {
-        PyObject *torch = sys_module("torch");
+        PyObject *torch = sys_module(s_torch);
         if (torch) {
             PyObject *t = PyObject_GetAttrString(torch, "Tensor");
             if (t && PyType_Check(t))
@@ -62,7 +66,7 @@ static void find_types(void)
         }
     }
     if (!g_cdata_type) {
-        PyObject *ct = sys_module("ctypes");
+        PyObject *ct = sys_module(s_ctypes);
         if (ct) {
             PyObject *simple = PyObject_GetAttrString(ct, "_SimpleCData");
             if (simple && PyType_Check(simple)) {
@@ -79,7 +83,7 @@ static void find_types(void)
         }
     }
     if (!g_npgeneric) {
-        PyObject *np = sys_module("numpy");
+        PyObject *np = sys_module(s_numpy);
         if (np) {
             PyObject *g = PyObject_GetAttrString(np, "generic");
             if (g && PyType_Check(g))
@@ -182,22 +186,27 @@ static int cai_ptr(const pj_op *op, size_t i, PyObject *obj, PyObject *cai, uint
     return 0;
 }
 
+static int tensor_ptr(PyObject *obj, uint64_t *out)
+{
+    /* data_ptr() through the method vectorcall: no bound method object. */
+    PyObject *p = PyObject_VectorcallMethod(s_data_ptr, &obj, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+    if (!p)
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
 /* 1 with *out set when obj is a device array, 0 when it is not one, -1 on
  * an error (raised). */
 static int device_ptr(const pj_op *op, size_t i, PyObject *obj, uint64_t *out)
 {
-    if (g_tensor_type && PyObject_TypeCheck(obj, g_tensor_type)) {
-        PyObject *p = PyObject_VectorcallMethod(s_data_ptr, &obj,
-                                                1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (!p)
-            return -1;
-        unsigned long long v = PyLong_AsUnsignedLongLong(p);
-        Py_DECREF(p);
-        if (v == (unsigned long long)-1 && PyErr_Occurred())
-            return -1;
-        *out = v;
-        return 1;
-    }
+    if (g_tensor_type && PyObject_TypeCheck(obj, g_tensor_type))
+        return tensor_ptr(obj, out) < 0 ? -1 : 1;
     PyObject *cai = NULL;
     if (pj_optional_attr(obj, s_cai, &cai) < 0)
         return -1;
@@ -312,13 +321,22 @@ static int convert(const pj_op *op, size_t i, PyObject *obj, unsigned char *dst)
         memset(dst, 0, 8);
         return 0;
     }
+    uint64_t p = 0;
+    /* Tensors first: the common case pays no look-up of other types. */
+    if (g_tensor_type && PyObject_TypeCheck(obj, g_tensor_type)) {
+        if (op->param_size[i] != 8)
+            return arg_error(op, i, "a device pointer (from a %s) needs an 8-byte parameter", obj);
+        if (tensor_ptr(obj, &p) < 0)
+            return -1;
+        memcpy(dst, &p, 8);
+        return 0;
+    }
     find_types();
     if ((g_cdata_type && PyObject_TypeCheck(obj, g_cdata_type)) ||
         (g_npgeneric && PyObject_TypeCheck(obj, g_npgeneric)))
         return put_bytes(op, i, obj, dst);
     if (PyFloat_Check(obj))
         return put_float(op, i, obj, dst);
-    uint64_t p = 0;
     int rc = device_ptr(op, i, obj, &p);
     if (rc < 0)
         return -1;
@@ -417,7 +435,7 @@ bad:
 static int torch_stream(int device, void **out)
 {
     if (g_torch_stream_state == 0) {
-        PyObject *torch = sys_module("torch");
+        PyObject *torch = sys_module(s_torch);
         if (!torch)
             return 0; /* not imported (yet): ask again next call */
         g_torch_stream_state = 2;
@@ -827,6 +845,8 @@ int pj_op_init(PyObject *module)
         {&s_dlpack, "__dlpack__"},         {&s_shared_mem, "shared_mem"},
         {&s_stream, "stream"},             {&s_cuda_stream, "cuda_stream"},
         {&s_ptr, "ptr"},                   {&s_cuda_stream_proto, "__cuda_stream__"},
+        {&s_torch, "torch"},               {&s_ctypes, "ctypes"},
+        {&s_numpy, "numpy"},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!*names[k].slot && !(*names[k].slot = PyUnicode_InternFromString(names[k].s)))
