@@ -160,7 +160,7 @@ def test_hot_reload_runs_new_code(tmp_path):
     end = time.time() + 60
     while not reports and time.time() < end:
         time.sleep(0.01)
-    assert reports == [None] and mod.generation == 1
+    assert reports and all(r is None for r in reports) and mod.generation >= 1
     y.zero_()
     mod.saxpy(1, 32, 32, 1.0, x, y)
     torch.cuda.synchronize()
