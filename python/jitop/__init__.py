@@ -10,6 +10,7 @@ CuPy and NumPy are used when present and never imported by jitop itself
 (jitop.torch, the shipped ops as autograd functions, imports torch).
 See docs/PYTHON.md.
 """
+import atexit as _atexit
 import os as _os
 
 from . import _jitop
@@ -25,6 +26,9 @@ from ._jitop import (  # noqa: F401  (the public names)
 )
 
 __version__ = _jitop.version()
+# Watch threads stop before the interpreter finalizes (their reports are
+# delivered through Py_AddPendingCall).
+_atexit.register(_jitop._unwatch_all)
 nvrtc_version = _jitop.nvrtc_version
 
 __all__ = ["load", "load_inline", "context", "Context", "Module", "Op", "JitopError",

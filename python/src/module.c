@@ -127,6 +127,12 @@ typedef struct pj_event {
 static pthread_mutex_t g_ev_lock = PTHREAD_MUTEX_INITIALIZER;
 static pj_event *g_ev_head, *g_ev_tail;
 static int g_ev_scheduled;
+/* Set by _unwatch_all() at exit: no pending call is asked for once the
+ * interpreter may be going away. */
+static int g_ev_closed;
+/* The watched modules (strong references: a watched module stays alive,
+ * its object too, so that the callback has a home, until unwatch()). */
+static PyObject *g_watched;
 
 static int deliver(void *unused);
 
@@ -146,8 +152,8 @@ static void on_reload(void *user, jitop_module *m, int status, const char *messa
     else
         g_ev_head = e;
     g_ev_tail = e;
-    int ask = !g_ev_scheduled;
-    g_ev_scheduled = 1;
+    int ask = !g_ev_scheduled && !g_ev_closed;
+    g_ev_scheduled = g_ev_scheduled || ask;
     pthread_mutex_unlock(&g_ev_lock);
     /* Without the GIL: Py_AddPendingCall takes its own lock. When its queue
      * is full the events wait for the next successful schedule (the next
@@ -411,10 +417,11 @@ static PyObject *module_watch(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (status != JITOP_OK)
         return pj_raise(status, "watch");
-    /* A watched module stays alive (its object too, so that the callback
-     * has a home) until unwatch(). */
+    if (PyList_Append(g_watched, self) < 0) {
+        (void)jitop_unwatch(mod->m);
+        return NULL;
+    }
     mod->watching = 1;
-    Py_INCREF(self);
     Py_RETURN_NONE;
 }
 
@@ -431,16 +438,24 @@ static int unwatch(pj_module *mod)
     return status;
 }
 
+/* Drops mod from g_watched (the reference watch() took); may free mod. */
+static int forget_watched(pj_module *mod)
+{
+    for (Py_ssize_t i = 0; g_watched && i < PyList_GET_SIZE(g_watched); i++)
+        if (PyList_GET_ITEM(g_watched, i) == (PyObject *)mod)
+            return PySequence_DelItem(g_watched, i);
+    return 0;
+}
+
 static PyObject *module_unwatch(PyObject *self, PyObject *unused)
 {
     (void)unused;
     pj_module *mod = (pj_module *)self;
-    int was = mod->watching;
     int status = unwatch(mod);
     if (status != JITOP_OK)
         return pj_raise(status, "unwatch");
-    if (was)
-        Py_DECREF(self); /* the reference watch() took */
+    if (forget_watched(mod) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -850,6 +865,31 @@ static PyObject *pj_poll_events(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* _unwatch_all(): stops every watch and every report (jitop/__init__.py
+ * registers it with atexit: a watch thread must not ask for a pending call
+ * of an interpreter that is finalizing). */
+static PyObject *pj_unwatch_all(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    pthread_mutex_lock(&g_ev_lock);
+    g_ev_closed = 1;
+    pthread_mutex_unlock(&g_ev_lock);
+    int first = JITOP_OK;
+    while (g_watched && PyList_GET_SIZE(g_watched) > 0) {
+        PyObject *mod = Py_NewRef(PyList_GET_ITEM(g_watched, 0));
+        int status = unwatch((pj_module *)mod);
+        if (status != JITOP_OK && first == JITOP_OK)
+            first = status;
+        int rc = PySequence_DelItem(g_watched, 0);
+        Py_DECREF(mod);
+        if (rc < 0)
+            return NULL;
+    }
+    if (first != JITOP_OK)
+        return pj_raise(first, "unwatch at exit");
+    Py_RETURN_NONE;
+}
+
 static PyObject *pj_version(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
@@ -866,6 +906,8 @@ static PyMethodDef pj_methods[] = {
     {"poll_events", pj_poll_events, METH_NOARGS,
      "Delivers queued hot-reload reports now (they are otherwise delivered at the "
      "interpreter's next check)."},
+    {"_unwatch_all", pj_unwatch_all, METH_NOARGS,
+     "Stops every watch and report (registered with atexit by the package)."},
     {"version", pj_version, METH_NOARGS, "libjitop's version."},
     {"nvrtc_version", pj_nvrtc_version, METH_NOARGS, "The NVRTC version jitop compiles with."},
     {NULL, NULL, 0, NULL},
@@ -921,6 +963,10 @@ PyMODINIT_FUNC PyInit__jitop(void)
     PyObject *m = PyModule_Create(&pj_moduledef);
     if (!m)
         return NULL;
+    if (!g_watched && !(g_watched = PyList_New(0))) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddFunctions(m, pj_methods) < 0 ||
         PyModule_AddFunctions(m, pj_shipped_methods) < 0 || pj_op_init(m) < 0 ||
         add_type(m, &pj_context_type, "Context") < 0 ||

@@ -151,3 +151,35 @@ while time.time() < end:
         p.kill()
         p.wait()
     assert "hot reload of module k failed" in err and "broken" in err, err
+
+
+def test_exit_while_watching(tmp_path):
+    # A rebuild in flight as the interpreter exits: atexit stops the watch
+    # first, so that no report is queued into a finalizing interpreter.
+    import subprocess
+    import sys
+    need_fake(pytest)
+    src = write(tmp_path / "k.cu", SRC)
+    code = r"""
+import jitop, os
+mod = jitop.Context(cache_dir=%r).load("k", [%r])
+mod.watch(lambda m, e: None)
+for i in range(3):
+    open(%r + ".tmp", "w").write("extern \"C\" __global__ void saxpy(int n) {}\n// %%d\n" %% i)
+    os.replace(%r + ".tmp", %r)
+""" % (str(tmp_path / "cache"), src, src, src, src)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+
+
+def test_unwatch_stops_reports(tmp_path):
+    _, mod = load(tmp_path)
+    seen = []
+    mod.watch(lambda m, err: seen.append(err))
+    mod.unwatch()
+    mod.unwatch()  # not watched: nothing to do
+    write(tmp_path / "k.cu", SRC + "// edited\n")
+    time.sleep(1.0)
+    jitop.poll_events()
+    assert seen == [] and mod.generation == 0
