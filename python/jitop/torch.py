@@ -67,7 +67,9 @@ class LayerNormFunction(torch.autograd.Function):
                                      _ptr(weight), _ptr(bias), y.data_ptr(), mean.data_ptr(),
                                      rstd.data_ptr(), _jitop.stream(None, jctx.device))
         ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.cols, ctx.dtype, ctx.has_bias = cols, dtype, bias is not None
+        ctx.x_shape = x.shape
+        ctx.cols, ctx.dtype = cols, dtype
+        ctx.bias_shape = bias.shape if bias is not None else None
         return y
 
     @staticmethod
@@ -78,8 +80,8 @@ class LayerNormFunction(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(x)
         dgamma = torch.empty_like(weight) if weight is not None and ctx.needs_input_grad[1] else None
-        dbeta = (torch.empty(ctx.cols, dtype=x.dtype, device=x.device)
-                 if ctx.has_bias and ctx.needs_input_grad[2] else None)
+        dbeta = (torch.empty(ctx.bias_shape, dtype=x.dtype, device=x.device)
+                 if ctx.bias_shape is not None and ctx.needs_input_grad[2] else None)
         rows = x.numel() // ctx.cols
         if rows:
             _jitop.layernorm_backward(jctx, ctx.dtype, rows, ctx.cols, dy.data_ptr(),
@@ -89,9 +91,7 @@ class LayerNormFunction(torch.autograd.Function):
         else:
             dgamma = dgamma.zero_() if dgamma is not None else None
             dbeta = dbeta.zero_() if dbeta is not None else None
-        if dgamma is not None:
-            dgamma = dgamma.view(weight.shape)
-        return dx, dgamma, dbeta, None, None
+        return dx.view(ctx.x_shape), dgamma, dbeta, None, None
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):

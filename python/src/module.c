@@ -33,8 +33,10 @@ PyObject *pj_raise(int status, const char *what)
         type = pj_not_found_error;
     else if (status == JITOP_ENODRIVER)
         type = pj_driver_error;
-    else if (status == JITOP_EARGS || status == JITOP_EINVAL)
+    else if (status == JITOP_EARGS)
         type = PyExc_TypeError;
+    else if (status == JITOP_EINVAL)
+        type = PyExc_ValueError;
     else if (status == JITOP_ENOMEM)
         return PyErr_NoMemory();
     const char *msg = jitop_errmsg(NULL);
