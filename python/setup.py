@@ -70,7 +70,7 @@ setup(
     packages=["jitop"],
     ext_modules=[Extension(
         "jitop._jitop",
-        sources=["src/module.c", "src/op.c", "src/shipped.c"],
+        sources=["src/module.c", "src/op.c", "src/shipped.c", "src/sig.c"],
         depends=["src/pyjitop.h"],
         include_dirs=[os.path.join(ROOT, "include")],
         define_macros=[("_GNU_SOURCE", None)],

@@ -18,6 +18,10 @@
  *    for an 8-byte parameter.
  *  - NumPy scalars and ctypes values: their bytes as they are, when their
  *    size is the parameter's.
+ * A C++ kernel (not extern "C") also tells its parameter types through its
+ * mangled name (sig.c): there an int given to a float or double parameter
+ * is passed as that floating-point type, and a float, None or a device
+ * array given to a parameter of another kind is a TypeError.
  */
 #include "pyjitop.h"
 
@@ -309,13 +313,33 @@ static int put_bytes(const pj_op *op, size_t i, PyObject *obj, unsigned char *ds
     return rc;
 }
 
+static const char *kind_name(unsigned char kind)
+{
+    return kind == PJ_INT ? "an integer" : kind == PJ_FLOAT ? "a floating-point" : "a pointer";
+}
+
+static int kind_error(const pj_op *op, size_t i, PyObject *obj)
+{
+    PyObject *msg = PyUnicode_FromFormat("a %%s for %s parameter", kind_name(op->kind[i]));
+    if (msg) {
+        arg_error(op, i, PyUnicode_AsUTF8(msg), obj);
+        Py_DECREF(msg);
+    }
+    return -1;
+}
+
 static int convert(const pj_op *op, size_t i, PyObject *obj, unsigned char *dst)
 {
+    unsigned char kind = op->kind[i];
     if (PyFloat_CheckExact(obj))
-        return put_float(op, i, obj, dst);
+        return kind == PJ_INT || kind == PJ_PTR ? kind_error(op, i, obj)
+                                                : put_float(op, i, obj, dst);
     if (PyLong_Check(obj))
-        return put_int(op, i, obj, dst);
+        /* A C++ float parameter given 2: the float 2.0, as C++ would. */
+        return kind == PJ_FLOAT ? put_float(op, i, obj, dst) : put_int(op, i, obj, dst);
     if (obj == Py_None) {
+        if (kind == PJ_INT || kind == PJ_FLOAT)
+            return kind_error(op, i, obj);
         if (op->param_size[i] != 8)
             return arg_error(op, i, "%s (a NULL pointer) needs an 8-byte parameter", obj);
         memset(dst, 0, 8);
@@ -324,6 +348,8 @@ static int convert(const pj_op *op, size_t i, PyObject *obj, unsigned char *dst)
     uint64_t p = 0;
     /* Tensors first: the common case pays no look-up of other types. */
     if (g_tensor_type && PyObject_TypeCheck(obj, g_tensor_type)) {
+        if (kind == PJ_INT || kind == PJ_FLOAT)
+            return kind_error(op, i, obj);
         if (op->param_size[i] != 8)
             return arg_error(op, i, "a device pointer (from a %s) needs an 8-byte parameter", obj);
         if (tensor_ptr(obj, &p) < 0)
@@ -336,10 +362,13 @@ static int convert(const pj_op *op, size_t i, PyObject *obj, unsigned char *dst)
         (g_npgeneric && PyObject_TypeCheck(obj, g_npgeneric)))
         return put_bytes(op, i, obj, dst);
     if (PyFloat_Check(obj))
-        return put_float(op, i, obj, dst);
+        return kind == PJ_INT || kind == PJ_PTR ? kind_error(op, i, obj)
+                                                : put_float(op, i, obj, dst);
     int rc = device_ptr(op, i, obj, &p);
     if (rc < 0)
         return -1;
+    if (rc == 1 && (kind == PJ_INT || kind == PJ_FLOAT))
+        return kind_error(op, i, obj);
     if (rc == 0)
         return arg_error(op, i,
                          "cannot pass a %s (expected a tensor, an object with "
@@ -366,12 +395,15 @@ static int refresh(pj_op *op)
     size_t n = info.nparams;
     size_t *sizes = PyMem_Calloc(n ? n : 1, sizeof *sizes);
     size_t *slots = PyMem_Calloc(n ? n : 1, sizeof *slots);
-    if (!sizes || !slots) {
+    unsigned char *kinds = PyMem_Calloc(n ? n : 1, 1);
+    if (!sizes || !slots || !kinds) {
         PyMem_Free(sizes);
         PyMem_Free(slots);
+        PyMem_Free(kinds);
         PyErr_NoMemory();
         return -1;
     }
+    pj_param_kinds(info.lowered, n, kinds);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         size_t s = info.param_size[i], align = s >= 16 ? 16 : 8;
@@ -382,8 +414,10 @@ static int refresh(pj_op *op)
     }
     PyMem_Free(op->param_size);
     PyMem_Free(op->slot);
+    PyMem_Free(op->kind);
     op->param_size = sizes;
     op->slot = slots;
+    op->kind = kinds;
     op->nparams = n;
     op->packed_bytes = off;
     op->generation = gen;
@@ -761,6 +795,7 @@ static void op_dealloc(PyObject *self)
     Py_CLEAR(op->name);
     PyMem_Free(op->param_size);
     PyMem_Free(op->slot);
+    PyMem_Free(op->kind);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -829,6 +864,7 @@ PyObject *pj_op_new(pj_module *owner, jitop_op *jop, PyObject *name)
     op->nparams = 0;
     op->param_size = NULL;
     op->slot = NULL;
+    op->kind = NULL;
     op->packed_bytes = 0;
     PyObject_GC_Track((PyObject *)op);
     return (PyObject *)op;

@@ -71,8 +71,14 @@ typedef struct {
     size_t nparams;
     size_t *param_size;  /* nparams entries */
     size_t *slot;        /* each argument's byte offset in the packed buffer */
+    unsigned char *kind; /* PJ_ANY, PJ_INT, PJ_FLOAT or PJ_PTR per parameter */
     size_t packed_bytes; /* the packed buffer's size */
 } pj_op;
+
+/* A parameter's kind, from a C++ kernel's demangled signature (sig.c);
+ * PJ_ANY where unknown (extern "C" kernels): its size alone decides. */
+enum { PJ_ANY = 0, PJ_INT, PJ_FLOAT, PJ_PTR };
+void pj_param_kinds(const char *lowered, size_t nparams, unsigned char *kinds);
 
 extern PyTypeObject pj_context_type;
 extern PyTypeObject pj_module_type;

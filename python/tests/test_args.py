@@ -15,6 +15,8 @@ struct __align__(16) vec4 { float x, y, z, w; };
 extern "C" __global__ void sizes(char c, short s, int i, long long l, float f, double d,
                                  float *p, vec4 v) {}
 extern "C" __global__ void mark(int *out, int n) {}
+template <typename T> __global__ void typed(T a, T *p, int n, const unsigned long long m) {}
+__global__ void cpp_kernel(double d, float *__restrict__ p, short s) {}
 """
 
 
@@ -211,3 +213,25 @@ def test_bench_launches_from_c(tmp_path):
     assert isinstance(secs, float) and secs >= 0.0 and out.value >= 1
     with pytest.raises(TypeError, match="takes 2 kernel arguments, 1 given"):
         mark._bench(10, 1, 32, 0)
+
+
+def test_cpp_kernels_convert_by_type(tmp_path):
+    mod = load(tmp_path)
+    op = mod["typed<float>"]
+    b = op._pack(2, None, 3, 4)  # the int 2 for T = float: 2.0f
+    assert b[0] == struct.pack("<f", 2.0) and b[2] == struct.pack("<i", 3)
+    assert mod["typed<double>"]._pack(2, 0, 3, 4)[0] == struct.pack("<d", 2.0)
+    # An extern "C" kernel has no types: the same int goes by size.
+    assert mod.sizes._pack(*args(f=2))[4] == struct.pack("<i", 2)
+    with pytest.raises(TypeError, match=r"parameter 2 \(4 bytes\): a float for an integer"):
+        op._pack(2.0, None, 3.5, 4)
+    with pytest.raises(TypeError, match=r"parameter 1 \(8 bytes\): a float for a pointer"):
+        op._pack(2.0, 1.0, 3, 4)
+    with pytest.raises(TypeError, match=r"parameter 0 \(4 bytes\): a CAI for a floating"):
+        op._pack(CAI(0x1000), None, 3, 4)
+    with pytest.raises(TypeError, match=r"parameter 3 \(8 bytes\): a NoneType for an integer"):
+        op._pack(1.0, None, 3, None)
+    c = mod.cpp_kernel
+    b = c._pack(1, CAI(0x2000), 7)
+    assert b[0] == struct.pack("<d", 1.0) and b[1] == struct.pack("<Q", 0x2000)
+    assert b[2] == struct.pack("<h", 7)
