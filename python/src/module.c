@@ -199,9 +199,15 @@ static int deliver(void *unused)
     g_ev_head = g_ev_tail = NULL;
     g_ev_scheduled = 0;
     pthread_mutex_unlock(&g_ev_lock);
+    /* Every module in the list is alive now (a dealloc purges its events
+     * under the lock, and needs the GIL we hold); a callback may drop the
+     * last reference to one (unwatch), so each is held until reported. */
+    for (pj_event *k = e; k; k = k->next)
+        Py_INCREF((PyObject *)k->mod);
     while (e) {
         pj_event *next = e->next;
         report(e);
+        Py_DECREF((PyObject *)e->mod);
         free(e->msg);
         free(e);
         e = next;

@@ -183,3 +183,22 @@ def test_unwatch_stops_reports(tmp_path):
     time.sleep(1.0)
     jitop.poll_events()
     assert seen == [] and mod.generation == 0
+
+
+def test_callback_may_unwatch_and_drop_the_module(tmp_path):
+    # The callback drops the last reference to its module (unwatch, del):
+    # the reports queued behind it must not use a freed module.
+    ctx, mod = load(tmp_path)
+    seen = []
+
+    def cb(m, err):
+        seen.append(err)
+        m.unwatch()
+
+    mod.watch(cb)
+    del mod
+    write(tmp_path / "k.cu", SRC + "// one\n")
+    assert wait_for(lambda: seen), "no reload report"
+    assert seen[0] is None
+    again = ctx.load("k", [str(tmp_path / "k.cu")])  # a new object for the same module
+    assert again.generation >= 1
