@@ -135,6 +135,65 @@ $(FLOCK_SHIM): tests/shim/flock_fail.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 $(BUILD)/tests/cpu/test_cache_safety: $(FLOCK_SHIM)
 
+# The Python package (python/, docs/PYTHON.md). $(BUILD)/python/jitop is the
+# package as it installs: the extension (python/src/*.c against PYTHON's
+# headers, libjitop.a linked in) with the .py files and kernels beside it.
+# `make test` runs its CPU suite (python/tests, pytest or the bundled
+# runner) when PYTHON has its headers; test-python-gpu the GPU suite
+# (python/tests/gpu, torch); `make python` installs it with pip, offline
+# (no build isolation: the interpreter's own setuptools).
+PY_GOALS := test test-python test-python-gpu bench-python
+ifneq ($(filter $(PY_GOALS),$(MAKECMDGOALS)),)
+# The CPU suite prefers an interpreter with pytest (Debian's python3-pytest
+# serves /usr/bin/python3, not a python3 of pyenv or a venv found first);
+# the GPU suite the python3 on PATH, the one with torch. Either way the
+# bundled runner stands in for a missing pytest.
+ifeq ($(origin PYTHON),undefined)
+ifeq ($(filter test-python-gpu bench-python,$(MAKECMDGOALS)),)
+PYTHON := $(shell python3 -c 'import pytest' 2>/dev/null && echo python3 || \
+	{ /usr/bin/python3 -c 'import pytest' 2>/dev/null && echo /usr/bin/python3; } || echo python3)
+endif
+endif
+endif
+PYTHON ?= python3
+ifneq ($(filter $(PY_GOALS),$(MAKECMDGOALS)),)
+PY_CFG := $(shell $(PYTHON) -c 'import sys, sysconfig; print(sysconfig.get_paths()["include"], sys.implementation.cache_tag)' 2>/dev/null)
+endif
+PY_INC := $(word 1,$(PY_CFG))
+# One package per interpreter (cpython-311, cpython-312): an extension built
+# for one does not import in another.
+PY_PKG := $(BUILD)/python/$(or $(word 2,$(PY_CFG)),none)/jitop
+PY_EXT := $(PY_PKG)/_jitop.so
+PY_CSRC := $(sort $(wildcard python/src/*.c))
+PY_FILES := $(sort $(wildcard python/jitop/*.py))
+$(PY_EXT): $(PY_CSRC) $(wildcard python/src/*.h) $(PY_FILES) $(wildcard kernels/*) $(STATIC)
+	@test -f "$(PY_INC)/Python.h" || { echo "no Python.h for $(PYTHON) (install python3-dev)"; exit 1; }
+	@mkdir -p $(@D)/kernels
+	$(CC) -Iinclude -I$(PY_INC) -D_GNU_SOURCE $(CFLAGS) -fPIC -fvisibility=hidden -shared \
+	  $(LDFLAGS) -o $@ $(PY_CSRC) $(STATIC) $(LDLIBS)
+	cp $(PY_FILES) $(@D)/
+	cp -R kernels/. $(@D)/kernels/
+# Folded into `make test` only where the interpreter has its headers; not
+# under TSAN (an uninstrumented interpreter gives it nothing to check).
+PY_ON := $(if $(TSAN),,$(if $(wildcard $(PY_INC)/Python.h),1))
+PY_TEST_DEPS := $(if $(PY_ON),$(PY_EXT) $(FAKE_CUDA))
+PY_TEST_RUN := $(if $(PY_ON),python/tests/run.sh)
+export PYTHON
+export JITOP_PY_PKG := $(abspath $(PY_PKG))
+.PHONY: test-python test-python-gpu bench-python python python-ldlibs
+test-python: deps $(PY_EXT) $(FAKE_CUDA) $(CLI)
+	@JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh python/tests/run.sh
+test-python-gpu: deps $(PY_EXT)
+	@JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh python/tests/run-gpu.sh
+# BENCH_ARGS: --quick, --parts launch,load,lltm (bench/python_bench.py).
+bench-python: deps $(PY_EXT)
+	PYTHONPATH=$(abspath $(dir $(PY_PKG))) $(PYTHON) bench/python_bench.py $(BENCH_ARGS)
+python: $(STATIC)
+	$(PYTHON) -m pip install --no-build-isolation ./python
+# What python/setup.py links the extension with.
+python-ldlibs:
+	@echo $(DEPS_LIB) $(LDLIBS)
+
 # Under TSAN=1 every report fails the program that made it (exit 66), the
 # CLI's runs included; tests/tsan.supp lists the documented false positives.
 TSAN_ENV := $(if $(TSAN),TSAN_OPTIONS="suppressions=$(abspath tests/tsan.supp) second_deadlock_stack=1 $$TSAN_OPTIONS")
@@ -142,9 +201,10 @@ TSAN_ENV := $(if $(TSAN),TSAN_OPTIONS="suppressions=$(abspath tests/tsan.supp) s
 # The CPU suite: real NVRTC, no GPU. Ends with "N passed, N failed". First
 # the rooms check (scripts/check-rooms.sh: src/'s includes and calls go one
 # way, bottom to top; under a second).
-test: deps all $(CPU_TESTS)
+test: deps all $(CPU_TESTS) $(PY_TEST_DEPS)
 	@scripts/check-rooms.sh $(BUILD)/obj/src
-	@$(TSAN_ENV) JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS)
+	@$(TSAN_ENV) JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS) \
+	  $(PY_TEST_RUN)
 
 # The GPU suite: skips (SKIP lines) where no driver is found.
 test-gpu: deps all $(GPU_TESTS)

@@ -16,6 +16,19 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v make >/dev/null 2>&1 || missing+=(make)
 have_header xxhash.h || missing+=(libxxhash-dev)
 have_header cmocka.h || missing+=(libcmocka-dev)
+# Optional, never a failure: the Python package's tests (`make test` runs
+# them where python3 has its headers, with pytest or a bundled runner) use
+# Debian's headers and pytest for /usr/bin/python3, installed where apt-get
+# can (as root).
+optional=()
+if [ -x /usr/bin/python3 ]; then
+    pyver=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+    [ -z "$pyver" ] || have_header "python$pyver/Python.h" || optional+=(python3-dev)
+    [ -d /usr/lib/python3/dist-packages/pytest ] || optional+=(python3-pytest)
+fi
+if [ ${#optional[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    missing+=("${optional[@]}")
+fi
 # Optional: valgrind for `make valgrind`, only where asked for.
 if [ "${JITOP_WANT_VALGRIND:-0}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
     missing+=(valgrind)
