@@ -38,6 +38,8 @@ DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(c
 CPPFLAGS += -Iinclude -Isrc -I$(CUDA_HOME)/include $(DEPS_INC) -D_GNU_SOURCE \
 	-DJITOP_SOURCE_KERNEL_DIR='"$(abspath kernels)"' \
 	-DJITOP_INSTALL_KERNEL_DIR='"$(PREFIX)/share/jitop/kernels"' \
+	-DJITOP_SOURCE_INCLUDE_DIR='"$(abspath include)"' \
+	-DJITOP_INSTALL_INCLUDE_DIR='"$(PREFIX)/include"' \
 	-DJITOP_CUDA_HOME='"$(CUDA_HOME)"'
 CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Werror -pthread $(SAN_FLAGS)
 LIB_CFLAGS := -fPIC -fvisibility=hidden -DJITOP_BUILDING
@@ -46,7 +48,7 @@ LIB_CFLAGS := -fPIC -fvisibility=hidden -DJITOP_BUILDING
 # us of a 0.25 ms load + get in a new process on the GPU machine).
 LDFLAGS += $(SAN_FLAGS) $(DEPS_LIB) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	-Wl,-z,relro,-z,now
-LDLIBS += -ldl -lpthread -lm
+LDLIBS += -ldl -lpthread -lm -lffi
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -211,7 +213,7 @@ bench: deps all
 install: deps all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/jitop/kernels
-	install -m 644 include/jitop.h include/jitop_ops.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/jitop.h include/jitop_ops.h include/jitop_host.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libjitop.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libjitop.so.$(SOVERSION)
@@ -222,7 +224,7 @@ install: deps all
 	  jitop.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/jitop.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/include/jitop.h $(DESTDIR)$(PREFIX)/include/jitop_ops.h \
+	rm -f $(DESTDIR)$(PREFIX)/include/jitop.h $(DESTDIR)$(PREFIX)/include/jitop_ops.h $(DESTDIR)$(PREFIX)/include/jitop_host.h \
 	  $(DESTDIR)$(PREFIX)/lib/libjitop.* $(DESTDIR)$(PREFIX)/bin/jitop \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/jitop.pc
 	rm -rf $(DESTDIR)$(PREFIX)/share/jitop

@@ -16,6 +16,8 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v make >/dev/null 2>&1 || missing+=(make)
 have_header xxhash.h || missing+=(libxxhash-dev)
 have_header cmocka.h || missing+=(libcmocka-dev)
+# libffi calls host functions whose signature is known only at run time.
+have_header ffi.h || have_header x86_64-linux-gnu/ffi.h || have_header "$(uname -m)-linux-gnu/ffi.h" || missing+=(libffi-dev)
 # Optional: valgrind for `make valgrind`, only where asked for.
 if [ "${JITOP_WANT_VALGRIND:-0}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
     missing+=(valgrind)
