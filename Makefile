@@ -58,13 +58,14 @@ CPU_TESTS := $(patsubst tests/cpu/%.c,$(BUILD)/tests/cpu/%,$(sort $(wildcard tes
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(sort $(wildcard tests/gpu/test_*.c)))
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
+LLTM_EXT := $(BUILD)/examples/lltm_extension
 
 STATIC := $(BUILD)/libjitop.a
 SHARED := $(BUILD)/libjitop.so.$(VERSION)
 CLI := $(BUILD)/jitop
 
 .PHONY: all deps test test-gpu valgrind stress fuzz fuzz-seeds demo bench install uninstall clean
-all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(LLTM_EXT)
 
 # Checks (and on Debian as root installs) the build dependencies; valgrind
 # too when `make valgrind` is asked for.
@@ -209,6 +210,17 @@ demo: deps all
 # BENCH_ARGS: --quick (fewer repetitions) or --gpu-smoke (each part once).
 bench: deps all
 	@BUILD=$(abspath $(BUILD)) CUDA_HOME=$(CUDA_HOME) DEPS_PREFIX=$(DEPS_PREFIX) bench/run.sh $(BENCH_ARGS)
+
+# The LLTM extension example (examples/lltm_extension): its host code and
+# kernels/lltm.cu in one jitop_load, checked against a float64 reference.
+$(LLTM_EXT): examples/lltm_extension/main.c $(STATIC) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -DLLTM_EXT_DIR='"$(abspath examples/lltm_extension)"' \
+	  -DLLTM_KERNEL_DIR='"$(abspath kernels)"' $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS) \
+	  -L$(CUDA_HOME)/lib64/stubs -lcuda
+.PHONY: lltm-extension
+lltm-extension: deps $(LLTM_EXT)
+	$(LLTM_EXT)
 
 install: deps all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \

@@ -416,6 +416,35 @@ static void test_ninja_and_jitop_builders_agree(void **state)
     free(dir);
 }
 
+/* The LLTM extension's host half compiles on its own (its kernels need a
+ * GPU to load), records its prototypes, and checks its arguments before it
+ * launches anything. */
+static void test_lltm_extension_host_half(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    const char *srcs[] = {JITOP_SOURCE_KERNEL_DIR "/../examples/lltm_extension/lltm_host.c"};
+    const char *opts[] = {"-Xhost=-Wall", "-Xhost=-Werror"};
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_module *m = load(ctx, "lltm_host", srcs, 1, opts, 2);
+    assert_int_equal(call_int(m, "lltm_host_version"), 1);
+    jitop_fn *f = NULL;
+    OK(jitop_fn_get(m, "lltm_forward",
+                    "int(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, ptr)", &f));
+    void *p = NULL;
+    int zero = 0, one = 1, ret = -1;
+    void *args[] = {&p, &p, &p, &p, &p, &p, &p, &p, &zero, &one, &one, &p};
+    OK(jitop_call(f, args, &ret));
+    assert_int_equal(ret, JITOP_EINVAL); /* B = 0: refused before any launch */
+    OK(jitop_fn_get(m, "lltm_backward",
+                    "int(const float *, const float *, float *, const float *, float *, float *, "
+                    "float *, float *, float *, int, int, int, void *)",
+                    &f));
+    jitop_ctx_destroy(ctx);
+    free(cache);
+    free(dir);
+}
+
 /* ---------------------------------------------------------- hot reload */
 
 struct caller {
@@ -490,6 +519,47 @@ static void test_hot_reload_while_another_thread_calls(void **state)
     assert_int_equal(jitop_module_reload(m), JITOP_ECOMPILE);
     assert_non_null(strstr(jitop_errmsg(NULL), "v.c:3:"));
     assert_int_equal(call_int(m, "value"), 2);
+    jitop_ctx_destroy(ctx);
+    free(src);
+    free(cache);
+    free(dir);
+}
+
+/* jitop_watch on a module of host code: a save is rebuilt in the
+ * background and swapped in at jitop_poll. */
+static atomic_int g_reloads;
+
+static void on_reload(void *user, jitop_module *m, int status, const char *message)
+{
+    (void)user;
+    (void)m;
+    (void)message;
+    if (status == JITOP_OK)
+        atomic_fetch_add(&g_reloads, 1);
+}
+
+static void test_watch_reloads_host_code(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    char *src = jt_write(dir, "v.c", VALUE_SRC);
+    free(jt_write(dir, "value.h", "#define VALUE 10\n"));
+    const char *srcs[] = {src};
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_module *m = load(ctx, "w", srcs, 1, NULL, 0);
+    atomic_store(&g_reloads, 0);
+    OK(jitop_watch(m, JITOP_RELOAD_POLL, on_reload, NULL));
+    free(jt_write_rename(dir, "value.h", "#define VALUE 11\n"));
+    /* The rebuild runs on the watch thread; the swap waits for the poll. */
+    for (int i = 0; i < 60000 && atomic_load(&g_reloads) == 0; i++) {
+        int swapped = 0;
+        OK(jitop_poll(ctx, &swapped));
+        if (!swapped)
+            usleep(5000);
+    }
+    assert_int_equal(atomic_load(&g_reloads), 1);
+    assert_int_equal(call_int(m, "value"), 11);
+    OK(jitop_unwatch(m));
     jitop_ctx_destroy(ctx);
     free(src);
     free(cache);
@@ -601,8 +671,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_syntax_error_gives_file_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ninja_and_jitop_builders_agree, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lltm_extension_host_half, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_reload_while_another_thread_calls, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_watch_reloads_host_code, setup, teardown),
         cmocka_unit_test_setup_teardown(test_16_processes_build_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill9_mid_build_publishes_nothing, setup, teardown),
     };
