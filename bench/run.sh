@@ -182,6 +182,7 @@ drive_step() { # phase cap
 # --- the compile-and-cache part: runs everywhere
 drive_step cpu 120
 prog_step cache_bench 60
+prog_step host_bench 90
 
 # --- the GPU part
 if [ -n "$GPU" ]; then
