@@ -11,6 +11,7 @@
  *   cli_help.c     the help text of every command
  *   cli_json.c     JSON string escaping, terminal-safe plain text
  *   cli_build.c    `jitop build` / `jitop explain`
+ *   cli_host.c     `jitop build` of host sources (.c, .cpp, ...)
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
@@ -28,6 +29,9 @@
  *                  that hits from the cache on the main thread (its time
  *                  covers its hashing), so that a no-op build starts no
  *                  worker thread
+ *   cli_host.c     jitop__host_lib_build (host/host.h): host sources are one
+ *                  shared object, built without loading it (no public call
+ *                  builds host code without a module)
  *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
  *                  cache: jitop_watch watches loaded modules, which need a
  *                  GPU; `jitop watch` must not
@@ -197,6 +201,11 @@ extern const char jitop_cli_build_flags_help[];
 /* Command entry points: argv[0] is the command name. Each returns the exit
  * status. */
 int jitop_cli_build(int argc, char **argv);
+/* Builds the host sources among files (taken out of it) as one module's
+ * host object into the cache, with the -Xhost= / -Xhost-ld= options (taken
+ * out of options) and the shared -D, -U, -I; prints one line per source. */
+int jitop_cli_build_host(const char *cmd, jitop_ctx *ctx, jitop_cli_strs *files,
+                         jitop_cli_strs *options, int json);
 int jitop_cli_explain(int argc, char **argv);
 int jitop_cli_ls(int argc, char **argv);
 int jitop_cli_gc(int argc, char **argv);

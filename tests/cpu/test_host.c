@@ -445,6 +445,35 @@ static void test_lltm_extension_host_half(void **state)
     free(dir);
 }
 
+/* `jitop build` prewarms host sources (no GPU): then a load compiles
+ * nothing. */
+static void test_cli_build_prewarms_host_sources(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    char *src = jt_write(dir, "v.c", VALUE_SRC);
+    free(jt_write(dir, "value.h", "#define VALUE 8\n"));
+    settle();
+    char cmd[8192], *out = NULL;
+    snprintf(cmd, sizeof cmd, "JITOP_NINJA=0 '%s' build --arch sm_90 --cache-dir '%s' '%s' "
+             "-Xnvrtc -Xhost=-O1", jt_cli(), cache, src);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "host built"));
+    free(out);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "host hit"));
+    free(out);
+    reset_count();
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    const char *srcs[] = {src}, *opts[] = {"-Xhost=-O1"};
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, opts, 1), "value"), 8);
+    assert_int_equal(atomic_load(&g_compiles), 0);
+    jitop_ctx_destroy(ctx);
+    free(src);
+    free(cache);
+    free(dir);
+}
+
 /* ---------------------------------------------------------- hot reload */
 
 struct caller {
@@ -672,6 +701,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_syntax_error_gives_file_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ninja_and_jitop_builders_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lltm_extension_host_half, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cli_build_prewarms_host_sources, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_reload_while_another_thread_calls, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_watch_reloads_host_code, setup, teardown),
