@@ -56,6 +56,10 @@ static const char build_head[] =
     "alone), status, key, ms (and \"error\" when status is \"error\"). Failing\n"
     "files' NVRTC logs (file:line) go to stderr. A progress line is shown when\n"
     "stderr is a terminal.\n"
+    "Host sources named (.c, .cc, .cpp, .cxx) are built together, as one\n"
+    "module's host code, by $CC/$CXX (ninja when on PATH): one line each,\n"
+    "  FILE host built|hit KEY (BUILDER)\n"
+    "with their flags as -Xnvrtc -Xhost=FLAG and -Xnvrtc -Xhost-ld=FLAG.\n"
     "\n"
     "flags:\n";
 
