@@ -137,12 +137,14 @@ const char *jitop__host_ninja(void);
 
 /* Builds the objects of units[0..n) that are not fresh with ninja in a
  * build folder of the module (build.ninja written there: one compile edge
- * per unit with deps = gcc and depfile, one link edge), then publishes each
- * object ninja (re)built into the cache. objs[i] is filled as
- * jitop__host_obj_build would (with the bytes). */
+ * per unit with deps = gcc and depfile, one link edge: ld -shared with
+ * ldflags), then publishes each object into the cache. objs[i] is filled
+ * as jitop__host_obj_build would (with the bytes), *so with the linked
+ * object's bytes (the caller stores it under the link's key). */
 int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label,
                             jitop__host_unit *units, size_t n, jitop__host_cc *ccs,
-                            jitop__host_obj *objs);
+                            jitop__host_obj *objs, const jitop__host_cc *ld,
+                            const jitop__strv *ldflags, jitop__binary *so);
 
 /* ------------------------------------------------------------ library.c */
 

@@ -309,8 +309,11 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
     /* Objects: ninja when there is one, else jitop's own builder. */
     const char *ninja = jitop__host_ninja();
     double t = jitop__now_ms();
+    jitop__binary ninja_so;
+    memset(&ninja_so, 0, sizeof ninja_so);
     if (ninja)
-        status = jitop__host_ninja_build(ctx, ninja, label, units, n, ccs, objs);
+        status = jitop__host_ninja_build(ctx, ninja, label, units, n, ccs, objs, ld, ldflags,
+                                         &ninja_so);
     else
         status = build_parallel(ctx, units, n, ccs, objs);
     if (status != JITOP_OK)
@@ -338,7 +341,14 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
     } else if (status == JITOP_OK) {
         char *log = NULL;
         t = jitop__now_ms();
-        status = link_objects(ctx, label, ld, ldflags, objs, n, &e.bin, &log);
+        /* Ninja's link edge linked the same objects with the same
+         * command: its output is this link's. */
+        if (ninja_so.data) {
+            e.bin = ninja_so;
+            memset(&ninja_so, 0, sizeof ninja_so);
+        } else {
+            status = link_objects(ctx, label, ld, ldflags, objs, n, &e.bin, &log);
+        }
         if (status == JITOP_OK &&
             (!(e.arch = jitop__strdup("host")) ||
              !(e.nvrtc_version = jitop__sprintf("host linker %s", ld->rec.path)) ||
@@ -361,6 +371,7 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
         free(log);
     }
     jitop__entry_free(&e);
+    jitop__binary_free(&ninja_so);
     jitop__cache_unlock(lockfd);
     if (status == JITOP_OK)
         status = union_deps(objs, n, &out->deps);

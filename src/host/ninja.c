@@ -120,8 +120,32 @@ static int compile_command(const jitop__host_unit *u, const jitop__host_cc *cc, 
     return status;
 }
 
+/* The link rule: the linker and its words, -shared, the objects, the
+ * link flags. */
+static int link_command(const jitop__host_cc *ld, const jitop__strv *ldflags, char **out)
+{
+    jitop__strv head = {0}, tail = {0};
+    int status = JITOP_OK;
+    for (size_t i = 0; status == JITOP_OK && i < ld->argv0.n; i++)
+        status = shell_word(&head, ld->argv0.v[i]);
+    for (size_t i = 0; status == JITOP_OK && i < ldflags->n; i++)
+        status = shell_word(&tail, ldflags->v[i]);
+    char *h = status == JITOP_OK ? jitop__strv_join(&head, " ") : NULL;
+    char *t = status == JITOP_OK ? (tail.n ? jitop__strv_join(&tail, " ") : jitop__strdup(""))
+                                 : NULL;
+    char *he = h ? ninja_escape(h, false) : NULL, *te = t ? ninja_escape(t, false) : NULL;
+    if (status == JITOP_OK &&
+        (!he || !te || !(*out = jitop__sprintf("%s -shared $in %s -o $out", he, te))))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    free(h), free(t), free(he), free(te);
+    jitop__strv_free(&head);
+    jitop__strv_free(&tail);
+    return status;
+}
+
 static int write_build_file(const char *dir, jitop__host_unit *units, size_t n,
-                            const jitop__host_cc *ccs)
+                            const jitop__host_cc *ccs, const jitop__host_cc *ld,
+                            const jitop__strv *ldflags)
 {
     char *text = NULL;
     size_t len = 0;
@@ -144,6 +168,25 @@ static int write_build_file(const char *dir, jitop__host_unit *units, size_t n,
         free(src);
         free(chunk);
     }
+    char *lcmd = NULL, *chunk = NULL;
+    if (status == JITOP_OK)
+        status = link_command(ld, ldflags, &lcmd);
+    if (status == JITOP_OK &&
+        !(chunk = jitop__sprintf("rule link\n  command = %s\n  description = LINK $out\n"
+                                 "build lib.so: link",
+                                 lcmd)))
+        status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    if (status == JITOP_OK)
+        status = append(&text, &len, chunk);
+    free(lcmd);
+    free(chunk);
+    for (size_t i = 0; status == JITOP_OK && i < n; i++) {
+        char obj[32];
+        snprintf(obj, sizeof obj, " obj%zu.o", i);
+        status = append(&text, &len, obj);
+    }
+    if (status == JITOP_OK)
+        status = append(&text, &len, "\ndefault lib.so\n");
     char *path = status == JITOP_OK ? jitop__sprintf("%s/build.ninja", dir) : NULL;
     char *tmp = path ? jitop__sprintf("%s.tmp", path) : NULL;
     if (status == JITOP_OK && (!path || !tmp))
@@ -251,8 +294,10 @@ static int ninja_deps(const char *ninja, const char *dir, size_t i, const char *
 
 int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label,
                             jitop__host_unit *units, size_t n, jitop__host_cc *ccs,
-                            jitop__host_obj *objs)
+                            jitop__host_obj *objs, const jitop__host_cc *ld,
+                            const jitop__strv *ldflags, jitop__binary *so)
 {
+    memset(so, 0, sizeof *so);
     char *dir = NULL, *lockpath = NULL;
     int lockfd = -1;
     int status = build_dir(units, n, ccs, &dir);
@@ -268,7 +313,7 @@ int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label
     for (size_t i = 0; status == JITOP_OK && i < n; i++)
         status = jitop__host_cc_identify(&ccs[i]);
     for (int attempt = 0; status == JITOP_OK; attempt++) {
-        status = write_build_file(dir, units, n, ccs);
+        status = write_build_file(dir, units, n, ccs, ld, ldflags);
         if (status != JITOP_OK)
             break;
         struct timespec ts;
@@ -283,8 +328,6 @@ int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label
             argv[4] = NULL;
         char *log = NULL;
         int code = 0;
-        for (size_t i = 0; jitop__host_before_compile_hook && i < n; i++)
-            jitop__host_before_compile_hook(units[i].path);
         status = jitop__host_run(argv, &log, &code);
         if (status == JITOP_OK && code != 0)
             status = jitop__fail(JITOP_ECOMPILE, "host build of %s by ninja failed (%s, in %s):\n%s",
@@ -321,14 +364,25 @@ int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label
             free(o);
             free(d);
         }
-        if (!again)
+        if (!again) {
+            char *lib = status == JITOP_OK ? jitop__sprintf("%s/lib.so", dir) : NULL;
+            char *bytes = NULL;
+            if (status == JITOP_OK && !lib)
+                status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            if (status == JITOP_OK)
+                status = jitop__read_file(lib, &bytes, &so->size);
+            so->data = (unsigned char *)bytes;
+            free(lib);
             break;
+        }
     }
     if (lockfd >= 0)
         close(lockfd); /* releases the flock */
-    if (status != JITOP_OK)
+    if (status != JITOP_OK) {
         for (size_t i = 0; i < n; i++)
             jitop__host_obj_free(&objs[i]);
+        jitop__binary_free(so);
+    }
     free(lockpath);
     free(dir);
     return status;
