@@ -32,7 +32,7 @@ comma := ,
 OPT ?= -O2
 SAN_FLAGS := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) \
 	$(if $(TSAN),-fsanitize=thread -fno-omit-frame-pointer)
-DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
+DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu)
 DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(comma)-rpath$(comma)$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu)
 
 CPPFLAGS += -Iinclude -Isrc -I$(CUDA_HOME)/include $(DEPS_INC) -D_GNU_SOURCE \
