@@ -595,6 +595,37 @@ static void test_watch_reloads_host_code(void **state)
     free(dir);
 }
 
+/* C++: exports are extern "C"; an inline function's static (which GCC
+ * would make a GNU unique symbol, pinning the object) does not keep the
+ * old object mapped after a reload. */
+static void test_cxx_source_reloads_and_unloads(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    const char *text = "#include <jitop_host.h>\n"
+                       "#include \"value.h\"\n"
+                       "template <typename T> struct box { static T v; };\n"
+                       "template <typename T> T box<T>::v = T(VALUE);\n"
+                       "inline int &counter() { static int c = 0; return c; }\n"
+                       "JITOP_EXPORT(int, value, (void)) { counter()++; return box<int>::v; }\n";
+    char *src = jt_write(dir, "v.cpp", text);
+    free(jt_write(dir, "value.h", "#define VALUE 20\n"));
+    const char *srcs[] = {src}, *opts[] = {"-Xhost=-std=c++17"};
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_module *m = load(ctx, "cxx", srcs, 1, opts, 1);
+    assert_int_equal(call_int(m, "value"), 20);
+    char old_key[33];
+    memcpy(old_key, atomic_load(&m->host->cur)->key, sizeof old_key);
+    free(jt_write(dir, "value.h", "#define VALUE 21\n"));
+    OK(jitop_module_reload(m));
+    assert_int_equal(call_int(m, "value"), 21);
+    assert_false(mapped(old_key));
+    jitop_ctx_destroy(ctx);
+    free(src);
+    free(cache);
+    free(dir);
+}
+
 /* ------------------------------------------------------ processes */
 
 static void test_16_processes_build_once(void **state)
@@ -705,6 +736,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hot_reload_while_another_thread_calls, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_watch_reloads_host_code, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cxx_source_reloads_and_unloads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_16_processes_build_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill9_mid_build_publishes_nothing, setup, teardown),
     };
