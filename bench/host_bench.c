@@ -10,6 +10,7 @@
 #include "jitop.h"
 
 #include <dlfcn.h>
+#include <ffi.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,14 @@ int main(int argc, char **argv)
     void *args[] = {&p, &p, &p, &p, &p, &p, &p, &p, &zero, &one, &one, &p};
     const int calls = 1000000, creps = bench_reps(7, 3, 1);
     double *d1 = calloc((size_t)creps, sizeof *d1), *d2 = calloc((size_t)creps, sizeof *d2);
+    double *d3 = calloc((size_t)creps, sizeof *d3);
+    /* libffi alone on the same prototype: the floor of jitop_call. */
+    ffi_cif cif;
+    ffi_type *at[12];
+    for (int i = 0; i < 12; i++)
+        at[i] = i >= 8 && i < 11 ? &ffi_type_sint32 : &ffi_type_pointer;
+    if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, 12, &ffi_type_sint32, at) != FFI_OK)
+        return 1;
     for (int r = 0; r < creps; r++) {
         double t = bench_now_ms();
         for (int i = 0; i < calls; i++)
@@ -206,9 +215,16 @@ int main(int argc, char **argv)
         for (int i = 0; i < calls; i++)
             ret += vf(p, p, p, p, p, p, p, p, zero, one, one, p);
         d2[r] = (bench_now_ms() - t) * 1e6 / calls;
+        ffi_arg fr;
+        t = bench_now_ms();
+        for (int i = 0; i < calls; i++)
+            ffi_call(&cif, FFI_FN(addr), &fr, args);
+        d3[r] = (bench_now_ms() - t) * 1e6 / calls;
     }
     bench_emit("host", "lltm_forward (12 args)", "jitop", "jitop_call", "ns", d1, (size_t)creps);
     bench_emit("host", "lltm_forward (12 args)", "direct", "call through the address", "ns", d2,
+               (size_t)creps);
+    bench_emit("host", "lltm_forward (12 args)", "libffi", "ffi_call alone (same cif)", "ns", d3,
                (size_t)creps);
     jitop_ctx_destroy(ctx);
     char rm[128];
