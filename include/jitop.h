@@ -52,7 +52,7 @@ typedef enum jitop_status {
     JITOP_EINVAL,    /* an argument is invalid; the message names it */
     JITOP_ENOMEM,    /* out of host memory */
     JITOP_EIO,       /* a file could not be read or written; the message names it */
-    JITOP_ECOMPILE,  /* NVRTC rejected the source; the message holds its log (file:line) */
+    JITOP_ECOMPILE,  /* a compiler (NVRTC, host cc) rejected the source; the log (file:line) */
     JITOP_ENVRTC,    /* NVRTC itself failed (not a source error) */
     JITOP_ENODRIVER, /* no usable CUDA driver (libcuda.so.1 missing, or no device) */
     JITOP_ECUDA,     /* the driver returned an error; the message has its name and text */

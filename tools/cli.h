@@ -11,7 +11,7 @@
  *   cli_help.c     the help text of every command
  *   cli_json.c     JSON string escaping, terminal-safe plain text
  *   cli_build.c    `jitop build` / `jitop explain`
- *   cli_host.c     `jitop build` of host sources (.c, .cpp, ...)
+ *   cli_host.c     `jitop build` / `jitop watch` of host sources (.c, .cpp, ...)
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker threads for `jitop build`
  *   cli_cache.c    `jitop ls`, `jitop gc`, `jitop clean`
@@ -206,6 +206,11 @@ int jitop_cli_build(int argc, char **argv);
  * out of options) and the shared -D, -U, -I; prints one line per source. */
 int jitop_cli_build_host(const char *cmd, jitop_ctx *ctx, jitop_cli_strs *files,
                          jitop_cli_strs *options, int json);
+/* Moves the host sources of files to srcs and the -Xhost= / -Xhost-ld=
+ * options to host_options, then appends a copy of every other option to
+ * host_options (the shared -D, -U, -I among them). */
+int jitop_cli_take_host(const char *cmd, jitop_cli_strs *files, jitop_cli_strs *options,
+                        jitop_cli_strs *srcs, jitop_cli_strs *host_options);
 int jitop_cli_explain(int argc, char **argv);
 int jitop_cli_ls(int argc, char **argv);
 int jitop_cli_gc(int argc, char **argv);

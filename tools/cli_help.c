@@ -89,7 +89,8 @@ static const char watch_head[] =
     "Builds PATH... like `jitop build`, then rebuilds on every save of a source\n"
     "or of a header it includes, and prints the result (ok with the time, or the\n"
     "compile errors with file:line). With -- COMMAND, reruns COMMAND after every\n"
-    "successful build. Ctrl-C exits.\n"
+    "successful build. Ctrl-C exits. Host sources (.c, .cpp, ...) are built\n"
+    "together as one module's host code, reported as FILE (host).\n"
     "\n"
     "flags (the same as build):\n";
 

@@ -8,22 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Takes the host sources out of files and the host-only options
- * (-Xhost=..., -Xhost-ld=...) out of options. */
-static int take(jitop_cli_strs *from, jitop__strv *to, int (*is)(const char *))
+/* Moves the items of from that is() accepts to to. */
+static int take(jitop_cli_strs *from, jitop_cli_strs *to, int (*is)(const char *))
 {
     size_t kept = 0;
+    int rc = 0;
     for (size_t i = 0; i < from->n; i++) {
-        if (is(from->v[i])) {
-            if (jitop__strv_push(to, from->v[i]) != JITOP_OK)
-                return -1;
+        if (rc == 0 && is(from->v[i])) {
+            rc = jitop_cli_strs_push(to, from->v[i]);
             free(from->v[i]);
         } else {
             from->v[kept++] = from->v[i];
         }
     }
     from->n = kept;
-    return 0;
+    return rc;
 }
 
 static int is_host_source(const char *p)
@@ -36,29 +35,35 @@ static int is_host_option(const char *o)
     return strncmp(o, "-Xhost=", 7) == 0 || strncmp(o, "-Xhost-ld=", 10) == 0;
 }
 
+int jitop_cli_take_host(const char *cmd, jitop_cli_strs *files, jitop_cli_strs *options,
+                        jitop_cli_strs *srcs, jitop_cli_strs *host_options)
+{
+    int rc = take(files, srcs, is_host_source);
+    if (rc == 0)
+        rc = take(options, host_options, is_host_option);
+    for (size_t i = 0; rc == 0 && i < options->n; i++)
+        rc = jitop_cli_strs_push(host_options, options->v[i]);
+    if (rc != 0) {
+        fprintf(stderr, "jitop %s: out of memory\n", cmd);
+        return JITOP_CLI_EXIT_FAIL;
+    }
+    return JITOP_CLI_EXIT_OK;
+}
+
 int jitop_cli_build_host(const char *cmd, jitop_ctx *ctx, jitop_cli_strs *files,
                          jitop_cli_strs *options, int json)
 {
-    jitop__strv srcs = {0}, host_opts = {0}, abs = {0}, dev = {0}, cflags = {0}, ldflags = {0};
+    jitop_cli_strs srcs = {0}, host_opts = {0};
+    jitop__strv abs = {0}, dev = {0}, cflags = {0}, ldflags = {0};
     jitop__host_lib lib;
     memset(&lib, 0, sizeof lib);
-    int rc = JITOP_CLI_EXIT_OK;
-    if (take(files, &srcs, is_host_source) != 0 || take(options, &host_opts, is_host_option) != 0) {
-        fprintf(stderr, "jitop %s: out of memory\n", cmd);
-        rc = JITOP_CLI_EXIT_FAIL;
+    int rc = jitop_cli_take_host(cmd, files, options, &srcs, &host_opts);
+    if (rc != JITOP_CLI_EXIT_OK || srcs.n == 0)
         goto out;
-    }
-    if (srcs.n == 0)
-        goto out;
-    /* The host options, then the shared ones (-D, -U, -I), as jitop_load
+    /* The host options and the shared ones (-D, -U, -I), as jitop_load
      * splits a module's options. */
-    for (size_t i = 0; i < options->n && rc == JITOP_CLI_EXIT_OK; i++)
-        if (jitop__strv_push(&host_opts, options->v[i]) != JITOP_OK)
-            rc = JITOP_CLI_EXIT_FAIL;
-    int st = rc == JITOP_CLI_EXIT_OK
-                 ? jitop__host_split_options((const char *const *)host_opts.v, host_opts.n, &dev,
-                                             &cflags, &ldflags)
-                 : JITOP_ENOMEM;
+    int st = jitop__host_split_options((const char *const *)host_opts.v, host_opts.n, &dev,
+                                       &cflags, &ldflags);
     for (size_t i = 0; st == JITOP_OK && i < srcs.n; i++) {
         char *p = jitop__abspath(srcs.v[i]);
         st = p ? jitop__strv_push(&abs, p) : jitop__fail_abspath(srcs.v[i]);
@@ -86,8 +91,8 @@ int jitop_cli_build_host(const char *cmd, jitop_ctx *ctx, jitop_cli_strs *files,
     }
 out:
     jitop__host_lib_free(&lib);
-    jitop__strv_free(&srcs);
-    jitop__strv_free(&host_opts);
+    jitop_cli_strs_free(&srcs);
+    jitop_cli_strs_free(&host_opts);
     jitop__strv_free(&abs);
     jitop__strv_free(&dev);
     jitop__strv_free(&cflags);

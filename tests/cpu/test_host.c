@@ -474,6 +474,57 @@ static void test_cli_build_prewarms_host_sources(void **state)
     free(dir);
 }
 
+/* Lines of a file that contain needle. */
+static int count_lines(const char *path, const char *needle)
+{
+    char *text = jt_read(path);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(text);
+    return n;
+}
+
+/* `jitop watch` on a host source: built at start, again after a header
+ * save, an error with file:line after a bad save; SIGTERM ends it. */
+static void test_cli_watch_rebuilds_host_sources(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache"), *out = jt_path(dir, "out.txt");
+    char *src = jt_write(dir, "v.c", VALUE_SRC);
+    free(jt_write(dir, "value.h", "#define VALUE 1\n"));
+    settle();
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "JITOP_NINJA=0 exec '%s' watch --arch sm_90 --cache-dir '%s' '%s' > '%s' 2>&1",
+             jt_cli(), cache, src, out);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    free(jt_write(dir, "out.txt", "")); /* exists before the first poll */
+    for (int i = 0; i < 6000 && count_lines(out, "ok ") < 1; i++)
+        usleep(10000);
+    assert_int_equal(count_lines(out, "ok "), 1);
+    free(jt_write_rename(dir, "value.h", "#define VALUE 2\n"));
+    for (int i = 0; i < 6000 && count_lines(out, "ok ") < 2; i++)
+        usleep(10000);
+    assert_int_equal(count_lines(out, "ok "), 2);
+    free(jt_write_rename(dir, "value.h", "#define VALUE 3 +\n"));
+    for (int i = 0; i < 6000 && count_lines(out, "error ") < 1; i++)
+        usleep(10000);
+    assert_int_equal(count_lines(out, "v.c:3:"), 1);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    free(src);
+    free(out);
+    free(cache);
+    free(dir);
+}
+
 /* ---------------------------------------------------------- hot reload */
 
 struct caller {
@@ -733,6 +784,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ninja_and_jitop_builders_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lltm_extension_host_half, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cli_build_prewarms_host_sources, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cli_watch_rebuilds_host_sources, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hot_reload_while_another_thread_calls, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_watch_reloads_host_code, setup, teardown),
