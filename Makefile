@@ -32,12 +32,14 @@ comma := ,
 OPT ?= -O2
 SAN_FLAGS := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) \
 	$(if $(TSAN),-fsanitize=thread -fno-omit-frame-pointer)
-DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include)
+DEPS_INC := $(if $(DEPS_PREFIX),-I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu)
 DEPS_LIB := $(if $(DEPS_PREFIX),-L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl$(comma)-rpath$(comma)$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu)
 
 CPPFLAGS += -Iinclude -Isrc -I$(CUDA_HOME)/include $(DEPS_INC) -D_GNU_SOURCE \
 	-DJITOP_SOURCE_KERNEL_DIR='"$(abspath kernels)"' \
 	-DJITOP_INSTALL_KERNEL_DIR='"$(PREFIX)/share/jitop/kernels"' \
+	-DJITOP_SOURCE_INCLUDE_DIR='"$(abspath include)"' \
+	-DJITOP_INSTALL_INCLUDE_DIR='"$(PREFIX)/include"' \
 	-DJITOP_CUDA_HOME='"$(CUDA_HOME)"'
 CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Werror -pthread $(SAN_FLAGS)
 LIB_CFLAGS := -fPIC -fvisibility=hidden -DJITOP_BUILDING
@@ -46,7 +48,7 @@ LIB_CFLAGS := -fPIC -fvisibility=hidden -DJITOP_BUILDING
 # us of a 0.25 ms load + get in a new process on the GPU machine).
 LDFLAGS += $(SAN_FLAGS) $(DEPS_LIB) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	-Wl,-z,relro,-z,now
-LDLIBS += -ldl -lpthread -lm
+LDLIBS += -ldl -lpthread -lm -lffi
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -56,13 +58,14 @@ CPU_TESTS := $(patsubst tests/cpu/%.c,$(BUILD)/tests/cpu/%,$(sort $(wildcard tes
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(sort $(wildcard tests/gpu/test_*.c)))
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
+LLTM_EXT := $(BUILD)/examples/lltm_extension
 
 STATIC := $(BUILD)/libjitop.a
 SHARED := $(BUILD)/libjitop.so.$(VERSION)
 CLI := $(BUILD)/jitop
 
 .PHONY: all deps test test-gpu valgrind stress fuzz fuzz-seeds demo bench install uninstall clean
-all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(LLTM_EXT)
 
 # Checks (and on Debian as root installs) the build dependencies; valgrind
 # too when `make valgrind` is asked for.
@@ -268,10 +271,21 @@ demo: deps all
 bench: deps all
 	@BUILD=$(abspath $(BUILD)) CUDA_HOME=$(CUDA_HOME) DEPS_PREFIX=$(DEPS_PREFIX) bench/run.sh $(BENCH_ARGS)
 
+# The LLTM extension example (examples/lltm_extension): its host code and
+# kernels/lltm.cu in one jitop_load, checked against a float64 reference.
+$(LLTM_EXT): examples/lltm_extension/main.c $(STATIC) | $(DEPS_FIRST)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -DLLTM_EXT_DIR='"$(abspath examples/lltm_extension)"' \
+	  -DLLTM_KERNEL_DIR='"$(abspath kernels)"' $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS) \
+	  -L$(CUDA_HOME)/lib64/stubs -lcuda
+.PHONY: lltm-extension
+lltm-extension: deps $(LLTM_EXT)
+	$(LLTM_EXT)
+
 install: deps all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/jitop/kernels
-	install -m 644 include/jitop.h include/jitop_ops.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/jitop.h include/jitop_ops.h include/jitop_host.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libjitop.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libjitop.so.$(SOVERSION)
@@ -282,7 +296,7 @@ install: deps all
 	  jitop.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/jitop.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/include/jitop.h $(DESTDIR)$(PREFIX)/include/jitop_ops.h \
+	rm -f $(DESTDIR)$(PREFIX)/include/jitop.h $(DESTDIR)$(PREFIX)/include/jitop_ops.h $(DESTDIR)$(PREFIX)/include/jitop_host.h \
 	  $(DESTDIR)$(PREFIX)/lib/libjitop.* $(DESTDIR)$(PREFIX)/bin/jitop \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/jitop.pc
 	rm -rf $(DESTDIR)$(PREFIX)/share/jitop

@@ -114,7 +114,7 @@ skip_step() { note_step "$1" skipped 0 "$2"; }
 DEPS_INC=
 DEPS_LIB=
 if [ -n "${DEPS_PREFIX:-}" ]; then
-    DEPS_INC="-I$DEPS_PREFIX/usr/include"
+    DEPS_INC="-I$DEPS_PREFIX/usr/include -I$DEPS_PREFIX/usr/include/x86_64-linux-gnu"
     DEPS_LIB="-L$DEPS_PREFIX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$DEPS_PREFIX/usr/lib/x86_64-linux-gnu"
 fi
 # The libraries libjitop.a needs, as the Makefile links them (LDLIBS).
@@ -182,6 +182,7 @@ drive_step() { # phase cap
 # --- the compile-and-cache part: runs everywhere
 drive_step cpu 120
 prog_step cache_bench 60
+prog_step host_bench 90
 
 # --- the GPU part
 if [ -n "$GPU" ]; then

@@ -52,7 +52,7 @@ typedef enum jitop_status {
     JITOP_EINVAL,    /* an argument is invalid; the message names it */
     JITOP_ENOMEM,    /* out of host memory */
     JITOP_EIO,       /* a file could not be read or written; the message names it */
-    JITOP_ECOMPILE,  /* NVRTC rejected the source; the message holds its log (file:line) */
+    JITOP_ECOMPILE,  /* a compiler (NVRTC, host cc) rejected the source; the log (file:line) */
     JITOP_ENVRTC,    /* NVRTC itself failed (not a source error) */
     JITOP_ENODRIVER, /* no usable CUDA driver (libcuda.so.1 missing, or no device) */
     JITOP_ECUDA,     /* the driver returned an error; the message has its name and text */
@@ -507,6 +507,70 @@ JITOP_API int jitop_occupancy(jitop_op *op, size_t shared_bytes, int *block_size
  * launch with shared_bytes would. */
 JITOP_API int jitop_occupancy_clusters(jitop_op *op, int block_size, size_t shared_bytes,
                                        int cluster_size, int *clusters);
+
+/* ------------------------------------------------------- host functions */
+
+/* Host code. C and C++ sources (.c, .cc, .cpp, .cxx) given to jitop_load in
+ * the same list as .cu files are compiled by the system compiler ($CC /
+ * $CXX, else cc / c++) into one shared object of the module, cached like
+ * a cubin (each source one object entry, the link one more; the key holds
+ * the compiler's resolved path and `--version`, every flag, and every
+ * source and header the compiler's -MMD output lists, by content). A
+ * module of host sources only needs no GPU. Options for host code:
+ * "-Xhost=FLAG" a compile flag ("-Xhost=-O3", "-Xhost=-std=c17",
+ * "-Xhost=-DN=4", "-Xhost=-Idir"), "-Xhost-ld=FLAG" a link flag or library
+ * ("-Xhost-ld=-lm"); -D, -U and -I options without the prefix apply to
+ * both kinds. With ninja on PATH ($JITOP_NINJA names one; JITOP_NINJA=0
+ * never) the objects are built by ninja, else by jitop's own parallel
+ * builder; the result is the same. Host code exports functions with
+ * JITOP_EXPORT (include/jitop_host.h, which also says how host code calls
+ * jitop: it never links libjitop). A compile error is JITOP_ECOMPILE with
+ * the compiler's output (file:line); no compiler: JITOP_ENOTFOUND naming
+ * CC or CXX. Hot reload (jitop_watch, jitop_module_reload) rebuilds the
+ * objects whose files changed, loads the new shared object and switches
+ * every jitop_fn of the module to it at once; an edit of a .cu file
+ * reloads only the kernels. */
+typedef struct jitop_fn jitop_fn;
+
+/* Gets host function name of m, checking its prototype: signature is
+ * "ret(params)" with C types ("int(float *, int, double)") or codes
+ * ("i32(ptr, i32, f64)"): void, i8 u8 i16 u16 i32 u32 i64 u64 f32 f64
+ * bool ptr (any pointer); parameter names are allowed. It must match the
+ * prototype JITOP_EXPORT recorded, type by type (C integer types by width
+ * and signedness, so "long" and "i64" match on LP64), else JITOP_EARGS
+ * naming both; an unknown name is JITOP_ENOTFOUND listing the exported
+ * functions. The handle lives as long as m and follows hot reloads; the
+ * first call prepares libffi's call description (ffi_prep_cif) once. */
+JITOP_API int jitop_fn_get(jitop_module *m, const char *name, const char *signature,
+                           jitop_fn **out);
+
+/* Calls fn through libffi: args[i] points to the i-th argument's value
+ * (NULL when there are none), ret (may be NULL) to an object of the
+ * return type, written with exactly its size. Runs the module's current
+ * host object; a reload during the call lets it finish in the old code,
+ * which is unloaded only after. JITOP_ESTALE when the current object no
+ * longer exports the function or changed its prototype (the message
+ * says which). Thread-safe; no lock on the way. */
+JITOP_API int jitop_call(jitop_fn *fn, void **args, void *ret);
+
+/* The function's address in the current host object, for callers that
+ * call it directly (cast to its real type). Valid until the module's next
+ * host reload: the swap does not wait for direct callers, and the old
+ * object is unloaded once no jitop_call is inside it. Ask again after a
+ * reload (jitop_module_generation changes; or use JITOP_RELOAD_POLL and ask
+ * after jitop_poll). JITOP_ESTALE as jitop_call. */
+JITOP_API int jitop_fn_addr(jitop_fn *fn, void **addr);
+
+typedef struct jitop_fn_info {
+    const char *name;
+    const char *signature; /* as JITOP_EXPORT recorded it: "int (float *x, int n)" */
+} jitop_fn_info;
+
+/* Lists the host functions m's current object exports, as
+ * jitop_module_ops lists kernels (cap 0 to count). The strings are owned
+ * by the module and live as long as it. A module without host code has
+ * none. */
+JITOP_API int jitop_module_fns(jitop_module *m, jitop_fn_info *infos, size_t cap, size_t *count);
 
 /* ------------------------------------------------------------ hot reload */
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the rule of src/'s rooms: a room uses only its own and lower rooms,
 # and inside a room calls go one way. Rooms, bottom to top:
-#     base compile cache build load op watch ops
+#     base compile cache build host load op watch ops
 #
 #   check-rooms.sh [--root DIR] [OBJDIR]
 #
@@ -23,7 +23,7 @@
 # Prints one line per violation and exits 1; exits 0 when the rule holds.
 set -euo pipefail
 
-rooms=(base compile cache build load op watch ops)
+rooms=(base compile cache build host load op watch ops)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 objdir=
 while [ $# -gt 0 ]; do

@@ -16,6 +16,8 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v make >/dev/null 2>&1 || missing+=(make)
 have_header xxhash.h || missing+=(libxxhash-dev)
 have_header cmocka.h || missing+=(libcmocka-dev)
+# libffi calls host functions whose signature is known only at run time.
+have_header ffi.h || have_header x86_64-linux-gnu/ffi.h || have_header "$(uname -m)-linux-gnu/ffi.h" || missing+=(libffi-dev)
 # Optional, never a failure: the Python package's tests (`make test` runs
 # them where python3 has its headers, with pytest or a bundled runner) use
 # Debian's headers and pytest for /usr/bin/python3, installed where apt-get

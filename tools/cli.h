@@ -12,6 +12,7 @@
  *   cli_json.c     JSON string escaping, terminal-safe plain text
  *   cli_build.c    `jitop build` / `jitop explain`
  *   cli_ops.c      `jitop build --op`: the shipped ops prewarmed
+ *   cli_host.c     `jitop build` / `jitop watch` of host sources (.c, .cpp, ...)
  *   cli_units.c    the (file, arch, name) units a command line covers
  *   cli_pool.c     worker processes for `jitop build`, their protocol
  *   cli_mem.c      the memory guard: how many compiles the memory holds
@@ -31,6 +32,9 @@
  *                  covers its hashing), so that a no-op build starts no
  *                  worker process; jitop__build_before_fork, so that the
  *                  workers inherit the cache's once-only warnings as said
+ *   cli_host.c     jitop__host_lib_build (host/host.h): host sources are one
+ *                  shared object, built without loading it (no public call
+ *                  builds host code without a module)
  *   cmd_watch.c    the watch engine (watch/watch.h) on units built into the
  *                  cache: jitop_watch watches loaded modules, which need a
  *                  GPU; `jitop watch` must not
@@ -261,6 +265,16 @@ size_t jitop_cli_build_ops(jitop_ctx *ctx, const jitop_cli_strs *ops,
 /* Command entry points: argv[0] is the command name. Each returns the exit
  * status. */
 int jitop_cli_build(int argc, char **argv);
+/* Builds the host sources among files (taken out of it) as one module's
+ * host object into the cache, with the -Xhost= / -Xhost-ld= options (taken
+ * out of options) and the shared -D, -U, -I; prints one line per source. */
+int jitop_cli_build_host(const char *cmd, jitop_ctx *ctx, jitop_cli_strs *files,
+                         jitop_cli_strs *options, int json);
+/* Moves the host sources of files to srcs and the -Xhost= / -Xhost-ld=
+ * options to host_options, then appends a copy of every other option to
+ * host_options (the shared -D, -U, -I among them). */
+int jitop_cli_take_host(const char *cmd, jitop_cli_strs *files, jitop_cli_strs *options,
+                        jitop_cli_strs *srcs, jitop_cli_strs *host_options);
 int jitop_cli_explain(int argc, char **argv);
 int jitop_cli_ls(int argc, char **argv);
 int jitop_cli_gc(int argc, char **argv);

@@ -416,6 +416,9 @@ int jitop_cli_build(int argc, char **argv)
         goto out;
     r.a = &a;
     r.progress = isatty(STDERR_FILENO);
+    if ((rc = jitop_cli_build_host("build", r.ctx, &files, &a.options, a.json)) !=
+        JITOP_CLI_EXIT_OK)
+        goto out;
     if ((rc = make_jobs("build", &files, &a, &r.jobs, &r.njobs)) != JITOP_CLI_EXIT_OK)
         goto out;
     if (!(r.todo = calloc(r.njobs ? r.njobs : 1, sizeof *r.todo))) {

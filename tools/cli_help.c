@@ -60,6 +60,10 @@ static const char build_head[] =
     "stderr is a terminal. A file's binary has every template instance asked\n"
     "of it so far (by a program, or a prewarm) compiled in: one NVRTC program\n"
     "per (file, options, arch).\n"
+    "Host sources named (.c, .cc, .cpp, .cxx) are built together, as one\n"
+    "module's host code, by $CC/$CXX (ninja when on PATH): one line each,\n"
+    "  FILE host built|hit KEY (BUILDER)\n"
+    "with their flags as -Xnvrtc -Xhost=FLAG and -Xnvrtc -Xhost-ld=FLAG.\n"
     "\n"
     "  --op SPEC          prewarm a shipped op for each arch: exactly what it\n"
     "                     compiles at run time, so that a run on that GPU hits.\n"
@@ -96,7 +100,8 @@ static const char watch_head[] =
     "Builds PATH... like `jitop build`, then rebuilds on every save of a source\n"
     "or of a header it includes, and prints the result (ok with the time, or the\n"
     "compile errors with file:line). With -- COMMAND, reruns COMMAND after every\n"
-    "successful build. Ctrl-C exits.\n"
+    "successful build. Ctrl-C exits. Host sources (.c, .cpp, ...) are built\n"
+    "together as one module's host code, reported as FILE (host).\n"
     "\n"
     "flags (the same as build):\n";
 

@@ -31,6 +31,7 @@ typedef struct pair {
     struct watch_run *run;
     const char *file, *arch; /* borrowed from the argument lists */
     const char *name;        /* a --name (borrowed); NULL: the file alone */
+    bool host;               /* the host sources, built together (arch "host") */
     int status;              /* latest outcome */
     bool reported;           /* built at least once */
 } pair;
@@ -45,6 +46,8 @@ typedef struct watch_run {
     bool ok_in_batch;        /* some pair built (new code or recovered) since the last batch */
     bool stopping;
     pid_t child;             /* the running COMMAND, 0 when none */
+    jitop_cli_strs host_srcs; /* host sources (.c, .cpp, ...): one target */
+    jitop_cli_strs host_opts; /* its options (jitop_cli_take_host) */
 } watch_run;
 
 static const char *paint(const watch_run *r, const char *sgr)
@@ -240,10 +243,14 @@ static int make_pairs(const char *cmd, watch_run *r, const jitop_cli_strs *files
     int rc = jitop_cli_units(cmd, files, &a->archs, &a->names, &units, &r->npairs);
     if (rc != JITOP_CLI_EXIT_OK)
         return rc;
-    r->pairs = calloc(r->npairs ? r->npairs : 1, sizeof *r->pairs);
+    size_t host = r->host_srcs.n > 0;
+    r->pairs = calloc(r->npairs + host + 1, sizeof *r->pairs);
     for (size_t i = 0; r->pairs && i < r->npairs; i++)
         r->pairs[i] = (pair){.run = r, .file = units[i].file, .arch = units[i].arch,
                              .name = units[i].name};
+    if (r->pairs && host)
+        r->pairs[r->npairs++] = (pair){.run = r, .file = r->host_srcs.v[0], .arch = "host",
+                                       .host = true};
     free(units);
     if (!r->pairs) {
         fprintf(stderr, "jitop %s: out of memory\n", cmd);
@@ -290,10 +297,15 @@ static int watch_pairs(const char *cmd, watch_run *r, jitop_ctx *ctx,
     for (size_t i = 0; i < r->npairs; i++) {
         pair *p = &r->pairs[i];
         uint64_t id;
-        if (jitop__watch_unit(*w, ctx, JITOP_RELOAD_AUTO, p->file, p->arch,
-                              (const char *const *)a->options.v, a->options.n,
-                              p->name ? &p->name : NULL, p->name ? 1 : 0, on_report, p,
-                              &id) != JITOP_OK) {
+        int st = p->host ? jitop__watch_host(*w, ctx, JITOP_RELOAD_AUTO,
+                                             (const char *const *)r->host_srcs.v, r->host_srcs.n,
+                                             (const char *const *)r->host_opts.v,
+                                             r->host_opts.n, on_report, p, &id)
+                         : jitop__watch_unit(*w, ctx, JITOP_RELOAD_AUTO, p->file, p->arch,
+                                             (const char *const *)a->options.v, a->options.n,
+                                             p->name ? &p->name : NULL, p->name ? 1 : 0,
+                                             on_report, p, &id);
+        if (st != JITOP_OK) {
             fprintf(stderr, "jitop %s: ", cmd);
             jitop_cli_text_unit(stderr, p->file, p->arch, p->name);
             fputs(": ", stderr);
@@ -344,6 +356,9 @@ int jitop_cli_watch(int argc, char **argv)
         goto out;
     r.json = a.json != 0;
     r.color = !r.json && isatty(STDOUT_FILENO);
+    if ((rc = jitop_cli_take_host(cmd, &files, &a.options, &r.host_srcs, &r.host_opts)) !=
+        JITOP_CLI_EXIT_OK)
+        goto out;
     if ((rc = make_pairs(cmd, &r, &files, &a)) != JITOP_CLI_EXIT_OK)
         goto out;
     rc = JITOP_CLI_EXIT_FAIL;
@@ -370,6 +385,8 @@ out:
         pthread_mutex_destroy(&r.lock);
     free(r.pairs);
     free(r.command);
+    jitop_cli_strs_free(&r.host_srcs);
+    jitop_cli_strs_free(&r.host_opts);
     jitop_cli_strs_free(&files);
     jitop_cli_build_args_free(&a);
     return rc;

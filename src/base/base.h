@@ -6,8 +6,8 @@
  * nothing above it: what the context needs from above (its cache, a way to
  * ask the device for its arch) jitop_ctx_create wires in (load/open.c).
  *
- * Rooms, bottom to top: base -> compile -> cache -> build -> load -> op ->
- * watch -> ops. A room includes the headers of its own room and the rooms
+ * Rooms, bottom to top: base -> compile -> cache -> build -> host -> load ->
+ * op -> watch -> ops. A room includes the headers of its own room and the rooms
  * below it, never above, and calls only their functions (public API
  * functions included); inside a room, calls between files go one way.
  * scripts/check-rooms.sh checks all of it (make test runs it first).

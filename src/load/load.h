@@ -59,7 +59,9 @@
 #ifndef JITOP_LOADER_H
 #define JITOP_LOADER_H
 
-#include "build/build.h"
+#include "host/host.h"
+
+#include "jitop_host.h"
 
 #include <cuda.h> /* types only: the driver is called through cuda.c's table */
 #include <stdatomic.h>
@@ -226,6 +228,8 @@ struct jitop_module {
     /* The same for the global names the op room resolved (op/global.c). */
     void (*globals_free)(jitop_module *m);
     void *watch;              /* watch/reload.c's per-module state; NULL when not watched */
+    /* The module's host code (hostlib.c): NULL when it has no host source. */
+    struct jitop__host *host;
     /* A linked module (-rdc or -dlto in its options: linked.c). Its units
      * compile to relocatable binaries that no driver loads, so they have no
      * image of their own: the image linked from all of them (in source
@@ -388,5 +392,75 @@ size_t jitop__link_source_of(const jitop_module *m, const jitop__unit *iu);
  * (only). Takes m->lock briefly (call without it). */
 int jitop__link_instance(jitop_module *m, const jitop__unit *iu, const char key[33],
                          const jitop__binary *ibin, const char *only, jitop__image **out);
+
+/* Host code (hostlib.c). A module's host sources are one shared object
+ * (host/library.c builds it through the cache), loaded from its bytes
+ * with dlopen(RTLD_NOW | RTLD_LOCAL) under a name that holds its key, so
+ * that a rebuilt object never aliases an old one.
+ *
+ * Calls and unloading. A call (op/hostfn.c) brackets its use of an
+ * object with the object's in-flight count, as a launch does an image's:
+ *     lib = host->cur; inflight++ (seq_cst); if host->cur changed: inflight--, retry;
+ *     call; inflight--
+ * A commit stores the new object in host->cur (one store: every jitop_fn
+ * of the module switches at once) and retires the old one; a reap
+ * dlcloses a retired object whose count it reads as 0 after that store:
+ * no call can still enter it. The structs stay until the module is freed
+ * (a call that loaded an old pointer may still touch its count). */
+typedef struct jitop__hostlib {
+    void *handle;             /* NULL once dlclose'd */
+    /* The memory file the object was loaded from, open while the object
+     * is: dlopen knows an object by the path it was given
+     * (/proc/self/fd/N), and a number reused by another object's file
+     * would alias it. An object dlclose could not unload keeps its
+     * number for the life of the process. */
+    int fd;
+    char key[33];
+    /* The exports, copied out of the object (they must outlive it). */
+    size_t n;
+    char **names;
+    char **sigs;
+    void **addrs;             /* in the object: valid while handle is set */
+    int (*init)(const jitop_host_api *api);
+    bool inited;              /* the API table was handed over (m->lock) */
+    atomic_uint inflight;
+    bool retired;
+    struct jitop__hostlib *next; /* every object of the module, newest first */
+} jitop__hostlib;
+
+typedef struct jitop__host {
+    jitop__strv sources;      /* absolute paths, in load order */
+    jitop__strv cflags, ldflags;
+    jitop__deps deps;         /* the current object's files (m->lock) */
+    _Atomic(jitop__hostlib *) cur;
+    jitop__hostlib *libs;     /* m->lock */
+    /* The table handed to each object (the op room fills its calls before
+     * it hands out a function: api_ready, m->lock). */
+    jitop_host_api api;
+    bool api_ready;
+    /* What the op room keeps (its jitop_fn handles), freed with it. */
+    void *fns;
+    void (*fns_free)(jitop_module *m);
+} jitop__host;
+
+/* Builds and loads the host object of m (m not yet published). */
+int jitop__host_load(jitop_module *m, const jitop__strv *sources, const jitop__strv *cflags,
+                     const jitop__strv *ldflags);
+/* A rebuild: *out NULL when the object's key did not change; otherwise the
+ * new object, loaded, not published, with its files in *deps. */
+int jitop__host_prepare(jitop_module *m, jitop__hostlib **out, jitop__deps *deps);
+/* Publishes lib as m's host code (m->lock held): hands it the API table
+ * when the op room made one; the old object is retired. On failure the
+ * old code stays and lib is freed. Consumes lib and deps. */
+int jitop__host_commit(jitop_module *m, jitop__hostlib *lib, jitop__deps *deps);
+/* Hands the API table to lib if it has not had it (m->lock held). */
+int jitop__hostlib_init(jitop_module *m, jitop__hostlib *lib);
+/* dlcloses retired objects no call is inside; *left gets those still open. */
+void jitop__host_reap(jitop_module *m, size_t *left);
+/* Unloads and frees (a prepared object never published, or at module free). */
+void jitop__hostlib_free(jitop__hostlib *lib);
+void jitop__host_free(jitop_module *m);
+/* The stat fast path over the current object's files. */
+int jitop__host_fresh(jitop_module *m, bool *fresh);
 
 #endif

@@ -158,6 +158,7 @@ static void module_free(jitop_module *m)
         img = next;
     }
     jitop__binary_free(&m->link_unloaded);
+    jitop__host_free(m);
     jitop__strv_free(&m->options);
     pthread_mutex_destroy(&m->lock);
     free(m->name);
@@ -217,6 +218,8 @@ static int module_fresh(jitop_module *m, bool *fresh)
         free(why);
     }
     pthread_mutex_unlock(&m->lock);
+    if (status == JITOP_OK && *fresh)
+        status = jitop__host_fresh(m, fresh);
     return status;
 }
 
@@ -243,9 +246,10 @@ static int module_new(jitop_ctx *ctx, const char *name, const char *arch, const 
     for (size_t i = 0; status == JITOP_OK && i < noptions; i++)
         status = jitop__strv_push(&m->options, options[i]);
     /* Linked or not is what the options say (-rdc, -dc, -dlto, ...), as
-     * each unit's normalization reads them: ask it once. */
+     * each unit's normalization reads them: ask it once (a module of host
+     * code only has no device unit, and its arch is no GPU's). */
     jitop__unit probe;
-    if (status == JITOP_OK &&
+    if (status == JITOP_OK && strcmp(arch, "host") != 0 &&
         (status = jitop__unit_init(&probe, NULL, "", options, noptions, NULL, 0, arch)) ==
             JITOP_OK) {
         m->linked = probe.relocatable;
@@ -266,7 +270,7 @@ static int module_new(jitop_ctx *ctx, const char *name, const char *arch, const 
  * are loaded now, so that a binary the device cannot run fails the load. */
 static int module_build(jitop_module *m, const jitop__strv *paths, const char *text)
 {
-    bool lazy = strcmp(m->arch, m->drv->arch) == 0;
+    bool lazy = m->drv && strcmp(m->arch, m->drv->arch) == 0;
     size_t n = text ? 1 : paths->n;
     m->units = calloc(n, sizeof *m->units);
     if (!m->units)
@@ -367,7 +371,8 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
                        size_t noptions, jitop_module **out)
 {
     int status = JITOP_OK;
-    jitop__strv paths = {0};
+    jitop__strv paths = {0}, dev_paths = {0}, host_paths = {0};
+    jitop__strv dev_options = {0}, cflags = {0}, ldflags = {0};
     jitop_module *m = NULL, *found = NULL;
     const char *arch = NULL;
     char id[33];
@@ -381,12 +386,21 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     if (noptions && !options)
         return jitop__fail(JITOP_EINVAL, "module %s: options is NULL but noptions is %zu", name,
                            noptions);
-    status = jitop__driver_start(ctx);
-    if (status != JITOP_OK)
-        return jitop__fail_prefix(status, "loading module %s", name);
-    status = jitop_ctx_arch(ctx, &arch);
-    if (status != JITOP_OK)
-        return status;
+    /* Host sources (.c, .cpp, ...) go to the host compiler, the rest to
+     * NVRTC; a module of host code only needs no GPU. */
+    size_t ndevice = text ? 1 : 0;
+    for (size_t i = 0; i < nsources; i++)
+        ndevice += !jitop__host_is_source(sources[i]);
+    if (ndevice > 0) {
+        status = jitop__driver_start(ctx);
+        if (status != JITOP_OK)
+            return jitop__fail_prefix(status, "loading module %s", name);
+        status = jitop_ctx_arch(ctx, &arch);
+        if (status != JITOP_OK)
+            return status;
+    } else {
+        arch = "host";
+    }
     for (size_t i = 0; status == JITOP_OK && i < nsources; i++) {
         char *abs = sources[i] ? jitop__abspath(sources[i]) : NULL;
         if (!abs) {
@@ -417,9 +431,21 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
         goto out;
     }
 
-    status = module_new(ctx, name, arch, id, options, noptions, &m);
+    status = jitop__host_split_options(options, noptions, &dev_options, &cflags, &ldflags);
+    if (status != JITOP_OK) {
+        jitop__fail_prefix(status, "module %s", name);
+        goto out;
+    }
+    for (size_t i = 0; status == JITOP_OK && i < paths.n; i++)
+        status = jitop__strv_push(jitop__host_is_source(paths.v[i]) ? &host_paths : &dev_paths,
+                                  paths.v[i]);
     if (status == JITOP_OK)
-        status = module_build(m, &paths, text);
+        status = module_new(ctx, name, arch, id, (const char *const *)dev_options.v,
+                            dev_options.n, &m);
+    if (status == JITOP_OK && (dev_paths.n > 0 || text))
+        status = module_build(m, &dev_paths, text);
+    if (status == JITOP_OK && host_paths.n > 0)
+        status = jitop__host_load(m, &host_paths, &cflags, &ldflags);
     if (status != JITOP_OK)
         goto out;
     pthread_mutex_lock(&ctx->lock);
@@ -441,6 +467,11 @@ out:
         jitop__log(ctx, "module %s: jitop_load %.3f ms", name, jitop__now_ms() - t0);
     module_free(m);
     jitop__strv_free(&paths);
+    jitop__strv_free(&dev_paths);
+    jitop__strv_free(&host_paths);
+    jitop__strv_free(&dev_options);
+    jitop__strv_free(&cflags);
+    jitop__strv_free(&ldflags);
     return status;
 }
 
@@ -547,6 +578,9 @@ struct jitop__pending {
     char link_key[33];
     jitop__image *link_image;
     jitop__binary link_bin;
+    /* The rebuilt host object (hostlib.c), NULL when its code is the same. */
+    jitop__hostlib *host;
+    jitop__deps host_deps;
 };
 
 void jitop__pending_free(jitop__pending *p)
@@ -571,6 +605,8 @@ void jitop__pending_free(jitop__pending *p)
     }
     jitop__image_free(p->m->drv, p->link_image);
     jitop__binary_free(&p->link_bin);
+    jitop__hostlib_free(p->host);
+    jitop__deps_free(&p->host_deps);
     free(p->items);
     free(p);
 }
@@ -585,7 +621,7 @@ static const char *instance_symbol(const pending_item *it)
 
 int jitop__pending_changed(const jitop__pending *p)
 {
-    return p && p->changed;
+    return p && (p->changed || p->host);
 }
 
 /* A linked module's rebuild: the module's image and each instance's image
@@ -799,6 +835,12 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
             goto out;
     }
     if (m->linked && (status = prepare_links(m, p)) != JITOP_OK) {
+        jitop__fail_prefix(status, "reloading module %s", m->name);
+        goto out;
+    }
+    /* Host code: rebuilt only when one of its files changed (a .cu edit
+     * reloads the kernels alone). */
+    if ((status = jitop__host_prepare(m, &p->host, &p->host_deps)) != JITOP_OK) {
         jitop__fail_prefix(status, "reloading module %s", m->name);
         goto out;
     }
@@ -1175,9 +1217,20 @@ int jitop__module_commit(jitop_module *m, jitop__pending *p)
         if (status != JITOP_OK)
             goto out;
     }
+    /* The host object first: a failure there leaves the kernels as they
+     * were too. */
+    bool host_swapped = p->host != NULL;
+    if (host_swapped) {
+        status = jitop__host_commit(m, p->host, &p->host_deps);
+        p->host = NULL;
+        if (status != JITOP_OK)
+            goto out;
+    }
     commit_units(m, p);
     if (p->changed)
         commit_publish(m, fresh);
+    else if (host_swapped)
+        atomic_fetch_add_explicit(&m->generation, 1, memory_order_acq_rel);
 out:
     pthread_mutex_unlock(&m->lock);
     for (size_t j = 0; fresh && j < nops; j++)
@@ -1246,8 +1299,10 @@ int jitop__module_reap(jitop_module *m, bool wait, size_t *left)
         if (img->retired && img->mod)
             still++;
     pthread_mutex_unlock(&m->lock);
+    size_t host_left = 0;
+    jitop__host_reap(m, &host_left);
     if (left)
-        *left = still;
+        *left = still + host_left;
     return status;
 }
 
@@ -1287,6 +1342,8 @@ int jitop__module_files(jitop_module *m, jitop__strv *paths)
         for (size_t j = 0; status == JITOP_OK && j < mu->deps.n; j++)
             status = push_unique(paths, mu->deps.v[j].path);
     }
+    for (size_t j = 0; status == JITOP_OK && m->host && j < m->host->deps.n; j++)
+        status = push_unique(paths, m->host->deps.v[j].path);
     pthread_mutex_unlock(&m->lock);
     return status;
 }

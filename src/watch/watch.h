@@ -213,6 +213,14 @@ int jitop__watch_unit(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode, c
                       const char *const *names, size_t nnames, jitop__unit_report_fn fn,
                       void *user, uint64_t *id);
 
+/* The same for host sources (host_target.c): paths built together as one
+ * module's host object (jitop__host_lib_build) with the host part of
+ * options, not loaded. Reports like a unit: path the first source, arch
+ * "host". */
+int jitop__watch_host(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode,
+                      const char *const *paths, size_t npaths, const char *const *options,
+                      size_t noptions, jitop__unit_report_fn fn, void *user, uint64_t *id);
+
 /* The context's teardown of the watch (registered with jitop__ctx_on_destroy
  * at the first jitop_watch, so it runs before the loader unloads modules). */
 void jitop__watch_ctx_destroy(jitop_ctx *ctx);
