@@ -943,12 +943,16 @@ static int add_error(PyObject *m, PyObject **slot, const char *name, PyObject *b
 {
     /* The message as it is: KeyError's __str__ (NotFoundError is one, for
      * mod["name"]) would print it as a quoted repr. */
+    /* Looked up as an attribute: from Python 3.12 a static built-in type's
+     * tp_dict is NULL (its dict lives with the interpreter). */
     PyObject *dict = PyDict_New();
-    PyObject *str = PyDict_GetItemString(((PyTypeObject *)PyExc_BaseException)->tp_dict, "__str__");
+    PyObject *str = PyObject_GetAttrString(PyExc_BaseException, "__str__");
     if (!dict || !str || PyDict_SetItemString(dict, "__str__", str) < 0) {
         Py_XDECREF(dict);
+        Py_XDECREF(str);
         return -1;
     }
+    Py_DECREF(str);
     *slot = PyErr_NewExceptionWithDoc(name, doc, bases, dict);
     Py_DECREF(dict);
     if (!*slot)
