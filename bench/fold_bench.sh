@@ -22,5 +22,5 @@ cc -std=c11 -O2 -g -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Iinclude -Isrc 
     -I"$CUDA_HOME/include" -DJITOP_SOURCE_KERNEL_DIR="\"$PWD/kernels\"" \
     -o "$BUILD/bench/fold_bench" bench/fold_bench.c "${helpers[@]}" \
     -Wl,--whole-archive "$BUILD/libjitop.a" -Wl,--no-whole-archive \
-    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lnvrtc -ldl -lpthread -lm
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lnvrtc -lffi -ldl -lpthread -lm
 exec "$BUILD/bench/fold_bench" "$@"

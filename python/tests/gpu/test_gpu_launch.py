@@ -112,12 +112,14 @@ def test_torch_current_stream_is_used(tmp_path):
     n = 1 << 20
     x = torch.zeros(n, device="cuda")
     y = torch.zeros(n, device="cuda")
+    op = mod.saxpy
+    op(n // 256, 256, n, 0.0, x, y)  # loaded now: the launch below costs no load
     torch.cuda.synchronize()
     with torch.cuda.stream(s):
         assert jitop._jitop.stream(None, 0) == s.cuda_stream
-        torch.cuda._sleep(50_000_000)  # the stream is busy for tens of ms
+        torch.cuda._sleep(1_000_000_000)  # the stream is busy for ~0.5 s
         x.fill_(1.0)                    # then fills x, on s
-        mod.saxpy(n // 256, 256, n, 2.0, x, y)  # on s: after the fill
+        op(n // 256, 256, n, 2.0, x, y)  # on s: after the fill
     assert not s.query()
     s.synchronize()
     assert torch.all(y == 2.0)
