@@ -64,9 +64,9 @@ def matmul_case(m, n, dtype, transpose, tf32=False, seed=0):
     return ((got - ref).abs() / torch.maximum(ref.abs(), typical).clamp_min(1e-30)).max().item()
 
 
-# float32: full float32 (cuBLAS or jitop's kernel); half types: the output's
+# float32: full float32 (cuBLAS or jitop's kernel; TF32 would be ~1e-3); half types: the output's
 # rounding (2^-11, 2^-8 relative) and float32 accumulation.
-MATMUL_TOL = {torch.float32: 2e-5, torch.float16: 1.5e-3, torch.bfloat16: 1e-2}
+MATMUL_TOL = {torch.float32: 5e-5, torch.float16: 1.5e-3, torch.bfloat16: 1e-2}
 MATMUL_SHAPES = ((1, 1), (7, 1), (1, 17), (7, 17), (1000, 64), (3, 65), (1000, 768),
                  (65536, 64), (7, 1024), (1000, 1024), (333, 4096), (5, 12288))
 
