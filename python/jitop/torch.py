@@ -4,10 +4,14 @@
         matches torch.nn.functional.layer_norm (float32, float16, bfloat16);
     LLTM(input_features, state_size)
         the LLTM cell of PyTorch's C++/CUDA extension tutorial (float32,
-        float64), LLTMFunction its autograd function.
+        float64), LLTMFunction its autograd function;
+    square_matmul_(A, W, transpose=False, tf32=False), softmax_(x, dim=-1,
+        scale=1.0, causal=False)
+        in place (A <- A @ W, x <- softmax(scale * x)), inference only
+        (float32, float16, bfloat16).
 
-Both run kernels/layernorm.cu and kernels/lltm.cu through libjitop on
-torch's current stream (device 0, the default jitop context's device).
+All run kernels/*.cu through libjitop on torch's current stream (device 0,
+the default jitop context's device).
 """
 import math
 
@@ -16,7 +20,8 @@ from torch.autograd.function import once_differentiable
 
 from . import _jitop, context
 
-__all__ = ["layer_norm", "LayerNormFunction", "LLTM", "LLTMFunction"]
+__all__ = ["layer_norm", "LayerNormFunction", "LLTM", "LLTMFunction", "square_matmul_",
+           "softmax_", "inplace_scratch_bytes", "inplace_release"]
 
 _LN_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _LLTM_DTYPES = {torch.float32: 0, torch.float64: 3}
@@ -193,3 +198,138 @@ class LLTM(torch.nn.Module):
 
     def forward(self, input, state):
         return LLTMFunction.apply(input, self.weights, self.bias, *state)
+
+
+# In place (include/jitop_ops.h, kernels/inplace.cu): the tensor handed in is
+# overwritten and returned, as torch's own trailing-underscore ops do. They
+# have no backward, so they refuse to run where autograd would record them.
+_INPLACE_DTYPES = _LN_DTYPES
+_MATMUL_TF32 = 1  # JITOP_MATMUL_TF32
+
+
+def _inplace_arg(t, what, fn):
+    """The jitop dtype of t after checking what an in-place op needs: a
+    tensor, CUDA on the default context's device, float32/float16/bfloat16,
+    contiguous (a copy would be written, not t)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("%s: %s must be a torch.Tensor, not %s" % (fn, what, type(t).__name__))
+    dtype = _INPLACE_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise TypeError("%s: %s must be float32, float16 or bfloat16, not %s"
+                        % (fn, what, t.dtype))
+    if not t.is_cuda:
+        raise ValueError("%s: %s must be a CUDA tensor, not on %s" % (fn, what, t.device))
+    if not t.is_contiguous():
+        raise ValueError("%s: %s must be contiguous (an in-place op cannot write through a "
+                         "copy); call .contiguous() first" % (fn, what))
+    if t.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError("%s: %s requires grad and jitop's in-place ops have no backward: "
+                           "call it under torch.no_grad() or torch.inference_mode()" % (fn, what))
+    return dtype
+
+
+def _written(t):
+    # Autograd must see the write: a graph that saved t fails at backward
+    # ("modified by an inplace operation") instead of using the new values.
+    bump = getattr(torch.autograd.graph, "increment_version", None)
+    if bump is not None:
+        bump(t)
+    return t
+
+
+def square_matmul_(A, W, transpose=False, tf32=False):
+    """A <- A @ W (A @ W.T with transpose=True), in place; returns A.
+
+    A is m x n (or any shape whose last dimension is n: the leading ones are
+    rows), W is n x n, both contiguous CUDA tensors of one dtype (float32,
+    float16, bfloat16; float32 accumulation). float32 is full float32 unless
+    tf32=True. Extra device memory is bounded whatever m is
+    (jitop_square_matmul_scratch_bound, kept between calls: see
+    inplace_scratch_bytes / inplace_release). Queued on torch's current
+    stream. W must not overlap A."""
+    fn = "square_matmul_"
+    dtype = _inplace_arg(A, "A", fn)
+    if _inplace_arg(W, "W", fn) != dtype:
+        raise TypeError("%s: W must be %s like A, not %s" % (fn, A.dtype, W.dtype))
+    if A.dim() < 1:
+        raise ValueError("%s: A must have at least one dimension, not shape %s"
+                         % (fn, tuple(A.shape)))
+    n = A.shape[-1]
+    if W.dim() != 2 or W.shape[0] != W.shape[1] or W.shape[0] != n:
+        raise ValueError("%s: W must be n x n with n = A.shape[-1] = %d, not shape %s"
+                         % (fn, n, tuple(W.shape)))
+    if W.device != A.device:
+        raise ValueError("%s: W is on %s, A on %s" % (fn, W.device, A.device))
+    jctx = _ctx_for(A, "A")
+    m = A.numel() // n if n else 0
+    if m == 0:
+        return A
+    _jitop.square_matmul_inplace(jctx, dtype, m, n, A.data_ptr(), W.data_ptr(),
+                                 1 if transpose else 0, _MATMUL_TF32 if tf32 else 0,
+                                 _jitop.stream(None, jctx.device))
+    return _written(A)
+
+
+def softmax_(x, dim=-1, scale=1.0, causal=False):
+    """x <- softmax(scale * x) over the last dimension, in place; returns x.
+
+    float32, float16, bfloat16 (computed in float32, max-subtracted); x a
+    contiguous CUDA tensor. causal=True treats x as attention scores
+    (..., Q, K) with K >= Q: query i keeps keys 0 .. i + K - Q (the mask
+    aligned to the bottom right, as flash-attention does; for K == Q the
+    usual lower triangle) and the masked ones are written as 0. causal=Q
+    (an int) gives the queries per row group explicitly, for a tensor whose
+    rows are queries in groups of Q. Queued on torch's current stream."""
+    fn = "softmax_"
+    dtype = _inplace_arg(x, "x", fn)
+    if x.dim() < 1:
+        raise ValueError("%s: x must have at least one dimension, not shape %s"
+                         % (fn, tuple(x.shape)))
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError("%s: dim must be an int, not %s" % (fn, type(dim).__name__))
+    if dim not in (-1, x.dim() - 1):
+        raise ValueError("%s: dim must be the last dimension (-1 or %d), not %d"
+                         % (fn, x.dim() - 1, dim))
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError("%s: scale must be a float, not %s" % (fn, type(scale).__name__))
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError("%s: scale must be finite, not %r" % (fn, scale))
+    n = x.shape[-1]
+    if causal is False or causal is None:
+        q = 0
+    elif causal is True:
+        if x.dim() < 2:
+            raise ValueError("%s: causal=True needs x of shape (..., Q, K), not %s"
+                             % (fn, tuple(x.shape)))
+        q = x.shape[-2]
+    elif isinstance(causal, int):
+        q = causal
+        if q < 1:
+            raise ValueError("%s: causal must be True, False or a query count >= 1, not %d"
+                             % (fn, q))
+    else:
+        raise TypeError("%s: causal must be a bool or an int (queries per group), not %s"
+                        % (fn, type(causal).__name__))
+    if n and q > n:
+        raise ValueError("%s: causal needs at most as many queries as keys: Q = %d > K = %d"
+                         % (fn, q, n))
+    jctx = _ctx_for(x, "x")
+    rows = x.numel() // n if n else 0
+    if rows == 0:
+        return x
+    _jitop.softmax_inplace(jctx, dtype, rows, n, x.data_ptr(), scale, q,
+                           _jitop.stream(None, jctx.device))
+    return _written(x)
+
+
+def inplace_scratch_bytes():
+    """Device bytes the in-place ops of jitop's default context hold now
+    (square_matmul_'s chunk scratch, all streams)."""
+    return _jitop.inplace_scratch_bytes(context())
+
+
+def inplace_release():
+    """Frees that scratch (synchronizes the context first: queued work may
+    still use it); the next call allocates it again."""
+    _jitop.inplace_release(context())

@@ -136,6 +136,91 @@ static PyObject *sh_lltm_backward(PyObject *self, PyObject *const *args, Py_ssiz
                 "lltm_backward");
 }
 
+/* square_matmul_inplace(ctx, dtype, m, n, a, w, transpose_w, flags, stream) */
+static PyObject *sh_square_matmul_inplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    pj_context *c;
+    long long v[8];
+    if (parse(args, nargs, 8, "square_matmul_inplace", &c, v) < 0)
+        return NULL;
+    if (v[6] < 0 || v[6] > 0xffffffffLL) {
+        PyErr_Format(PyExc_ValueError, "square_matmul_inplace: flags must fit 32 bits, not %lld",
+                     v[6]);
+        return NULL;
+    }
+    return done(jitop_square_matmul_inplace(c->ctx, (jitop_dtype)v[0], v[1], v[2], P(v[3]),
+                                            P(v[4]), (int)(v[5] != 0), (unsigned)v[6], P(v[7])),
+                "square_matmul_inplace");
+}
+
+/* softmax_inplace(ctx, dtype, rows, n, x, scale: float, causal_q, stream) */
+static PyObject *sh_softmax_inplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    pj_context *c;
+    long long v[7];
+    if (nargs != 8 || !PyFloat_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "softmax_inplace(ctx, dtype, rows, n, x, scale: float, causal_q, stream)");
+        return NULL;
+    }
+    /* scale is a float: parse around it */
+    double scale = PyFloat_AsDouble(args[5]);
+    PyObject *rest[8];
+    for (int i = 0; i < 8; i++)
+        rest[i] = args[i];
+    rest[5] = Py_None;
+    if (parse(rest, 8, 7, "softmax_inplace", &c, v) < 0)
+        return NULL;
+    return done(jitop_softmax_inplace(c->ctx, (jitop_dtype)v[0], v[1], v[2], P(v[3]),
+                                      (float)scale, v[5], P(v[6])),
+                "softmax_inplace");
+}
+
+/* square_matmul_scratch_bound(dtype, n) -> bytes */
+static PyObject *sh_square_matmul_scratch_bound(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int dtype;
+    long long n;
+    if (!PyArg_ParseTuple(args, "iL:square_matmul_scratch_bound", &dtype, &n))
+        return NULL;
+    return PyLong_FromSize_t(jitop_square_matmul_scratch_bound((jitop_dtype)dtype, n));
+}
+
+static pj_context *context_arg(PyObject *arg, const char *fn)
+{
+    if (!PyObject_TypeCheck(arg, &pj_context_type) || !((pj_context *)arg)->ctx) {
+        PyErr_Format(PyExc_TypeError, "%s: the argument must be a jitop.Context", fn);
+        return NULL;
+    }
+    return (pj_context *)arg;
+}
+
+/* inplace_scratch_bytes(ctx) -> bytes the in-place ops hold now */
+static PyObject *sh_inplace_scratch_bytes(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    pj_context *c = context_arg(arg, "inplace_scratch_bytes");
+    return c ? PyLong_FromSize_t(jitop_inplace_scratch_bytes(c->ctx)) : NULL;
+}
+
+/* inplace_release(ctx): synchronizes the context (without the GIL) and frees
+ * the in-place ops' scratch. */
+static PyObject *sh_inplace_release(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    pj_context *c = context_arg(arg, "inplace_release");
+    if (!c)
+        return NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = jitop_inplace_release(c->ctx);
+    Py_END_ALLOW_THREADS
+    return done(status, "inplace_release");
+}
+
 /* stream(obj, device) -> int: what a launch's stream= gives (None: torch's
  * current stream when torch is imported, else 0). */
 static PyObject *sh_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -168,6 +253,15 @@ PyMethodDef pj_shipped_methods[] = {
      "jitop_lltm_forward with pointers as ints."},
     {"lltm_backward", (PyCFunction)(void (*)(void))sh_lltm_backward, METH_FASTCALL,
      "jitop_lltm_backward with pointers as ints."},
+    {"square_matmul_inplace", (PyCFunction)(void (*)(void))sh_square_matmul_inplace,
+     METH_FASTCALL, "jitop_square_matmul_inplace with pointers as ints."},
+    {"softmax_inplace", (PyCFunction)(void (*)(void))sh_softmax_inplace, METH_FASTCALL,
+     "jitop_softmax_inplace with pointers as ints."},
+    {"square_matmul_scratch_bound", sh_square_matmul_scratch_bound, METH_VARARGS,
+     "jitop_square_matmul_scratch_bound."},
+    {"inplace_scratch_bytes", sh_inplace_scratch_bytes, METH_O, "jitop_inplace_scratch_bytes."},
+    {"inplace_release", sh_inplace_release, METH_O,
+     "jitop_inplace_release (synchronizes the context, without the GIL)."},
     {"stream", (PyCFunction)(void (*)(void))sh_stream, METH_FASTCALL,
      "stream(obj, device) -> the CUstream as an int, as a launch's stream= resolves it."},
     {NULL, NULL, 0, NULL},
