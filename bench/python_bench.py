@@ -308,6 +308,7 @@ def part_lltm(quick):
         def forward(ctx, input, weights, bias, old_h, old_cell):
             outputs = ext.forward(input, weights, bias, old_h, old_cell)
             new_h, new_cell = outputs[:2]
+            ctx.bias_shape = bias.shape
             ctx.save_for_backward(*(list(outputs[1:]) + [weights]))
             return new_h, new_cell
 
@@ -315,7 +316,7 @@ def part_lltm(quick):
         def backward(ctx, grad_h, grad_cell):
             d_old_h, d_input, d_weights, d_bias, d_old_cell = ext.backward(
                 grad_h.contiguous(), grad_cell.contiguous(), *ctx.saved_tensors)
-            return d_input, d_weights, d_bias, d_old_h, d_old_cell
+            return d_input, d_weights, d_bias.reshape(ctx.bias_shape), d_old_h, d_old_cell
 
     def per_iter(fn, n, loops):
         out = []

@@ -119,7 +119,7 @@ if [ -n "${DEPS_PREFIX:-}" ]; then
 fi
 # The libraries libjitop.a needs, as the Makefile links them (LDLIBS).
 MAKE_LDLIBS=$(sed -n 's/^LDLIBS[[:space:]]*+\{0,1\}=[[:space:]]*//p' Makefile | tr '\n' ' ')
-CFLAGS_B="-std=c11 -O2 -g -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Iinclude -Isrc -Ibench -I$CUDA_HOME/include $DEPS_INC"
+CFLAGS_B="-std=c11 -O2 -g -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Iinclude -Isrc -Ibench -I$CUDA_HOME/include $DEPS_INC -DJITOP_SOURCE_KERNEL_DIR=\"$PWD/kernels\""
 # -lnvrtc is for bench_nvrtc.c (linked into every program) and floor.c, which
 # call NVRTC directly; libjitop.a opens NVRTC itself with dlopen.
 # -z now as the Makefile links (see LDFLAGS there).
