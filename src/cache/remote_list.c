@@ -55,6 +55,18 @@ static bool next_elem(const char **p, const char *end, const char *name, const c
     return false;
 }
 
+/* Whether [s, s + n) is n lowercase hex digits (jitop__is_hex wants a
+ * whole string). */
+static bool hex_run(const char *s, const char *e, size_t n)
+{
+    if ((size_t)(e - s) != n)
+        return false;
+    for (; s < e; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+            return false;
+    return true;
+}
+
 /* The last path segment of an href (a trailing '/' dropped). */
 static void last_segment(const char *s, const char *e, const char **ls, const char **le)
 {
@@ -103,7 +115,7 @@ int jitop__remote_list_server(const jitop__remote_server *s,
     while (status == JITOP_OK && next_elem(&p, end, "href", &vs, &ve)) {
         const char *ls, *le;
         last_segment(vs, ve, &ls, &le);
-        if (le - ls != 2 || !jitop__is_hex(ls, 2))
+        if (!hex_run(ls, le, 2))
             continue;
         jitop__http_reply sub = {0};
         char subpath[64];
@@ -113,7 +125,7 @@ int jitop__remote_list_server(const jitop__remote_server *s,
         while (status == JITOP_OK && sub.status == 207 && next_elem(&q, qend, "href", &vs, &ve)) {
             const char *ks, *ke, *cs, *ce;
             last_segment(vs, ve, &ks, &ke);
-            if (ke - ks != 32 || !jitop__is_hex(ks, 32))
+            if (!hex_run(ks, ke, 32))
                 continue;
             char key[33];
             memcpy(key, ks, 32);
