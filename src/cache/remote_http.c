@@ -184,6 +184,8 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     SET(CURLOPT_WRITEFUNCTION, on_data);
     SET(CURLOPT_WRITEDATA, &sink);
     SET(CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
+    if (nonempty("NETRC"))
+        SET(CURLOPT_NETRC_FILE, nonempty("NETRC"));
     if (!token && user)
         SET(CURLOPT_USERPWD, user);
     if (head) {

@@ -13,6 +13,7 @@
 #   /bad/     GET only, from DIR/www/bad (bodies a test crafts)
 #   /err500/  every request answers 500
 #   /slow/    DIR/www/cache at 1 byte per second (a timeout)
+#   /auth/    DIR/www/cache for "Bearer jitop-test-token" or basic u:pw only
 set -euo pipefail
 cmd=${1:?usage: nginx_dav.sh start|stop DIR}
 dir=${2:?usage: nginx_dav.sh start|stop DIR}
@@ -76,6 +77,10 @@ http {
         location /bad/ { limit_except GET HEAD { deny all; } }
         location /err500/ { return 500; }
         location /slow/ { alias $dir/www/cache/; limit_rate 1; }
+        location /auth/ {
+            alias $dir/www/cache/;
+            if (\$http_authorization !~ "^(Bearer jitop-test-token|Basic dTpwdw==)\$") { return 401; }
+        }
     }
 }
 CONF
