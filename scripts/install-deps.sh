@@ -16,6 +16,18 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v make >/dev/null 2>&1 || missing+=(make)
 have_header xxhash.h || missing+=(libxxhash-dev)
 have_header cmocka.h || missing+=(libcmocka-dev)
+# The remote cache tier's HTTP client: only its header at build time (libcurl
+# is opened with dlopen when a remote is configured; libcrypto, for entry
+# signatures, comes with libcurl4's libssl3).
+have_header curl/curl.h || have_header x86_64-linux-gnu/curl/curl.h ||
+    have_header "$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ||
+    missing+=(libcurl4-openssl-dev)
+# Optional: nginx with WebDAV listing, the real server of the remote cache
+# tests (tests/support/nginx_dav.sh), where `make test` asks for it.
+if [ "${JITOP_WANT_NGINX:-0}" = 1 ] && ! command -v nginx >/dev/null 2>&1 &&
+    [ ! -x /usr/sbin/nginx ]; then
+    missing+=(nginx libnginx-mod-http-dav-ext)
+fi
 # Optional: valgrind for `make valgrind`, only where asked for.
 if [ "${JITOP_WANT_VALGRIND:-0}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
     missing+=(valgrind)

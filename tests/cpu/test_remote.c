@@ -12,6 +12,7 @@
 #include "cache/cache.h" /* jitop__remote_forget_dead */
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -708,9 +709,13 @@ static void test_cli(void **state)
     free(reference(src, key, &n));
     snprintf(cmd, sizeof cmd, "JITOP_REMOTE_CACHE='%s' '%s' ls --remote --cache-dir '%s'", spec,
              jt_cli(), c3);
-    assert_int_equal(jt_run(cmd, &out), 0);
-    if (!strstr(out, key))
-        fail_msg("ls --remote does not list %s: %s", key, out);
+    /* Listing needs the dav-ext module (PROPFIND); without it the answer is
+     * "cannot list". */
+    bool can_list = access("/usr/lib/nginx/modules/ngx_http_dav_ext_module.so", F_OK) == 0 ||
+                    access("/usr/share/nginx/modules/ngx_http_dav_ext_module.so", F_OK) == 0;
+    int rc = jt_run(cmd, &out);
+    if (can_list ? rc != 0 || !strstr(out, key) : rc != 1 || !strstr(out, "cannot list"))
+        fail_msg("ls --remote (PROPFIND %s): exit %d: %s", can_list ? "on" : "off", rc, out);
     free(out);
     char *bad = url("bad", "");
     snprintf(cmd, sizeof cmd, "JITOP_REMOTE_CACHE='%s' '%s' ls --remote --cache-dir '%s'", bad,
