@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -554,6 +555,60 @@ static void test_auth_and_redaction(void **state)
     free(cache);
 }
 
+struct builder {
+    jitop_ctx *ctx;
+    char *src[3];
+    char key[3][33];
+};
+
+static void *build_three(void *arg)
+{
+    struct builder *b = arg;
+    for (int i = 0; i < 3; i++) {
+        jitop_build_result res;
+        if (jitop_build(b->ctx, b->src[i], NULL, NULL, 0, NULL, 0, &res) != JITOP_OK)
+            return (void *)1;
+        memcpy(b->key[i], res.key, 33);
+    }
+    return NULL;
+}
+
+/* Two threads compile in one context while the push thread sends what
+ * each compile wrote; destroy drains it: every entry reaches the server. */
+static void test_push_while_building(void **state)
+{
+    (void)state;
+    NEED_SERVER();
+    char *spec = url("cache", PATIENT), *cache = jt_tmpdir();
+    jitop_ctx *ctx = rctx(cache, spec, NULL);
+    struct builder b[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        b[t].ctx = ctx;
+        for (int i = 0; i < 3; i++) {
+            char tag[32];
+            snprintf(tag, sizeof tag, "push%d_%d", t, i);
+            b[t].src[i] = source(tag);
+        }
+        assert_int_equal(pthread_create(&th[t], NULL, build_three, &b[t]), 0);
+    }
+    for (int t = 0; t < 2; t++) {
+        void *rv = NULL;
+        assert_int_equal(pthread_join(th[t], &rv), 0);
+        assert_null(rv);
+    }
+    jitop_ctx_destroy(ctx);
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 3; i++) {
+            char *rf = remote_file("cache", b[t].key[i]);
+            assert_int_equal(access(rf, F_OK), 0);
+            free(rf);
+            free(b[t].src[i]);
+        }
+    free(spec);
+    free(cache);
+}
+
 /* 16 processes, each with its own local cache, against one prewarmed
  * remote: no compile anywhere. */
 static void test_sixteen_processes(void **state)
@@ -744,6 +799,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_bodies_fail_open),
         cmocka_unit_test(test_down_500_slow),
         cmocka_unit_test(test_auth_and_redaction),
+        cmocka_unit_test(test_push_while_building),
         cmocka_unit_test(test_sixteen_processes),
         cmocka_unit_test(test_no_link_dependency),
         cmocka_unit_test(test_unused_costs_nothing),
