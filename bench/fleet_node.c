@@ -10,6 +10,11 @@
  *       again in a new context of the same process (local hits: "warm").
  *       Exit 0 when every build succeeded.
  *
+ *   fleet_node --prewarm-layernorm DIR COLS
+ *       jitop_layernorm_prewarm for sm_90, fp32, COLS in a compile-only
+ *       context on DIR: every entry it compiles is pushed to the writable
+ *       remotes of $JITOP_REMOTE_CACHE (drained at the context's destroy).
+ *
  *   fleet_node --gpu-layernorm DIR COLS
  *       On a GPU: the first jitop_layernorm_forward call of a new process
  *       (fp32, 4096 rows of COLS, affine) on the local cache DIR, timed
@@ -133,12 +138,37 @@ out:
     return rc;
 }
 
+static int prewarm_layernorm(const char *cache, int cols)
+{
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    cfg.arch = "sm_90";
+    cfg.compile_only = 1;
+    jitop_ctx *ctx = NULL;
+    if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK) {
+        fprintf(stderr, "fleet_node: jitop_ctx_create: %s\n", jitop_errmsg(NULL));
+        return 1;
+    }
+    double t0 = now_ms();
+    int st = jitop_layernorm_prewarm(ctx, "sm_90", JITOP_FLOAT32, cols);
+    if (st != JITOP_OK)
+        fprintf(stderr, "fleet_node: jitop_layernorm_prewarm: %s\n", jitop_errmsg(ctx));
+    double t1 = now_ms();
+    jitop_ctx_destroy(ctx); /* drains the pushes */
+    printf("{\"prewarm_ms\":%.1f,\"drain_ms\":%.1f}\n", t1 - t0, now_ms() - t1);
+    return st == JITOP_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--prewarm-layernorm") == 0)
+        return prewarm_layernorm(argv[2], atoi(argv[3]));
     if (argc == 4 && strcmp(argv[1], "--gpu-layernorm") == 0)
         return gpu_layernorm(argv[2], atoi(argv[3]));
     if (argc < 4 || strcmp(argv[1], "--cache") != 0) {
         fprintf(stderr, "usage: fleet_node --cache DIR [--warm] UNIT...\n"
+                        "       fleet_node --prewarm-layernorm DIR COLS\n"
                         "       fleet_node --gpu-layernorm DIR COLS\n");
         return 2;
     }

@@ -32,7 +32,7 @@
  * load's path, so it is bounded tightly; a PUT runs on the push thread. */
 #define JITOP__REMOTE_CONNECT_MS 100
 #define JITOP__REMOTE_TIMEOUT_MS 500
-#define JITOP__REMOTE_PUT_TIMEOUT_MS 5000
+#define JITOP__REMOTE_PUT_TIMEOUT_MS 2000
 
 /* Room for an error text from one request (curl's are under 256). */
 #define CURL_ERR_CAP 320

@@ -124,8 +124,13 @@ out:
         memset(buf, 0, (size_t)st.st_size);
         free(buf);
     }
-    if (close(fd) != 0 && status == JITOP_OK)
+    if (close(fd) != 0 && status == JITOP_OK) {
         status = jitop__fail(JITOP_EIO, "JITOP_REMOTE_CACHE_SECRET: close %s: %s", path,
                              strerror(errno));
+        memset(*key, 0, *len);
+        free(*key);
+        *key = NULL;
+        *len = 0;
+    }
     return status;
 }
