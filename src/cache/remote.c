@@ -272,12 +272,13 @@ int jitop__cache_remote_setup(jitop__cache *c, const char *spec, const char *sec
 }
 
 /* Checks a GET's body as a local read would, plus the signature: NULL with
- * *entry_len set when it is good, else why not. */
-static const char *verify_body(const struct jitop__remote *r, const char key[33],
-                               const unsigned char *p, size_t len, size_t *entry_len,
-                               uint32_t *flags)
+ * *entry_len set when it is good, else why not (a constant, or the text
+ * written into why). */
+static const char *verify_body(const struct jitop__remote *r, const unsigned char *p, size_t len,
+                               size_t *entry_len, uint32_t *flags, char *why, size_t whycap)
 {
-    static char why[160];
+    if (len == 0)
+        return "served an empty body";
     if (len < JITOP__FILE_HEADER_SIZE || memcmp(p, JITOP__ENTRY_MAGIC, 8) != 0)
         return len < 8 || memcmp(p, JITOP__ENTRY_MAGIC, len < 8 ? len : 8) != 0
                    ? "served something that is not a jitop entry (garbage)"
@@ -298,7 +299,7 @@ static const char *verify_body(const struct jitop__remote *r, const char key[33]
             return "served an unsigned entry (JITOP_REMOTE_CACHE_SECRET is set: only signed "
                    "entries are accepted)";
         if (!jitop__remote_mac(r->secret, r->secret_len, p, n, mac, &err)) {
-            snprintf(why, sizeof why, "cannot check signatures: %s", err);
+            snprintf(why, whycap, "cannot check signatures: %s", err);
             return why;
         }
         if (!jitop__remote_mac_equal(mac, p + n + 8))
@@ -306,10 +307,9 @@ static const char *verify_body(const struct jitop__remote *r, const char key[33]
     }
     const char *bad = jitop__file_check(p, n, JITOP__ENTRY_MAGIC, flags);
     if (bad) {
-        snprintf(why, sizeof why, "served an invalid entry: %s", bad);
+        snprintf(why, whycap, "served an invalid entry: %s", bad);
         return why;
     }
-    (void)key;
     *entry_len = n;
     return NULL;
 }
@@ -362,7 +362,8 @@ static int fetch_one(struct jitop__remote *r, const jitop__remote_server *s, con
     }
     size_t n = 0;
     uint32_t flags = 0;
-    const char *why = verify_body(r, key, rep.body, rep.len, &n, &flags);
+    char whybuf[192];
+    const char *why = verify_body(r, rep.body, rep.len, &n, &flags, whybuf, sizeof whybuf);
     if (why) {
         mark_dead(s, "%s (key %s)", why, key);
         goto out;

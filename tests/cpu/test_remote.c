@@ -399,6 +399,7 @@ static void test_bad_bodies_fail_open(void **state)
         {"garbage", "not a jitop entry", 21, -1, (const unsigned char *)"this is not an entry"},
         {"another key's entry", "another key", on, -1, ogood},
         {"trailing garbage", "no signature", n, -2, good},
+        {"empty", "empty body", 0, -1, good},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unsigned char *b = malloc(cases[i].len + 16);
