@@ -312,7 +312,7 @@ static int make_jobs(const char *cmd, const jitop_cli_strs *files,
 
 /* --push: each built entry (compiled or cached) to every writable remote,
  * now, so that the fleet hits once the command returns. Returns how many
- * could not be pushed. */
+ * could not be pushed (1 when no remote is configured: said once). */
 static size_t push_all(build_run *r)
 {
     size_t failed = 0, pushed = 0;
@@ -322,6 +322,10 @@ static size_t push_all(build_run *r)
             continue;
         int n = 0;
         int st = jitop_remote_push(r->ctx, j->res.key, &n);
+        if (st == JITOP_EINVAL) { /* no remote configured: said once */
+            fprintf(stderr, "jitop build --push: %s\n", jitop_errmsg(r->ctx));
+            return 1;
+        }
         if (st != JITOP_OK) {
             fprintf(stderr, "jitop build: push %s (%s %s): %s\n", j->res.key, j->file, j->arch,
                     jitop_errmsg(r->ctx));
@@ -426,12 +430,12 @@ int jitop_cli_build(int argc, char **argv)
     }
     clear_progress(&r);
     r.failed += names_nowhere(&r);
-    if (push)
-        r.failed += push_all(&r);
     if (r.failed) {
         fprintf(stderr, "jitop build: %zu of %zu builds failed\n", r.failed, r.njobs);
         rc = JITOP_CLI_EXIT_FAIL;
     }
+    if (push && push_all(&r) > 0)
+        rc = JITOP_CLI_EXIT_FAIL;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         perror("jitop build: stdout");
         rc = JITOP_CLI_EXIT_FAIL;

@@ -734,6 +734,12 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "cached"));
     assert_non_null(strstr(out, "pushed 1 entries"));
     free(out);
+    /* --push with no remote configured: said once, exit 1. */
+    snprintf(cmd, sizeof cmd, "JITOP_REMOTE_CACHE= '%s' build --push --cache-dir '%s' --arch sm_90 '%s'",
+             jt_cli(), c1, src);
+    assert_int_equal(jt_run(cmd, &out), 1);
+    assert_non_null(strstr(out, "no remote cache configured"));
+    free(out);
     snprintf(cmd, sizeof cmd,
              "JITOP_REMOTE_CACHE='%s' '%s' explain --cache-dir '%s' --arch sm_90 '%s' '%s'", spec,
              jt_cli(), c2, src, src2);
