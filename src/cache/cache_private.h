@@ -14,9 +14,10 @@
  *   entry.c     the entry format; reading an entry (get, peek, touch)
  *   walk.c      list, gc, LRU eviction, clean, explain's search
  *   cache.c     open and free, put_bytes (a write, then eviction), per-key locks
- *   remote_http.c, remote_sign.c, remote_list.c, remote.c
+ *   remote_http.c, remote_sign.c, remote_list.c, remote_config.c, remote.c
  *               the remote tier (remote_private.h): HTTP through libcurl,
- *               signatures through libcrypto, listing (PROPFIND), and the tier itself, which
+ *               signatures through libcrypto, listing (PROPFIND), the spec and
+ *               dead-remote state, and the tier itself, which
  *               defines the room's get, put and close (local, then remote)
  *
  * Layout under the root (every directory 0700, every file 0600):

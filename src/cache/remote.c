@@ -22,255 +22,6 @@
 #include <stdarg.h>
 #include <time.h>
 
-/* How long jitop__cache_close waits for queued pushes before it drops the
- * rest (a PUT already running still ends within its own timeout). */
-#define DRAIN_MS 2000
-/* A key the remote just said it does not hold is not asked for again
- * within this window: the build's second look, after it takes the key's
- * lock, would otherwise cost a second round trip on every miss. */
-#define MISS_MEMO_MS 2000
-#define MISS_MEMO_N 8
-
-struct push_item {
-    struct push_item *next;
-    char key[33];
-    unsigned char *data;
-    size_t len;
-};
-
-struct jitop__remote {
-    jitop__remote_server *servers;
-    size_t n;
-    unsigned char *secret;
-    size_t secret_len;
-    int verbose;
-
-    pthread_mutex_t lock; /* guards everything below */
-    pthread_cond_t wake;
-    struct push_item *head, *tail;
-    bool started, stop;
-    pthread_t thread;
-    double drain_until; /* jitop__now_ms() deadline once stop is set */
-    struct {
-        char key[33];
-        double at;
-    } misses[MISS_MEMO_N];
-    unsigned next_miss;
-};
-
-/* Remotes found broken, by base URL, for the life of the process (as
- * ccache does): a new context does not ask a dead server again either. */
-static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
-static jitop__strv dead_urls;
-
-static bool is_dead(const jitop__remote_server *s)
-{
-    bool dead = false;
-    pthread_mutex_lock(&dead_lock);
-    for (size_t i = 0; i < dead_urls.n && !dead; i++)
-        dead = strcmp(dead_urls.v[i], s->url) == 0;
-    pthread_mutex_unlock(&dead_lock);
-    return dead;
-}
-
-/* Marks s dead and warns, once per URL and process. */
-static void mark_dead(const jitop__remote_server *s, const char *fmt, ...) JITOP__PRINTF(2, 3);
-static void mark_dead(const jitop__remote_server *s, const char *fmt, ...)
-{
-    char why[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&dead_lock);
-    bool first = true;
-    for (size_t i = 0; i < dead_urls.n && first; i++)
-        first = strcmp(dead_urls.v[i], s->url) != 0;
-    if (first && jitop__strv_push(&dead_urls, s->url) != JITOP_OK)
-        first = false; /* out of memory: said nothing, asked again later */
-    pthread_mutex_unlock(&dead_lock);
-    if (first)
-        fprintf(stderr,
-                "jitop: warning: remote cache %s: %s; not used again by this process "
-                "(binaries are compiled locally)\n",
-                s->shown, why);
-}
-
-void jitop__remote_forget_dead(void)
-{
-    pthread_mutex_lock(&dead_lock);
-    jitop__strv_free(&dead_urls);
-    pthread_mutex_unlock(&dead_lock);
-}
-
-static void rlog(const struct jitop__remote *r, const char *fmt, ...) JITOP__PRINTF(2, 3);
-static void rlog(const struct jitop__remote *r, const char *fmt, ...)
-{
-    if (!r->verbose)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("jitop: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-static void server_free(jitop__remote_server *s)
-{
-    free(s->url);
-    free(s->shown);
-}
-
-/* One item of the spec: URL|attr|attr=value. */
-static int parse_server(const char *item, jitop__remote_server *s)
-{
-    int status = JITOP_OK;
-    char *copy = jitop__strdup(item), *save = NULL;
-    memset(s, 0, sizeof *s);
-    s->connect_ms = JITOP__REMOTE_CONNECT_MS;
-    s->timeout_ms = JITOP__REMOTE_TIMEOUT_MS;
-    s->put_timeout_ms = JITOP__REMOTE_PUT_TIMEOUT_MS;
-    if (!copy)
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    char *url = strtok_r(copy, "|", &save);
-    if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)) {
-        char *shown = url ? jitop__url_redact(url) : NULL;
-        status = jitop__fail(JITOP_EINVAL, "'%s': expected an http:// or https:// URL",
-                             shown ? shown : "");
-        free(shown);
-        goto out;
-    }
-    size_t n = strlen(url);
-    while (n > 0 && url[n - 1] == '/')
-        url[--n] = '\0';
-    s->url = jitop__strdup(url);
-    s->shown = jitop__url_redact(url);
-    if (!s->url || !s->shown) {
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (char *a = strtok_r(NULL, "|", &save); a; a = strtok_r(NULL, "|", &save)) {
-        char *eq = strchr(a, '=');
-        long *ms = NULL;
-        if (strcmp(a, "read-only") == 0 || strcmp(a, "read-only=true") == 0) {
-            s->read_only = true;
-            continue;
-        }
-        if (strcmp(a, "read-only=false") == 0) {
-            s->read_only = false;
-            continue;
-        }
-        if (eq && (size_t)(eq - a) == 15 && strncmp(a, "connect-timeout", 15) == 0)
-            ms = &s->connect_ms;
-        else if (eq && (size_t)(eq - a) == 7 && strncmp(a, "timeout", 7) == 0)
-            ms = &s->timeout_ms;
-        else if (eq && (size_t)(eq - a) == 11 && strncmp(a, "put-timeout", 11) == 0)
-            ms = &s->put_timeout_ms;
-        if (!ms) {
-            status = jitop__fail(JITOP_EINVAL,
-                                 "%s: unknown attribute '%s' (known: read-only, "
-                                 "connect-timeout=MS, timeout=MS, put-timeout=MS)",
-                                 s->shown, a);
-            goto out;
-        }
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(eq + 1, &end, 10);
-        if (errno || end == eq + 1 || *end || v <= 0 || v > 600000) {
-            status = jitop__fail(JITOP_EINVAL, "%s: %s: expected milliseconds from 1 to 600000",
-                                 s->shown, a);
-            goto out;
-        }
-        *ms = v;
-    }
-out:
-    free(copy);
-    if (status != JITOP_OK)
-        server_free(s);
-    return status;
-}
-
-static void remote_free(struct jitop__remote *r)
-{
-    if (!r)
-        return;
-    for (size_t i = 0; i < r->n; i++)
-        server_free(&r->servers[i]);
-    free(r->servers);
-    if (r->secret) {
-        memset(r->secret, 0, r->secret_len);
-        free(r->secret);
-    }
-    pthread_cond_destroy(&r->wake);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
-}
-
-static int remote_new(const char *spec, const char *secret_path, int verbose,
-                      struct jitop__remote **out)
-{
-    int status = JITOP_OK;
-    char *copy = NULL, *save = NULL;
-    *out = NULL;
-    struct jitop__remote *r = calloc(1, sizeof *r);
-    if (!r)
-        return jitop__fail(JITOP_ENOMEM, "out of memory");
-    if (pthread_mutex_init(&r->lock, NULL) != 0) {
-        free(r);
-        return jitop__fail(JITOP_ENOMEM, "remote cache: cannot create a mutex");
-    }
-    if (pthread_cond_init(&r->wake, NULL) != 0) {
-        pthread_mutex_destroy(&r->lock);
-        free(r);
-        return jitop__fail(JITOP_ENOMEM, "remote cache: cannot create a condition variable");
-    }
-    r->verbose = verbose;
-    if (!(copy = jitop__strdup(spec))) {
-        status = jitop__fail(JITOP_ENOMEM, "out of memory");
-        goto out;
-    }
-    /* URLs are separated by blanks (or commas), as in ccache's
-     * remote_storage. */
-    for (char *it = strtok_r(copy, " \t\n,", &save); it; it = strtok_r(NULL, " \t\n,", &save)) {
-        jitop__remote_server *grown = realloc(r->servers, (r->n + 1) * sizeof *grown);
-        if (!grown) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
-        }
-        r->servers = grown;
-        if ((status = parse_server(it, &r->servers[r->n])) != JITOP_OK)
-            goto out;
-        r->n++;
-    }
-    if (secret_path && *secret_path)
-        status = jitop__remote_secret_load(secret_path, &r->secret, &r->secret_len);
-out:
-    free(copy);
-    if (status != JITOP_OK || r->n == 0) {
-        remote_free(r);
-        return status;
-    }
-    *out = r;
-    return JITOP_OK;
-}
-
-int jitop__cache_remote_setup(jitop__cache *c, const char *spec, const char *secret_path)
-{
-    if (!spec || !*spec)
-        return JITOP_OK;
-    int status = remote_new(spec, secret_path, c->verbose, &c->remote);
-    if (status == JITOP_ENOMEM)
-        return status;
-    if (status != JITOP_OK) {
-        /* A remote that cannot be set up is one that is down: the process
-         * still builds, locally, and says why once. */
-        fprintf(stderr, "jitop: warning: remote cache not used: %s\n", jitop_errmsg(NULL));
-        jitop__clear_error();
-    }
-    return JITOP_OK;
-}
-
 /* Checks a GET's body as a local read would, plus the signature: NULL with
  * *entry_len set when it is good, else why not (a constant, or the text
  * written into why). */
@@ -319,8 +70,9 @@ static bool recently_missed(struct jitop__remote *r, const char key[33])
     double now = jitop__now_ms();
     bool hit = false;
     pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < MISS_MEMO_N && !hit; i++)
-        hit = strcmp(r->misses[i].key, key) == 0 && now - r->misses[i].at < MISS_MEMO_MS;
+    for (size_t i = 0; i < JITOP__REMOTE_MISS_MEMO_N && !hit; i++)
+        hit = strcmp(r->misses[i].key, key) == 0 &&
+              now - r->misses[i].at < JITOP__REMOTE_MISS_MEMO_MS;
     pthread_mutex_unlock(&r->lock);
     return hit;
 }
@@ -328,7 +80,7 @@ static bool recently_missed(struct jitop__remote *r, const char key[33])
 static void note_miss(struct jitop__remote *r, const char key[33])
 {
     pthread_mutex_lock(&r->lock);
-    unsigned i = r->next_miss++ % MISS_MEMO_N;
+    unsigned i = r->next_miss++ % JITOP__REMOTE_MISS_MEMO_N;
     memcpy(r->misses[i].key, key, 33);
     r->misses[i].at = jitop__now_ms();
     pthread_mutex_unlock(&r->lock);
@@ -347,17 +99,18 @@ static int fetch_one(struct jitop__remote *r, const jitop__remote_server *s, con
     *answer = -1;
     if (jitop__http_request(s, "GET", path, NULL, 0, NULL, s->timeout_ms, &rep, err,
                             sizeof err) != 0) {
-        mark_dead(s, "GET failed: %s", err);
+        jitop__remote_mark_dead(s, "GET failed: %s", err);
         return JITOP_OK;
     }
     int status = JITOP_OK;
     if (rep.status == 404) {
         *answer = 0;
-        rlog(r, "remote cache %s: miss %s (%.1f ms)", s->shown, key, jitop__now_ms() - t0);
+        jitop__remote_log(r, "remote cache %s: miss %s (%.1f ms)", s->shown, key,
+                          jitop__now_ms() - t0);
         goto out;
     }
     if (rep.status != 200) {
-        mark_dead(s, "GET answered HTTP %ld", rep.status);
+        jitop__remote_mark_dead(s, "GET answered HTTP %ld", rep.status);
         goto out;
     }
     size_t n = 0;
@@ -365,7 +118,7 @@ static int fetch_one(struct jitop__remote *r, const jitop__remote_server *s, con
     char whybuf[192];
     const char *why = verify_body(r, rep.body, rep.len, &n, &flags, whybuf, sizeof whybuf);
     if (why) {
-        mark_dead(s, "%s (key %s)", why, key);
+        jitop__remote_mark_dead(s, "%s (key %s)", why, key);
         goto out;
     }
     if (bytes) {
@@ -381,12 +134,12 @@ static int fetch_one(struct jitop__remote *r, const jitop__remote_server *s, con
     why = jitop__cache_entry_parse(key, &buf, n, flags, e);
     free(buf);
     if (why) {
-        mark_dead(s, "served an invalid entry under key %s: %s", key, why);
+        jitop__remote_mark_dead(s, "served an invalid entry under key %s: %s", key, why);
         goto out;
     }
     *answer = 1;
-    rlog(r, "remote cache %s: hit %s (%zu bytes, %.1f ms)", s->shown, key, n,
-         jitop__now_ms() - t0);
+    jitop__remote_log(r, "remote cache %s: hit %s (%zu bytes, %.1f ms)", s->shown, key, n,
+                      jitop__now_ms() - t0);
 out:
     jitop__http_reply_free(&rep);
     return status;
@@ -401,7 +154,7 @@ int jitop__cache_get(jitop__cache *c, const char key[33], jitop__entry *out, boo
     bool asked = false;
     for (size_t i = 0; i < r->n && !*found; i++) {
         const jitop__remote_server *s = &r->servers[i];
-        if (is_dead(s))
+        if (jitop__remote_is_dead(s))
             continue;
         asked = true;
         struct jitop__wbuf bytes = {0};
@@ -442,7 +195,7 @@ static bool sign_body(struct jitop__remote *r, const jitop__remote_server *s,
     unsigned char mac[JITOP__REMOTE_MAC_SIZE];
     const char *why = NULL;
     if (!jitop__remote_mac(r->secret, r->secret_len, b->p, b->n, mac, &why)) {
-        mark_dead(s, "cannot sign entries: %s", why);
+        jitop__remote_mark_dead(s, "cannot sign entries: %s", why);
         return false;
     }
     jitop__wb_bytes(b, JITOP__REMOTE_SIG_MAGIC, 8);
@@ -460,7 +213,7 @@ static int push_one(struct jitop__remote *r, const char key[33], const unsigned 
     snprintf(path, sizeof path, "/v%d/%.2s/%s", JITOP__FORMAT_VERSION, key, key);
     for (size_t i = 0; i < r->n; i++) {
         const jitop__remote_server *s = &r->servers[i];
-        if (s->read_only || is_dead(s))
+        if (s->read_only || jitop__remote_is_dead(s))
             continue;
         struct jitop__wbuf b = {0};
         jitop__wb_bytes(&b, data, len);
@@ -472,15 +225,16 @@ static int push_one(struct jitop__remote *r, const char key[33], const unsigned 
         double t0 = jitop__now_ms();
         if (jitop__http_request(s, "PUT", path, b.p, b.n, NULL, s->put_timeout_ms, &rep, err,
                                 sizeof err) != 0) {
-            mark_dead(s, "PUT failed: %s", err);
+            jitop__remote_mark_dead(s, "PUT failed: %s", err);
         } else if (rep.status < 200 || rep.status > 299) {
-            mark_dead(s, "PUT answered HTTP %ld (is the server writable? mark it read-only "
-                         "with URL|read-only)",
-                      rep.status);
+            jitop__remote_mark_dead(s,
+                                    "PUT answered HTTP %ld (is the server writable? mark it "
+                                    "read-only with URL|read-only)",
+                                    rep.status);
         } else {
             pushed++;
-            rlog(r, "remote cache %s: pushed %s (%zu bytes, %.1f ms)", s->shown, key, b.n,
-                 jitop__now_ms() - t0);
+            jitop__remote_log(r, "remote cache %s: pushed %s (%zu bytes, %.1f ms)", s->shown,
+                              key, b.n, jitop__now_ms() - t0);
         }
         jitop__http_reply_free(&rep);
         free(b.p);
@@ -491,7 +245,7 @@ static int push_one(struct jitop__remote *r, const char key[33], const unsigned 
 static bool any_writable(struct jitop__remote *r)
 {
     for (size_t i = 0; i < r->n; i++)
-        if (!r->servers[i].read_only && !is_dead(&r->servers[i]))
+        if (!r->servers[i].read_only && !jitop__remote_is_dead(&r->servers[i]))
             return true;
     return false;
 }
@@ -515,7 +269,8 @@ static void *push_thread(void *arg)
                 it = next;
             }
             r->head = r->tail = NULL;
-            rlog(r, "remote cache: %zu pushes dropped at exit (over %d ms)", dropped, DRAIN_MS);
+            jitop__remote_log(r, "remote cache: %zu pushes dropped at exit (over %d ms)", dropped,
+                              JITOP__REMOTE_DRAIN_MS);
             break;
         }
         r->head = it->next;
@@ -599,13 +354,13 @@ void jitop__cache_close(jitop__cache *c)
     if (r) {
         pthread_mutex_lock(&r->lock);
         r->stop = true;
-        r->drain_until = jitop__now_ms() + DRAIN_MS;
+        r->drain_until = jitop__now_ms() + JITOP__REMOTE_DRAIN_MS;
         bool started = r->started;
         pthread_cond_signal(&r->wake);
         pthread_mutex_unlock(&r->lock);
         if (started && pthread_join(r->thread, NULL) != 0)
             fprintf(stderr, "jitop: warning: remote cache: cannot join the push thread\n");
-        remote_free(r);
+        jitop__remote_free(r);
         c->remote = NULL;
     }
     jitop__cache_free(c);
@@ -623,7 +378,7 @@ int jitop__cache_remote_probe(jitop__cache *c, const char key[33], int *state, c
         const jitop__remote_server *s = &r->servers[i];
         int answer = -1;
         jitop__entry e;
-        if (!is_dead(s)) {
+        if (!jitop__remote_is_dead(s)) {
             int status = fetch_one(r, s, key, &e, NULL, &answer);
             if (status != JITOP_OK)
                 return status;

@@ -1,6 +1,7 @@
 /* The remote tier's parts, shared by the cache room's remote files only
- * (remote_http.c, remote_sign.c, remote_list.c, remote.c; in that order, each using only
- * those before it and the room's lower files).
+ * (remote_http.c, remote_sign.c, remote_list.c, remote_config.c, remote.c;
+ * in that order, each using only those before it and the room's lower
+ * files).
  *
  * A remote is a base URL that answers GET, PUT (and for listing PROPFIND)
  * under <base>/v<F>/<ab>/<key>. Its body is the entry file exactly as the
@@ -18,6 +19,7 @@
 
 #include "cache/cache_private.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -87,5 +89,51 @@ bool jitop__remote_mac_equal(const unsigned char *a, const unsigned char *b);
  * list (no WebDAV PROPFIND) is JITOP_EINVAL with a message that says so. */
 int jitop__remote_list_server(const jitop__remote_server *s,
                               int (*fn)(const char *key, int64_t size, void *user), void *user);
+
+/* How long jitop__cache_close waits for queued pushes before it drops the
+ * rest (a PUT already running still ends within its own timeout). */
+#define JITOP__REMOTE_DRAIN_MS 2000
+/* A key the remote just said it does not hold is not asked for again
+ * within this window: the build's second look, after it takes the key's
+ * lock, would otherwise cost a second round trip on every miss. */
+#define JITOP__REMOTE_MISS_MEMO_MS 2000
+#define JITOP__REMOTE_MISS_MEMO_N 8
+
+struct push_item {
+    struct push_item *next;
+    char key[33];
+    unsigned char *data;
+    size_t len;
+};
+
+struct jitop__remote {
+    jitop__remote_server *servers;
+    size_t n;
+    unsigned char *secret;
+    size_t secret_len;
+    int verbose;
+
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t wake;
+    struct push_item *head, *tail;
+    bool started, stop;
+    pthread_t thread;
+    double drain_until; /* jitop__now_ms() deadline once stop is set */
+    struct {
+        char key[33];
+        double at;
+    } misses[JITOP__REMOTE_MISS_MEMO_N];
+    unsigned next_miss;
+};
+
+/* Set-up and state (remote_config.c). */
+void jitop__remote_free(struct jitop__remote *r);
+/* Whether s was found broken by this process. */
+bool jitop__remote_is_dead(const jitop__remote_server *s);
+/* Marks s dead and warns on stderr, once per URL and process. */
+void jitop__remote_mark_dead(const jitop__remote_server *s, const char *fmt, ...)
+    JITOP__PRINTF(2, 3);
+/* Logs on stderr when the context is verbose. */
+void jitop__remote_log(const struct jitop__remote *r, const char *fmt, ...) JITOP__PRINTF(2, 3);
 
 #endif
