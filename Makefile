@@ -71,7 +71,8 @@ all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(LLTM_EXT)
 # too when `make valgrind` is asked for.
 deps:
 	@CUDA_HOME="$(CUDA_HOME)" DEPS_PREFIX="$(DEPS_PREFIX)" \
-	  JITOP_WANT_VALGRIND=$(if $(filter valgrind,$(MAKECMDGOALS)),1,0) scripts/install-deps.sh
+	  JITOP_WANT_VALGRIND=$(if $(filter valgrind,$(MAKECMDGOALS)),1,0) \
+	  JITOP_WANT_NGINX=$(if $(filter test valgrind bench,$(MAKECMDGOALS)),1,0) scripts/install-deps.sh
 
 # `make` alone only builds. These goals install what is missing first: deps
 # is their prerequisite and an order-only prerequisite of every compile, so

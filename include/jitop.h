@@ -112,6 +112,21 @@ typedef struct jitop_config {
      * $JITOP_KERNEL_DIR, else the installed share/jitop/kernels, else the
      * source tree's kernels/. */
     const char *kernel_dir;
+    /* The remote cache tier (docs/GUIDE.md, "Remote cache"): one or more base
+     * URLs separated by blanks, each with |attributes: read-only,
+     * connect-timeout=MS (100), timeout=MS (500), put-timeout=MS (2000).
+     * NULL: $JITOP_REMOTE_CACHE; "" none. A local miss asks each remote
+     * (GET <url>/v<F>/<ab>/<key>) before compiling; a compile is pushed (PUT)
+     * to each writable one from a background thread that jitop_ctx_destroy
+     * drains (at most about 2 s). A remote that fails in any way is warned
+     * about once, not asked again by this process, and the binary compiled
+     * locally. Credentials: $JITOP_REMOTE_CACHE_TOKEN (bearer),
+     * $JITOP_REMOTE_CACHE_USER (user:password) or ~/.netrc. */
+    const char *remote_cache;
+    /* A file holding the key that signs pushed entries (HMAC-SHA256) and
+     * without whose valid signature no remote entry is accepted. NULL:
+     * $JITOP_REMOTE_CACHE_SECRET; "" none. */
+    const char *remote_cache_secret;
 } jitop_config;
 
 /* Fills cfg with the defaults described above. */
@@ -266,6 +281,25 @@ JITOP_API int jitop_cache_gc(jitop_ctx *ctx, int64_t max_size, int64_t *freed);
  * stays, with a warning on stderr. Safe while other processes build in the
  * same cache: each tree is moved aside first, then deleted. */
 JITOP_API int jitop_cache_clean(jitop_ctx *ctx);
+
+/* --------------------------------------------------- remote cache tier */
+
+/* Pushes the local entry under key (a jitop_build_result's key) to every
+ * writable remote now, on the calling thread (jitop build --push). *pushed
+ * (may be NULL) gets how many took it. JITOP_EINVAL when no remote is
+ * configured, JITOP_ENOTFOUND when the local cache holds no valid entry
+ * under key, JITOP_EIO when no remote took it (each is read-only or down;
+ * the warnings on stderr say why). */
+JITOP_API int jitop_remote_push(jitop_ctx *ctx, const char *key, int *pushed);
+
+/* Calls fn once per entry the remotes hold (key, size in bytes), listed with
+ * WebDAV PROPFIND. A server that cannot list fails with JITOP_EINVAL and a
+ * message that says so; no remote configured: JITOP_EINVAL. A non-zero
+ * return from fn stops the walk and is returned. */
+JITOP_API int jitop_remote_list(jitop_ctx *ctx,
+                                int (*fn)(const char *url, const char *key, int64_t size,
+                                          void *user),
+                                void *user);
 
 /* ----------------------------------------------------- modules and ops */
 

@@ -37,6 +37,25 @@ if [ ${#optional[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/n
         echo "install-deps: could not install the optional ${optional[*]} (the Python tests may skip)" >&2
     fi
 fi
+# The remote cache tier's HTTP client: only its header at build time (libcurl
+# is opened with dlopen when a remote is configured; libcrypto, for entry
+# signatures, comes with libcurl4's libssl3).
+have_header curl/curl.h || have_header x86_64-linux-gnu/curl/curl.h ||
+    have_header "$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/curl/curl.h" ||
+    missing+=(libcurl4-openssl-dev)
+# Optional: nginx with WebDAV listing, the real server of the remote cache
+# tests (tests/support/nginx_dav.sh), where `make test` asks for it. Only
+# installed where this script can install (root with apt-get); elsewhere
+# those tests print SKIP, so its absence is a note, not a failure.
+if [ "${JITOP_WANT_NGINX:-0}" = 1 ] && ! command -v nginx >/dev/null 2>&1 &&
+    [ ! -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        missing+=(nginx libnginx-mod-http-dav-ext)
+    else
+        echo "install-deps: nginx not installed: the remote cache tests will SKIP" \
+            "(sudo apt-get install -y nginx libnginx-mod-http-dav-ext)" >&2
+    fi
+fi
 # Optional: valgrind for `make valgrind`, only where asked for.
 if [ "${JITOP_WANT_VALGRIND:-0}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
     missing+=(valgrind)

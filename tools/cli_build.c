@@ -79,14 +79,26 @@ static size_t nnames_of(const job *j)
     return j->name ? 1 : 0;
 }
 
+/* build's own flag: --push (every entry of the command line, compiled or
+ * cached, pushed to the writable remotes before the command ends). */
+static int push_flag(void *user, int argc, char **argv, int *i)
+{
+    (void)argc;
+    if (strcmp(argv[*i], "--push") != 0)
+        return 0;
+    *(int *)user = 1;
+    return 1;
+}
+
 /* Parses the flags, resolves the arch and expands the paths: what build and
- * explain share. *done is set when the command is over already (help
- * printed, or an error reported); the return value is then its exit status. */
+ * explain share (push: build's --push, NULL for explain). *done is set when
+ * the command is over already (help printed, or an error reported); the
+ * return value is then its exit status. */
 static int prepare(int argc, char **argv, struct jitop_cli_build_args *a, jitop_cli_strs *files,
-                   int *done)
+                   int *done, int *push)
 {
     const char *cmd = argv[0];
-    int rc = jitop_cli_parse_build_args(argc, argv, a, NULL, NULL, NULL);
+    int rc = jitop_cli_parse_build_args(argc, argv, a, NULL, push ? push_flag : NULL, push);
     *done = 1;
     if (rc != JITOP_CLI_EXIT_OK)
         return rc;
@@ -403,13 +415,43 @@ static int make_jobs(const char *cmd, const jitop_cli_strs *files,
     return JITOP_CLI_EXIT_OK;
 }
 
+/* --push: each built entry (compiled or cached) to every writable remote,
+ * now, so that the fleet hits once the command returns. Returns how many
+ * could not be pushed (1 when no remote is configured: said once). */
+static size_t push_all(build_run *r)
+{
+    size_t failed = 0, pushed = 0;
+    for (size_t i = 0; i < r->njobs; i++) {
+        job *j = &r->jobs[i];
+        if (j->status != JITOP_OK || !j->res.key[0])
+            continue;
+        int n = 0;
+        int st = jitop_remote_push(r->ctx, j->res.key, &n);
+        if (st == JITOP_EINVAL) { /* no remote configured: said once */
+            fprintf(stderr, "jitop build --push: %s\n", jitop_errmsg(r->ctx));
+            return 1;
+        }
+        if (st != JITOP_OK) {
+            fprintf(stderr, "jitop build: push %s (%s %s): %s\n", j->res.key, j->file, j->arch,
+                    jitop_errmsg(r->ctx));
+            failed++;
+        } else {
+            pushed++;
+        }
+    }
+    if (!r->a->json)
+        fprintf(stderr, "jitop build: pushed %zu entries to the remote cache%s\n", pushed,
+                failed ? " (some failed)" : "");
+    return failed;
+}
+
 int jitop_cli_build(int argc, char **argv)
 {
     struct jitop_cli_build_args a = {0};
     jitop_cli_strs files = {0};
     build_run r = {0};
-    int done = 0;
-    int rc = prepare(argc, argv, &a, &files, &done);
+    int done = 0, push = 0;
+    int rc = prepare(argc, argv, &a, &files, &done, &push);
     if (done)
         goto out;
     if ((rc = jitop_cli_ctx_create("build", &a, &r.ctx)) != JITOP_CLI_EXIT_OK)
@@ -501,6 +543,8 @@ int jitop_cli_build(int argc, char **argv)
                 r.njobs + a.ops.n * a.archs.n);
         rc = JITOP_CLI_EXIT_FAIL;
     }
+    if (push && push_all(&r) > 0)
+        rc = JITOP_CLI_EXIT_FAIL;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         perror("jitop build: stdout");
         rc = JITOP_CLI_EXIT_FAIL;
@@ -563,7 +607,7 @@ int jitop_cli_explain(int argc, char **argv)
     job *jobs = NULL;
     size_t njobs = 0;
     int done = 0;
-    int rc = prepare(argc, argv, &a, &files, &done);
+    int rc = prepare(argc, argv, &a, &files, &done, NULL);
     if (done)
         goto out;
     if ((rc = jitop_cli_ctx_create("explain", &a, &ctx)) != JITOP_CLI_EXIT_OK)

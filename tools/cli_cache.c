@@ -10,6 +10,7 @@
 typedef struct cache_args {
     struct jitop_cli_build_args common; /* cache_dir, help, json */
     const char *max_size;               /* gc only */
+    int remote;                         /* ls --remote */
 } cache_args;
 
 /* Parses "--cache-dir DIR", "--help", and "--json" (ls) or "--max-size
@@ -27,6 +28,8 @@ static int parse_cache_args(int argc, char **argv, int allow_json, int allow_max
             out->common.help = 1;
         } else if (allow_json && strcmp(arg, "--json") == 0) {
             out->common.json = 1;
+        } else if (allow_json && strcmp(arg, "--remote") == 0) {
+            out->remote = 1;
         } else if (strncmp(arg, "--cache-dir", n = strlen("--cache-dir")) == 0 &&
                    (arg[n] == '\0' || arg[n] == '=')) {
             value = arg[n] == '=' ? arg + n + 1 : (i + 1 < argc ? argv[++i] : NULL);
@@ -164,6 +167,42 @@ static void print_row(const ls_row *r, int json)
     putchar('\n');
 }
 
+static int print_remote_row(const char *url, const char *key, int64_t size, void *user)
+{
+    int json = *(const int *)user;
+    if (json) {
+        printf("{\"remote\":");
+        jitop_cli_json_str(stdout, url);
+        printf(",\"key\":");
+        jitop_cli_json_str(stdout, key);
+        printf(",\"size\":%" PRId64 "}\n", size);
+        return 0;
+    }
+    char sz[32] = "?";
+    if (size >= 0)
+        human_size(size, sz, sizeof sz);
+    printf("%s %7s ", key, sz);
+    jitop_cli_text(stdout, url, 0);
+    putchar('\n');
+    return 0;
+}
+
+/* ls --remote: the entries the remotes hold (WebDAV PROPFIND), or why a
+ * server cannot list. */
+static int ls_remote(jitop_ctx *ctx, int json)
+{
+    int st = jitop_remote_list(ctx, print_remote_row, &json);
+    if (st != JITOP_OK) {
+        fprintf(stderr, "jitop ls --remote: %s\n", jitop_errmsg(ctx));
+        return JITOP_CLI_EXIT_FAIL;
+    }
+    if (fflush(stdout) != 0) {
+        perror("jitop ls: stdout");
+        return JITOP_CLI_EXIT_FAIL;
+    }
+    return JITOP_CLI_EXIT_OK;
+}
+
 int jitop_cli_ls(int argc, char **argv)
 {
     cache_args a = {0};
@@ -177,6 +216,10 @@ int jitop_cli_ls(int argc, char **argv)
     }
     if ((rc = jitop_cli_ctx_create("ls", &a.common, &ctx)) != JITOP_CLI_EXIT_OK)
         goto out;
+    if (a.remote) {
+        rc = ls_remote(ctx, a.common.json);
+        goto out;
+    }
     int st = jitop_cache_list(ctx, collect_row, &rows);
     if (st != JITOP_OK) {
         fprintf(stderr, "jitop ls: %s: %s\n", jitop_strerror(st),

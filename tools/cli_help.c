@@ -75,6 +75,9 @@ static const char build_head[] =
     "flags:\n";
 
 static const char build_tail[] =
+    "  --push             push every entry built or found (compiled or cached) to\n"
+    "                     each writable remote in $JITOP_REMOTE_CACHE before exiting\n"
+    "                     (prewarm a fleet's remote cache from CI, no GPU needed)\n"
     "\n"
     "exit status: 0 all built, 1 a file failed to compile, 2 usage error\n"
     "example: jitop build --arch sm_80,sm_90 -I include -DBLOCK=256 kernels/\n";
@@ -85,7 +88,9 @@ static const char explain_head[] =
     "Says for each (file, arch), without compiling, whether `jitop build` with\n"
     "the same flags would hit the cache and, if not, why: which file changed,\n"
     "which option differs, a new NVRTC. Prints \"FILE ARCH hit|miss REASON\", or\n"
-    "with --json objects with file, arch, hit (true/false) and why.\n"
+    "with --json objects with file, arch, hit (true/false) and why. With a remote\n"
+    "cache ($JITOP_REMOTE_CACHE) a miss also says \"remote hit\", \"remote miss\" or\n"
+    "\"remote down\".\n"
     "\n"
     "flags (the same as build; -j is accepted and ignored):\n";
 
@@ -106,13 +111,14 @@ static const char watch_head[] =
     "flags (the same as build):\n";
 
 static const char ls_help[] =
-    "usage: jitop ls [--json] [--cache-dir DIR]\n"
+    "usage: jitop ls [--json] [--remote] [--cache-dir DIR]\n"
     "\n"
     "Lists the valid cache entries, least recently used first, one per line:\n"
     "  KEY ARCH SIZE LAST-USE SOURCES\n"
     "(SOURCES: the source then the headers it included, comma-separated). With\n"
     "--json one object per line with key, arch, size, atime, created, sources\n"
-    "(an array).\n"
+    "(an array). --remote lists the entries of the remotes in $JITOP_REMOTE_CACHE\n"
+    "instead (KEY SIZE URL; WebDAV PROPFIND), or says the server cannot list.\n"
     "\n"
     "exit status: 0 listed, 1 the cache could not be read, 2 usage error\n";
 

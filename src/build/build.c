@@ -721,6 +721,34 @@ out:
     return line;
 }
 
+/* A local miss, said further: what the remote tier answers for key ("remote
+ * hit" means the next build reads it from there instead of compiling). */
+static int explain_remote(jitop_ctx *ctx, const char key[33], char **why)
+{
+    int state = JITOP__REMOTE_NONE;
+    char *where = NULL, *more = NULL;
+    int status = jitop__cache_remote_probe(ctx->cache, key, &state, &where);
+    if (status != JITOP_OK || state == JITOP__REMOTE_NONE)
+        return status;
+    more = jitop__sprintf("%s\n%s", *why,
+                          state == JITOP__REMOTE_HIT
+                              ? "remote hit: the next build reads it from the remote cache"
+                          : state == JITOP__REMOTE_MISS
+                              ? "remote miss: no remote cache holds it either"
+                              : "remote down: no remote cache answered (see the warning)");
+    if (more && where) {
+        char *with = jitop__sprintf("%s (%s)", more, where);
+        free(more);
+        more = with;
+    }
+    free(where);
+    if (!more)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    free(*why);
+    *why = more;
+    return JITOP_OK;
+}
+
 int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **why)
 {
     struct probe p;
@@ -747,6 +775,8 @@ int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **
     jitop__unit uk = jitop__unit_folds(u) ? unit_named(u, &p.names) : *u;
     status = describe_miss(ctx, &uk, p.mfound ? &p.mdeps : NULL, p.mfound ? p.mkey : NULL,
                            p.fresh ? &p.mdeps : &p.deps, p.key, why);
+    if (status == JITOP_OK && !p.deps.uncacheable)
+        status = explain_remote(ctx, p.key, why);
 out:
     if (status == JITOP_OK && *why && p.names.n > 0) {
         char *line = instances_line(&p.names, *hit);

@@ -1,6 +1,6 @@
 /* The cache object: opening the root (read-only when it cannot be
- * written), writing an entry (then evicting under the size cap) and
- * per-key locks. The room's other files are listed in cache_private.h. */
+ * written), writing an entry's bytes (then evicting under the size cap)
+ * and per-key locks. The room's other files are listed in cache_private.h. */
 #include "cache/cache_private.h"
 
 #include <errno.h>
@@ -65,14 +65,14 @@ int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__ca
     }
 out:
     if (status != JITOP_OK) {
-        jitop__cache_close(c);
+        jitop__cache_free(c);
         return status;
     }
     *out = c;
     return JITOP_OK;
 }
 
-void jitop__cache_close(jitop__cache *c)
+void jitop__cache_free(jitop__cache *c)
 {
     if (!c)
         return;
@@ -90,14 +90,12 @@ const char *jitop__cache_root(const jitop__cache *c)
 }
 
 
-int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e)
+int jitop__cache_put_bytes(jitop__cache *c, const char key[33], struct jitop__wbuf *bp)
 {
-    struct jitop__wbuf b = {0};
+    struct jitop__wbuf b = *bp;
     char *dir = NULL;
-    int err = 0;
-    int status = jitop__cache_entry_serialize(key, e, &b);
-    if (status != JITOP_OK)
-        goto out;
+    int err = 0, status = JITOP_OK;
+    *bp = (struct jitop__wbuf){0};
     if (jitop__cache_is_readonly(c)) {
         jitop__cache_mem_put(c, key, false, &b);
         goto out;

@@ -100,4 +100,20 @@ int jitop__cache_find_recent(jitop__cache *c, const char *source, jitop__entry *
  * "inline:<name>" for inline text. Malloc'd (NULL on ENOMEM). */
 char *jitop__unit_source_label(const jitop__unit *u);
 
+/* The remote tier (remote.c). jitop__cache_get and jitop__cache_put above
+ * go through it once it is set up: a local miss asks each live remote, a
+ * write is pushed to each writable one from a background thread, and
+ * jitop__cache_close drains that thread (at most about 2 s plus one PUT's
+ * timeout). spec is JITOP_REMOTE_CACHE's syntax, secret_path the key file
+ * or NULL. A spec or secret that cannot be used is warned about and leaves
+ * the cache without a remote (fail-open); only ENOMEM is an error. */
+int jitop__cache_remote_setup(jitop__cache *c, const char *spec, const char *secret_path);
+enum { JITOP__REMOTE_NONE, JITOP__REMOTE_HIT, JITOP__REMOTE_MISS, JITOP__REMOTE_DOWN };
+/* What the remotes answer for key, for jitop explain: HIT or MISS with
+ * *where the (redacted) URL that answered, DOWN when none answered, NONE
+ * when no remote is configured. Nothing is stored locally. */
+int jitop__cache_remote_probe(jitop__cache *c, const char key[33], int *state, char **where);
+/* Forgets which remotes this process found broken (tests only). */
+void jitop__remote_forget_dead(void);
+
 #endif

@@ -13,7 +13,12 @@
  *   manifest.c  stat manifests
  *   entry.c     the entry format; reading an entry (get, peek, touch)
  *   walk.c      list, gc, LRU eviction, clean, explain's search
- *   cache.c     open and close, put (a write, then eviction), per-key locks
+ *   cache.c     open and free, put_bytes (a write, then eviction), per-key locks
+ *   remote_http.c, remote_sign.c, remote_list.c, remote_config.c, remote.c
+ *               the remote tier (remote_private.h): HTTP through libcurl,
+ *               signatures through libcrypto, listing (PROPFIND), the spec and
+ *               dead-remote state, and the tier itself, which
+ *               defines the room's get, put and close (local, then remote)
  *
  * Layout under the root (every directory 0700, every file 0600):
  *   CACHEDIR.TAG               the Cache Directory Tagging marker (backup tools
@@ -79,6 +84,8 @@ struct jitop__cache {
     bool lock_warned;     /* said once that flock is not supported here */
     bool cap_warned; /* the cap is smaller than an entry: said once */
     struct jitop__mem_item *items;
+    /* The remote tier (remote.c); NULL when none is configured. */
+    struct jitop__remote *remote;
 };
 
 static inline int64_t jitop__wall_seconds(void)
@@ -211,6 +218,15 @@ const char *jitop__cache_entry_parse(const char key[33], unsigned char **bufp, s
 int jitop__cache_entry_serialize(const char key[33], const jitop__entry *e,
                                  struct jitop__wbuf *b);
 char *jitop__cache_entry_dir(const jitop__cache *c, const char key[33]);
+
+/* The local halves of jitop__cache_get / put / close, which remote.c
+ * wraps with the remote tier. put_bytes writes a serialized entry (b is
+ * consumed: written and freed, or kept in memory when read-only), then
+ * evicts (cache.c); get_local reads one (entry.c); free releases
+ * everything but the remote tier (cache.c). */
+int jitop__cache_put_bytes(jitop__cache *c, const char key[33], struct jitop__wbuf *b);
+int jitop__cache_get_local(jitop__cache *c, const char key[33], jitop__entry *out, bool *found);
+void jitop__cache_free(jitop__cache *c);
 
 /* Parses a checked manifest file (len bytes, header included): its deps
  * and the key they gave. *valid false (deps empty) when the payload is

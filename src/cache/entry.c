@@ -178,7 +178,7 @@ out:
     return status;
 }
 
-int jitop__cache_get(jitop__cache *c, const char key[33], jitop__entry *out, bool *found)
+int jitop__cache_get_local(jitop__cache *c, const char key[33], jitop__entry *out, bool *found)
 {
     return jitop__cache_entry_read(c, key, JITOP__READ_MARK_USE | JITOP__READ_REMOVE_INVALID, out,
                                    found);

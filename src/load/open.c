@@ -7,6 +7,8 @@
 #include "load/driver.h"
 #include "cache/cache.h"
 
+#include <stdlib.h>
+
 static void close_cache(jitop_ctx *ctx)
 {
     jitop__cache_close(ctx->cache);
@@ -27,6 +29,15 @@ int jitop_ctx_create(const jitop_config *cfg, jitop_ctx **out)
     if (status == JITOP_OK)
         status = jitop__cache_open(ctx->cfg.cache_dir, ctx->cfg.cache_max_size, ctx->verbose,
                                    &ctx->cache);
+    if (status == JITOP_OK) {
+        /* The strings are the caller's: read here, copied by the cache. */
+        const char *spec = ctx->cfg.remote_cache ? ctx->cfg.remote_cache
+                                                 : getenv("JITOP_REMOTE_CACHE");
+        const char *secret = ctx->cfg.remote_cache_secret ? ctx->cfg.remote_cache_secret
+                                                          : getenv("JITOP_REMOTE_CACHE_SECRET");
+        status = jitop__cache_remote_setup(ctx->cache, spec, secret);
+        ctx->cfg.remote_cache = ctx->cfg.remote_cache_secret = NULL;
+    }
     if (status != JITOP_OK) {
         jitop_ctx_destroy(ctx);
         return status;
