@@ -358,6 +358,13 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
             if (status != JITOP_OK)
                 goto out;
+            if (found && out->entry.bin.unresolved) {
+                /* Not a binary of the list: an answer that a name of it
+                 * names nothing in these files (fold_failed below). */
+                jitop__entry_free(&out->entry);
+                memset(&out->entry, 0, sizeof out->entry);
+                found = false;
+            }
             if (found) {
                 used = &f->lists.built;
                 break;
@@ -371,6 +378,11 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             if (status != JITOP_OK)
                 goto out;
         }
+        /* An instance asked alone of these files has the key of the
+         * source folded with that one name: its cached answer that the
+         * name names nothing is the fold not compiling (fold_failed). */
+        if (found && f && f->on && uc.names.n > 0 && out->entry.bin.unresolved)
+            goto fold_failed;
         if (found) {
             if (mkey)
                 jitop__log(ctx, "%s: files touched but unchanged: cache hit %s", u->source_name,
@@ -386,6 +398,9 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         /* Another process may have built it while we waited for the lock. */
         if (!deps.uncacheable) {
             status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+            if (status == JITOP_OK && found && f && f->on && uc.names.n > 0 &&
+                out->entry.bin.unresolved)
+                goto fold_failed;
             if (status != JITOP_OK || found)
                 break;
         }
@@ -403,6 +418,10 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             /* The fold does not compile: the source on its own, and the
              * lists start over (build.h). Its instances, compiled alone,
              * say what is wrong with them. */
+        fold_failed:
+            jitop__entry_free(&out->entry);
+            memset(&out->entry, 0, sizeof out->entry);
+            found = false;
             jitop__log(ctx, "%s: does not compile with the %zu instances asked of it: "
                             "compiling it alone",
                        u->source_name, uc.names.n);
