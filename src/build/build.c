@@ -901,6 +901,26 @@ int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
     if (status != JITOP_OK)
         return status;
     status = build_unit(ctx, &u, BUILD_FOLD, names, &b);
+    /* A fold that fell back (a name asked of the source before no longer
+     * compiles) left names out of the binary: each is built alone then,
+     * the key a later get of it looks up, so that the prewarm did what it
+     * says or fails with that name's own error. */
+    for (size_t i = 0; status == JITOP_OK && names && i < names->n; i++) {
+        if (strv_has(&b.inst.built, names->v[i]))
+            continue;
+        const char *one[1] = {names->v[i]};
+        jitop__unit ui;
+        jitop__built bi;
+        status = jitop__unit_init(&ui, path, NULL, options, noptions, one, 1, u.arch);
+        if (status == JITOP_OK) {
+            status = build_unit(ctx, &ui, BUILD_FULL, NULL, &bi);
+            if (status == JITOP_OK)
+                jitop__built_free(&bi);
+            jitop__unit_free(&ui);
+        }
+        if (status != JITOP_OK)
+            jitop__built_free(&b);
+    }
     if (status == JITOP_OK && result) {
         memset(result, 0, sizeof *result);
         result->cached = b.cached;

@@ -76,6 +76,58 @@ static void test_cached_unresolved_fold_falls_back(void **state)
 }
 
 
+/* A prewarm (jitop__build_fold: jitop build --op, the ops' _prewarm calls)
+ * of a source whose list still holds a name the edited source no longer
+ * declares: the fold of everything fails and falls back to the source
+ * alone. The prewarm says it worked: the names it was asked for must then
+ * be in the cache all the same (each alone, the key a later get looks
+ * up), so that the get compiles nothing. */
+static void test_prewarm_after_fallback_still_prewarms(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    char *src = jt_write_rename(dir, "k.cu",
+                                "template <int N> __global__ void t(int *out) { *out = N; }\n"
+                                "template <int N> __global__ void u(int *out) { *out = -N; }\n");
+    jitop_ctx *ctx = jt_ctx(cache, ARCH);
+    jitop__strv want = {0};
+    assert_int_equal(jitop__strv_push(&want, "u<1>"), JITOP_OK);
+    jitop_build_result r;
+    assert_int_equal(jitop__build_fold(ctx, src, ARCH, NULL, 0, &want, &r), JITOP_OK);
+    jitop__strv_free(&want);
+    jitop_ctx_destroy(ctx);
+
+    free(jt_write_rename(dir, "k.cu",
+                         "template <int N> __global__ void t(int *out) { *out = N + 1; }\n"));
+    ctx = jt_ctx(cache, ARCH);
+    assert_int_equal(jitop__strv_push(&want, "t<2>"), JITOP_OK);
+    int rc = jitop__build_fold(ctx, src, ARCH, NULL, 0, &want, &r);
+    jitop__strv_free(&want);
+    jitop_ctx_destroy(ctx);
+    assert_int_equal(rc, JITOP_OK);
+
+    ctx = jt_ctx(cache, ARCH);
+    const char *one[1] = {"t<2>"};
+    assert_int_equal(jitop_build(ctx, src, ARCH, NULL, 0, one, 1, &r), JITOP_OK);
+    if (!r.cached)
+        fail_msg("the prewarm said it worked, but t<2> was compiled after it");
+    jitop_ctx_destroy(ctx);
+
+    /* And a name the source does not declare fails the prewarm, naming it. */
+    ctx = jt_ctx(cache, ARCH);
+    assert_int_equal(jitop__strv_push(&want, "u<3>"), JITOP_OK);
+    rc = jitop__build_fold(ctx, src, ARCH, NULL, 0, &want, &r);
+    jitop__strv_free(&want);
+    assert_int_not_equal(rc, JITOP_OK);
+    assert_non_null(strstr(jitop_errmsg(ctx), "u<3>"));
+    jitop_ctx_destroy(ctx);
+
+    jt_rm_rf(dir);
+    free(dir);
+    free(cache);
+    free(src);
+}
+
 static char *write_version(const char *dir, int v)
 {
     char *text = NULL;
@@ -214,6 +266,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_unresolved_fold_falls_back),
         cmocka_unit_test(test_gets_racing_reloads_end_current),
+        cmocka_unit_test(test_prewarm_after_fallback_still_prewarms),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();
