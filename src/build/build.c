@@ -358,6 +358,13 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
             if (status != JITOP_OK)
                 goto out;
+            if (found && out->entry.bin.unresolved) {
+                /* Not a binary of the list: an answer that a name of it
+                 * names nothing in these files (fold_failed below). */
+                jitop__entry_free(&out->entry);
+                memset(&out->entry, 0, sizeof out->entry);
+                found = false;
+            }
             if (found) {
                 used = &f->lists.built;
                 break;
@@ -371,6 +378,11 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             if (status != JITOP_OK)
                 goto out;
         }
+        /* An instance asked alone of these files has the key of the
+         * source folded with that one name: its cached answer that the
+         * name names nothing is the fold not compiling (fold_failed). */
+        if (found && f && f->on && uc.names.n > 0 && out->entry.bin.unresolved)
+            goto fold_failed;
         if (found) {
             if (mkey)
                 jitop__log(ctx, "%s: files touched but unchanged: cache hit %s", u->source_name,
@@ -386,6 +398,9 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         /* Another process may have built it while we waited for the lock. */
         if (!deps.uncacheable) {
             status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+            if (status == JITOP_OK && found && f && f->on && uc.names.n > 0 &&
+                out->entry.bin.unresolved)
+                goto fold_failed;
             if (status != JITOP_OK || found)
                 break;
         }
@@ -403,6 +418,10 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             /* The fold does not compile: the source on its own, and the
              * lists start over (build.h). Its instances, compiled alone,
              * say what is wrong with them. */
+        fold_failed:
+            jitop__entry_free(&out->entry);
+            memset(&out->entry, 0, sizeof out->entry);
+            found = false;
             jitop__log(ctx, "%s: does not compile with the %zu instances asked of it: "
                             "compiling it alone",
                        u->source_name, uc.names.n);
@@ -912,6 +931,26 @@ int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
     if (status != JITOP_OK)
         return status;
     status = build_unit(ctx, &u, BUILD_FOLD, names, &b);
+    /* A fold that fell back (a name asked of the source before no longer
+     * compiles) left names out of the binary: each is built alone then,
+     * the key a later get of it looks up, so that the prewarm did what it
+     * says or fails with that name's own error. */
+    for (size_t i = 0; status == JITOP_OK && names && i < names->n; i++) {
+        if (strv_has(&b.inst.built, names->v[i]))
+            continue;
+        const char *one[1] = {names->v[i]};
+        jitop__unit ui;
+        jitop__built bi;
+        status = jitop__unit_init(&ui, path, NULL, options, noptions, one, 1, u.arch);
+        if (status == JITOP_OK) {
+            status = build_unit(ctx, &ui, BUILD_FULL, NULL, &bi);
+            if (status == JITOP_OK)
+                jitop__built_free(&bi);
+            jitop__unit_free(&ui);
+        }
+        if (status != JITOP_OK)
+            jitop__built_free(&b);
+    }
     if (status == JITOP_OK && result) {
         memset(result, 0, sizeof *result);
         result->cached = b.cached;

@@ -61,7 +61,9 @@ int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__st
                            jitop__built *out);
 /* jitop_build of a source with names folded in now, beside every name
  * asked of it (a prewarm of what the ops will ask: the binary a load then
- * finds through the manifest, with no compile). names may be NULL. */
+ * finds through the manifest, with no compile). names may be NULL. A name
+ * a fold that fell back left out is built alone (what a get of it then
+ * finds); one that does not build fails the call with its own error. */
 int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
                       const char *const *options, size_t noptions, const jitop__strv *names,
                       jitop_build_result *result);
