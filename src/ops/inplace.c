@@ -562,6 +562,7 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
     if (rc == JITOP_OK && cb->set_stream(cb->handle, stream) != 0)
         rc = jitop__fail(JITOP_ECUDA, "inplace: cublasSetStream failed");
     CUstream st = (CUstream)stream;
+    int last_copy = -1; /* the buffer whose copy-back was recorded last */
     for (int64_t i = 0; rc == JITOP_OK && i < chunks; i++) {
         const int rows = (int)(m - i * rpc < rpc ? m - i * rpc : rpc);
         const int b = two ? (int)(i % 2) : 0;
@@ -592,12 +593,19 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
         if (rc == JITOP_OK)
             rc = jitop__cu_check(api->cuEventRecord(ws->done_copy[b], ws->aux), "cuEventRecord",
                                  "inplace");
+        if (rc == JITOP_OK)
+            last_copy = b;
     }
-    /* the caller's stream goes on after the last copy (the second stream
-     * runs in order: that one is the last) */
-    if (rc == JITOP_OK && two)
-        rc = jitop__cu_check(api->cuStreamWaitEvent(st, ws->done_copy[(chunks - 1) % 2], 0),
-                             "cuStreamWaitEvent", "inplace");
+    /* the caller's stream goes on after the last copy queued (the second
+     * stream runs in order: that one is the last), also when a later chunk
+     * failed: the copies already queued still write A and read the scratch
+     * that the caller's next call reuses */
+    if (two && last_copy >= 0) {
+        int wrc = jitop__cu_check(api->cuStreamWaitEvent(st, ws->done_copy[last_copy], 0),
+                                  "cuStreamWaitEvent", "inplace");
+        if (rc == JITOP_OK)
+            rc = wrc;
+    }
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
