@@ -3,15 +3,18 @@
  * one tiny compile before the fork? (`jitop build -j N` forks its workers
  * after such a warm-up: src/build/fork.c.) Raw NVRTC, no GPU.
  *
- * For each of REPS rounds, two parents are forked from this process (so
- * that neither inherits the other's NVRTC state): a cold one, that has
- * NVRTC linked but never compiled, and a warm one, that compiled a one-line
- * kernel first. Each parent forks one child that compiles the bench kernel
- * twice (first and second compile, wall and CPU time). Printed: the
- * medians, and the parent's warm-up time (what the fork's warm-up costs
- * the build once, on its critical path). It also reports the parent's
- * thread count after the warm-up: a fork is only safe while the parent
- * runs one thread.
+ * For each of REPS rounds, three parents are forked from this process (so
+ * that none inherits another's NVRTC state), in turn: a cold one, that has
+ * NVRTC linked but never compiled; a warm one, that compiled a one-line
+ * kernel first; and a cold one whose child first populates its page tables
+ * for libnvrtc's mappings (madvise MADV_POPULATE_READ, Linux 5.14), to see
+ * how much of a child's first compile is faulting the library in again.
+ * Each parent forks one child that compiles the bench kernel twice (first
+ * and second compile: wall and CPU time, minor faults). Printed: the
+ * medians, the parent's warm-up time (what a warm-up costs the build once,
+ * on its critical path) and the child's populate time. It also reports the
+ * parent's thread count after the warm-up: a fork is only safe while the
+ * parent runs one thread.
  *
  *   fork_warm_probe ARCH [REPS]             (bench/build_pool.sh runs it)
  */
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -104,7 +108,38 @@ static int threads(void)
     return n;
 }
 
-/* What a child sends back through its pipe. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older headers lack it */
+#endif
+
+/* Populates the page tables of every readable mapping of libnvrtc; 0, or
+ * -1 after printing why. */
+static int populate_nvrtc(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int rc = 0;
+    if (!f) {
+        perror("fork_warm_probe: /proc/self/maps");
+        return -1;
+    }
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perm[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) != 3 || perm[0] != 'r' ||
+            !strstr(line, "libnvrtc"))
+            continue;
+        if (madvise((void *)lo, hi - lo, MADV_POPULATE_READ) != 0) {
+            perror("fork_warm_probe: madvise(MADV_POPULATE_READ)");
+            rc = -1;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* What a child sends back through its pipe. warm and warm_cpu: the parent's
+ * warm-up compile (mode 1), or the child's populate (mode 2). */
 typedef struct {
     double first, first_cpu, second, second_cpu, warm, warm_cpu, first_faults, second_faults;
     int parent_threads;
@@ -116,12 +151,14 @@ static int wait_ok(pid_t pid)
     return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-/* A parent (warm or not) that forks one child; the child measures. Runs in
+enum { COLD, WARM, POPULATE, MODES };
+
+/* A parent of one mode that forks one child; the child measures. Runs in
  * its own process and exits. */
-static void parent(int warm, int fd)
+static void parent(int mode, int fd)
 {
     sample s = {0};
-    if (warm) {
+    if (mode == WARM) {
         double t0 = now_ms(), c0 = cpu_ms();
         if (compile(tiny, "jitop_warm.cu"))
             _exit(1);
@@ -133,6 +170,13 @@ static void parent(int warm, int fd)
     if (pid < 0)
         _exit(1);
     if (pid == 0) {
+        if (mode == POPULATE) {
+            double t0 = now_ms(), c0 = cpu_ms();
+            if (populate_nvrtc() != 0)
+                _exit(1);
+            s.warm = now_ms() - t0;
+            s.warm_cpu = cpu_ms() - c0;
+        }
         double t0 = now_ms(), c0 = cpu_ms(), f0 = faults();
         if (compile(bench_src, "bench.cu"))
             _exit(1);
@@ -174,10 +218,10 @@ int main(int argc, char **argv)
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     if (reps < 1 || reps > 100)
         reps = 5;
-    double v[2][8][100];
-    int thr[2] = {0, 0};
+    double v[MODES][8][100];
+    int thr[MODES] = {0, 0, 0};
     for (int r = 0; r < reps; r++) {
-        for (int warm = 0; warm < 2; warm++) {
+        for (int mode = 0; mode < MODES; mode++) {
             int p[2];
             sample s;
             if (pipe(p) != 0) {
@@ -191,7 +235,7 @@ int main(int argc, char **argv)
             }
             if (pid == 0) {
                 close(p[0]);
-                parent(warm, p[1]);
+                parent(mode, p[1]);
             }
             close(p[1]);
             ssize_t got = read(p[0], &s, sizeof s);
@@ -203,24 +247,28 @@ int main(int argc, char **argv)
             double f[8]; /* the sample's eight doubles, in order */
             memcpy(f, &s, sizeof f);
             for (int k = 0; k < 8; k++)
-                v[warm][k][r] = f[k];
-            if (s.parent_threads > thr[warm])
-                thr[warm] = s.parent_threads;
+                v[mode][k][r] = f[k];
+            if (s.parent_threads > thr[mode])
+                thr[mode] = s.parent_threads;
         }
     }
-    double m[2][8];
-    for (int w = 0; w < 2; w++)
+    double m[MODES][8];
+    for (int w = 0; w < MODES; w++)
         for (int k = 0; k < 8; k++)
             m[w][k] = median(v[w][k], reps);
     printf("# a forked child's compiles of one small kernel, %s, median of %d\n", argv[1], reps);
-    printf("parent not warmed:  child's 1st %7.1f ms (cpu %7.1f, %6.0f faults), 2nd %7.1f ms "
-           "(cpu %7.1f, %6.0f faults); parent threads %d\n",
-           m[0][0], m[0][1], m[0][6], m[0][2], m[0][3], m[0][7], thr[0]);
-    printf("parent warmed:      child's 1st %7.1f ms (cpu %7.1f, %6.0f faults), 2nd %7.1f ms "
-           "(cpu %7.1f, %6.0f faults); parent threads %d\n",
-           m[1][0], m[1][1], m[1][6], m[1][2], m[1][3], m[1][7], thr[1]);
+    static const char *const what[MODES] = {"parent not warmed:", "parent warmed:",
+                                            "child populated:"};
+    for (int w = 0; w < MODES; w++)
+        printf("%-19s child's 1st %7.1f ms (cpu %7.1f, %6.0f faults), 2nd %7.1f ms "
+               "(cpu %7.1f, %6.0f faults); parent threads %d\n",
+               what[w], m[w][0], m[w][1], m[w][6], m[w][2], m[w][3], m[w][7], thr[w]);
     printf("parent's warm-up compile %.1f ms (cpu %.1f); child's 1st compile %.2fx faster "
            "(cpu %.2fx)\n",
-           m[1][4], m[1][5], m[0][0] / m[1][0], m[0][1] / m[1][1]);
+           m[WARM][4], m[WARM][5], m[COLD][0] / m[WARM][0], m[COLD][1] / m[WARM][1]);
+    printf("child's populate of libnvrtc %.1f ms (cpu %.1f); child's 1st compile %.2fx faster, "
+           "populate included (cpu %.2fx)\n",
+           m[POPULATE][4], m[POPULATE][5], m[COLD][0] / (m[POPULATE][0] + m[POPULATE][4]),
+           m[COLD][1] / (m[POPULATE][1] + m[POPULATE][5]));
     return 0;
 }
