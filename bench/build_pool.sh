@@ -60,17 +60,16 @@ for n in $JOBS; do
         times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')")
     done
     med=$(printf '%s\n' "${times[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    if [ -z "$base" ]; then
-        base=$med
-        # What one file costs, as the last run of the first N reported it
-        # (its compile, plus the check that found it missing).
-        grep ' compiled ' "$work/out.txt" | awk '{ print $(NF - 1) }' | sort -n | awk '
-            { v[NR] = $1; s += $1 } END {
-            printf "# per file (last -j run above): min %.1f, median %.1f, max %.1f, mean %.1f ms\n",
-                v[1], v[int((NR + 1) / 2)], v[NR], s / NR }'
-    fi
+    first=
+    [ -n "$base" ] || { base=$med; first=1; }
     awk -v n="$n" -v m="$med" -v b="$base" -v all="${times[*]}" 'BEGIN {
         s = b / m; printf "-j %-3d %8.1f ms  speed-up %5.2fx  per job %.2f  (runs: %s)\n", n, m, s, s / n, all }'
+    # What one file costs, as the last run of the line above reported it
+    # (its compile, plus the check that found it missing).
+    [ -z "$first" ] || grep ' compiled ' "$work/out.txt" | awk '{ print $(NF - 1) }' | sort -n | awk '
+        { v[NR] = $1; s += $1 } END {
+        printf "#   per file in its last run: min %.1f, median %.1f, max %.1f, mean %.1f ms\n",
+            v[1], v[int((NR + 1) / 2)], v[NR], s / NR }'
 done
 
 [ -z "$POOL_ONLY" ] || exit 0
