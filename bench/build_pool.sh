@@ -2,7 +2,12 @@
 # `jitop build -j N` on generated independent sources, each N from a cold
 # cache, and NVRTC's precompiled headers measured (bench/pch_probe.c).
 #
-#   bench/build_pool.sh [--jobs "1 2 4 8 16"] [--sources 32] [--reps 3]
+#   bench/build_pool.sh [--jobs "1 2 4 8 16"] [--sources 32] [--reps 3] [--light]
+#                       [--pool-only]      (skip the two NVRTC probes)
+#
+# The sources are bench/build_pool_sources.sh's: realistic ops (compiles of
+# ~0.1-1.3 s each), or with --light small include-free kernels (~20 ms each
+# on the H100 machine, where NVRTC's per-process set-up dominates).
 #
 # Environment: BUILD (build dir holding jitop; default build), CUDA_HOME
 # (default /usr/local/cuda), JITOP_ARCH (default sm_90). Prints one line per N:
@@ -17,11 +22,15 @@ ARCH=${JITOP_ARCH:-sm_90}
 JOBS="1 2 4 8 16"
 NSRC=32
 REPS=3
+LIGHT=
+POOL_ONLY=
 while [ $# -gt 0 ]; do
     case "$1" in
         --jobs) JOBS=$2; shift 2 ;;
         --sources) NSRC=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
+        --light) LIGHT=--light; shift ;;
+        --pool-only) POOL_ONLY=1; shift ;;
         *) echo "build_pool.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -30,43 +39,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/jitop-pool-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/src"
 
-# Each source a small templated kernel file of its own (a reduction, a
-# scale, an elementwise op instantiated at two types), about one typical
-# op: distinct text, so no two share a key.
-for i in $(seq 1 "$NSRC"); do
-    cat > "$work/src/op$i.cu" <<CU
-template <typename T, int B>
-__device__ T block_sum_$i(T v) {
-    __shared__ T s[B];
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (int o = B / 2; o > 0; o /= 2) {
-        if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
-        __syncthreads();
-    }
-    return s[0];
-}
-template <typename T>
-__device__ T op_$i(T a, T b) { return a * T($i) + b / T($i + 1); }
-extern "C" __global__ void reduce_$i(const float *x, float *y, int n) {
-    float v = 0;
-    for (int k = blockIdx.x * 256 + threadIdx.x; k < n; k += gridDim.x * 256) v += x[k];
-    v = block_sum_$i<float, 256>(v);
-    if (threadIdx.x == 0) atomicAdd(y, v);
-}
-extern "C" __global__ void map_f_$i(const float *a, const float *b, float *c, int n) {
-    int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < n) c[k] = op_$i<float>(a[k], b[k]);
-}
-extern "C" __global__ void map_d_$i(const double *a, const double *b, double *c, int n) {
-    int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < n) c[k] = op_$i<double>(a[k], b[k]);
-}
-CU
-done
+# Distinct sources, so that no two share a key: realistic ops (fp16/bf16
+# elementwise, layernorm, cooperative groups, softmax), or with --light the
+# small include-free ones (bench/build_pool_sources.sh says which).
+bench/build_pool_sources.sh "$work/src" "$NSRC" $LIGHT
 
 now_ms() { date +%s%N | awk '{printf "%.1f", $1 / 1e6}'; }
-echo "# jitop build -j N, $NSRC sources, $ARCH, $(nproc) cores online, median of $REPS cold runs"
+echo "# jitop build -j N, $NSRC ${LIGHT:+light }sources, $ARCH, $(nproc) cores online, median of $REPS cold runs"
 base=
 for n in $JOBS; do
     times=()
@@ -81,10 +60,25 @@ for n in $JOBS; do
         times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')")
     done
     med=$(printf '%s\n' "${times[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    [ -n "$base" ] || base=$med
+    first=
+    [ -n "$base" ] || { base=$med; first=1; }
     awk -v n="$n" -v m="$med" -v b="$base" -v all="${times[*]}" 'BEGIN {
         s = b / m; printf "-j %-3d %8.1f ms  speed-up %5.2fx  per job %.2f  (runs: %s)\n", n, m, s, s / n, all }'
+    # What one file costs, as the last run of the line above reported it
+    # (its compile, plus the check that found it missing).
+    [ -z "$first" ] || grep ' compiled ' "$work/out.txt" | awk '{ print $(NF - 1) }' | sort -n | awk '
+        { v[NR] = $1; s += $1 } END {
+        printf "#   per file in its last run: min %.1f, median %.1f, max %.1f, mean %.1f ms\n",
+            v[1], v[int((NR + 1) / 2)], v[NR], s / NR }'
 done
+
+[ -z "$POOL_ONLY" ] || exit 0
+
+# Does the parent's warm-up compile before the fork help a worker's first
+# compile? (bench/fork_warm_probe.c; src/build/fork.c runs none.)
+cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$CUDA_HOME/include" -o "$work/fork_warm_probe" \
+    bench/fork_warm_probe.c -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lnvrtc
+"$work/fork_warm_probe" "$ARCH" 9
 
 # PCH: raw NVRTC in one process (bench/pch_probe.c).
 cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$CUDA_HOME/include" -o "$work/pch_probe" \
