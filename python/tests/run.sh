@@ -24,6 +24,7 @@ fi
 if ldd "$pkg/_jitop.so" 2>/dev/null | grep -q libasan; then
     LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so)${LD_PRELOAD:+:$LD_PRELOAD}"
     export LD_PRELOAD
-    export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+    # (last: a later option wins, and CI sets detect_leaks=1 for the suite)
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
 exec "$py" "$here/runner.py" "$dir"
