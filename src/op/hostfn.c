@@ -136,7 +136,10 @@ static int parse_type(const char *text, size_t len, const char **why)
         } else if (IS("long")) {
             longs++;
             any_int = true;
-        } else if (found < 0 && !any_int) {
+        } else if (found == -1 && !any_int) {
+            /* found == -1 only: after size_t & co (-2, -3), as after any
+             * other type, the next word is the parameter's name, even one
+             * spelt like a type code ("uintptr_t ptr", "size_t f32"). */
             for (size_t k = 0; k < sizeof named / sizeof *named; k++)
                 if (strlen(named[k].name) == l && memcmp(named[k].name, w, l) == 0)
                     found = named[k].t;
