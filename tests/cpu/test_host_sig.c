@@ -77,10 +77,46 @@ static void test_param_named_like_a_code(void **state)
     free(dir);
 }
 
+/* A type jitop cannot call is refused, not read as its first word: the
+ * record "long double (void)" is no i64 (its value comes back in x87's
+ * st0, which a caller reading rax leaves pushed), and "double _Complex"
+ * no double. */
+static void test_uncallable_types_refused(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_module *m = load_src(ctx, dir,
+                               "#include <jitop_host.h>\n"
+                               "JITOP_EXPORT(long double, ld, (void)) { return 1.5L; }\n"
+                               "JITOP_EXPORT(double _Complex, cx, (void)) { return 2.0; }\n"
+                               "JITOP_EXPORT(long, fine, (long double *p)) { return (long)*p; }\n");
+    jitop_fn *f = NULL;
+    assert_int_not_equal(jitop_fn_get(m, "ld", "i64(void)", &f), JITOP_OK);
+    assert_null(f);
+    assert_int_not_equal(jitop_fn_get(m, "ld", "long(void)", &f), JITOP_OK);
+    assert_int_not_equal(jitop_fn_get(m, "cx", "f64(void)", &f), JITOP_OK);
+    assert_int_not_equal(jitop_fn_get(m, "cx", "double(void)", &f), JITOP_OK);
+    /* Asking with such a type is refused too. */
+    assert_int_not_equal(jitop_fn_get(m, "ld", "long double(void)", &f), JITOP_OK);
+    /* A pointer to one is a pointer. */
+    OK(jitop_fn_get(m, "fine", "long(ptr)", &f));
+    long double v = 7.0L;
+    long double *pv = &v;
+    void *args[] = {&pv};
+    long r = 0;
+    OK(jitop_call(f, args, &r));
+    assert_int_equal(r, 7);
+    jitop_ctx_destroy(ctx);
+    free(cache);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_param_named_like_a_code, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_uncallable_types_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
