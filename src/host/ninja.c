@@ -111,8 +111,16 @@ static int compile_command(const jitop__host_unit *u, const jitop__host_cc *cc, 
     char *esc = joined ? ninja_escape(joined, false) : NULL;
     if (status == JITOP_OK && !esc)
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    /* The compiler's identity leads the command (an environment word the
+     * shell hands the compiler, unused): ninja rebuilds when a command
+     * changes, and the same path may now be another compiler (a link
+     * pointed elsewhere, an upgrade in place), whose objects it would
+     * otherwise keep. */
+    char ident[33];
+    jitop__hash_hex(cc->rec.hash, ident);
     if (status == JITOP_OK &&
-        !(*out = jitop__sprintf("%s -MMD -MF $out.d -c $in -o $out", esc)))
+        !(*out = jitop__sprintf("JITOP_CC_IDENTITY=%s %s -MMD -MF $out.d -c $in -o $out", ident,
+                                esc)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     free(joined);
     free(esc);
