@@ -88,11 +88,55 @@ static void test_header_shadowing_with_ninja(void **state)
     free(ninja);
 }
 
+/* The same in a running process: a reload of the module sees the new
+ * header. */
+static void test_reload_sees_a_shadowing_header(void **state)
+{
+    (void)state;
+    jitop__recent_window_ns = 0;
+    setenv("JITOP_NINJA", "0", 1);
+    unsetenv("CC");
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache"), *srcdir = jt_path(dir, "src");
+    char *inc = jt_path(dir, "inc"), cmd[4096];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s'", srcdir, inc);
+    assert_int_equal(jt_run(cmd, NULL), 0);
+    char *src = jt_write(srcdir, "s.c",
+                         "#include <jitop_host.h>\n"
+                         "#include \"value.h\"\n"
+                         "JITOP_EXPORT(int, value, (void)) { return VALUE; }\n");
+    free(jt_write(inc, "value.h", "#define VALUE 1\n"));
+    char opt[4200];
+    snprintf(opt, sizeof opt, "-I%s", inc);
+    usleep(20000);
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    const char *srcs[] = {src}, *opts[] = {opt};
+    jitop_module *m = NULL;
+    OK(jitop_load(ctx, "shadow", srcs, 1, opts, 1, &m));
+    jitop_fn *f = NULL;
+    OK(jitop_fn_get(m, "value", "int(void)", &f));
+    int r = -1;
+    OK(jitop_call(f, NULL, &r));
+    assert_int_equal(r, 1);
+    free(jt_write(srcdir, "value.h", "#define VALUE 2\n"));
+    usleep(20000);
+    OK(jitop_module_reload(m));
+    OK(jitop_call(f, NULL, &r));
+    assert_int_equal(r, 2);
+    jitop_ctx_destroy(ctx);
+    unsetenv("JITOP_NINJA");
+    free(src);
+    free(inc);
+    free(srcdir);
+    free(cache);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_shadowing_an_include_dir),
         cmocka_unit_test(test_header_shadowing_with_ninja),
+        cmocka_unit_test(test_reload_sees_a_shadowing_header),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();
