@@ -68,7 +68,9 @@ char *jitop__url_redact(const char *url)
     const char *scheme_end = strstr(url, "://");
     const char *host = scheme_end ? scheme_end + 3 : url;
     size_t auth_end = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', auth_end);
+    /* The last '@': a user part may hold one unencoded (an e-mail address
+     * as the user name), and everything before the last is credentials. */
+    const char *at = memrchr(host, '@', auth_end);
     const char *rest = at ? at + 1 : host;
     size_t keep = strcspn(rest, "?#");
     return jitop__sprintf("%.*s%.*s", (int)(host - url), url, (int)keep, rest);

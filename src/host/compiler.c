@@ -90,12 +90,26 @@ int jitop__host_split_options(const char *const *options, size_t n, jitop__strv 
 
 /* ----------------------------------------------------------- finding */
 
+/* prog made absolute, its links kept: a compiler driver behaves by the
+ * name it is started under (clang++ is a link to clang, and started as
+ * clang it links C++ objects without the C++ library). */
+static char *absolute(const char *prog)
+{
+    if (prog[0] == '/')
+        return jitop__strdup(prog);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return NULL;
+    return jitop__sprintf("%s/%s", cwd, prog);
+}
+
 /* The first executable file named prog on PATH (prog with a '/' as it
- * is), resolved through its links, as execvp would find it. */
+ * is), as execvp would find it, made absolute (not resolved: see
+ * absolute). */
 static char *path_search(const char *prog)
 {
     if (strchr(prog, '/'))
-        return access(prog, X_OK) == 0 ? realpath(prog, NULL) : NULL;
+        return access(prog, X_OK) == 0 ? absolute(prog) : NULL;
     const char *path = getenv("PATH");
     if (!path || !*path)
         path = "/usr/local/bin:/usr/bin:/bin";
@@ -107,7 +121,7 @@ static char *path_search(const char *prog)
             sizeof buf) {
             struct stat st;
             if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
-                return realpath(buf, NULL);
+                return absolute(buf);
         }
         path += len;
         if (*path == ':')
@@ -228,6 +242,13 @@ int jitop__host_cc_identify(jitop__host_cc *cc)
         XXH3_INITSTATE(&st);
         XXH3_128bits_reset(&st);
         XXH3_128bits_update(&st, r->path, strlen(r->path) + 1);
+        /* The file it resolves to as well: the same name may lead to
+         * another compiler (update-alternatives) with a look-alike
+         * --version. */
+        char *real = realpath(r->path, NULL);
+        if (real)
+            XXH3_128bits_update(&st, real, strlen(real) + 1);
+        free(real);
         XXH3_128bits_update(&st, log, strlen(log) + 1);
         cc->rec.hash = XXH3_128bits_digest(&st);
         cc->identified = true;

@@ -124,6 +124,16 @@ void jitop__host_obj_id(const jitop__host_unit *u, const jitop__host_cc *cc, cha
  * have changed while the compiler read it: compile again). */
 int jitop__host_deps_from_depfile(const jitop__host_cc *cc, const char *depfile, int64_t since_ns,
                                   jitop__deps *out, bool *changed);
+/* Records in d->dirs the folders where the compiler looked for d's files:
+ * each file's own folder and the include path's (-I, -iquote, -isystem,
+ * -idirafter of u's flags and $CC's words), with their stat data. A file
+ * created there later can shadow a header found further on: the stat
+ * fast path then does not vouch and the files are listed again. One
+ * changed since since_ns sets *changed. */
+int jitop__host_deps_add_dirs(const jitop__host_unit *u, const jitop__host_cc *cc,
+                              int64_t since_ns, jitop__deps *d, bool *changed);
+/* Whether every folder of d->dirs is as recorded (none recent). */
+bool jitop__host_dirs_same(const jitop__deps *d);
 
 /* Test seam (like build.h's): called before each host compiler run with
  * the source path. NULL in normal use. */

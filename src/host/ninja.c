@@ -111,8 +111,16 @@ static int compile_command(const jitop__host_unit *u, const jitop__host_cc *cc, 
     char *esc = joined ? ninja_escape(joined, false) : NULL;
     if (status == JITOP_OK && !esc)
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
+    /* The compiler's identity leads the command (an environment word the
+     * shell hands the compiler, unused): ninja rebuilds when a command
+     * changes, and the same path may now be another compiler (a link
+     * pointed elsewhere, an upgrade in place), whose objects it would
+     * otherwise keep. */
+    char ident[33];
+    jitop__hash_hex(cc->rec.hash, ident);
     if (status == JITOP_OK &&
-        !(*out = jitop__sprintf("%s -MMD -MF $out.d -c $in -o $out", esc)))
+        !(*out = jitop__sprintf("JITOP_CC_IDENTITY=%s %s -MMD -MF $out.d -c $in -o $out", ident,
+                                esc)))
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
     free(joined);
     free(esc);
@@ -312,6 +320,29 @@ int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label
         status = jitop__fail(JITOP_EIO, "cannot lock %s: %s", lockpath, strerror(errno));
     for (size_t i = 0; status == JITOP_OK && i < n; i++)
         status = jitop__host_cc_identify(&ccs[i]);
+    /* Ninja's deps = gcc lists the files a compile read, not the folders
+     * where a header was looked for: a header created there since (next to
+     * the source, shadowing one under -I) changes nothing ninja checks.
+     * The unit's manifest records those folders: when one changed, the
+     * object in ninja's folder (its own file) is removed, so that ninja
+     * compiles it again. */
+    for (size_t i = 0; status == JITOP_OK && i < n; i++) {
+        char id[33], key[33];
+        jitop__deps md;
+        bool have = false;
+        memset(&md, 0, sizeof md);
+        jitop__host_obj_id(&units[i], &ccs[i], id);
+        status = jitop__manifest_get(ctx->cache, id, &md, key, &have);
+        if (status == JITOP_OK && have && !jitop__host_dirs_same(&md)) {
+            char *o = jitop__sprintf("%s/obj%zu.o", dir, i);
+            if (!o)
+                status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            else if (unlink(o) != 0 && errno != ENOENT)
+                status = jitop__fail(JITOP_EIO, "cannot remove %s: %s", o, strerror(errno));
+            free(o);
+        }
+        jitop__deps_free(&md);
+    }
     for (int attempt = 0; status == JITOP_OK; attempt++) {
         status = write_build_file(dir, units, n, ccs, ld, ldflags);
         if (status != JITOP_OK)
@@ -348,6 +379,9 @@ int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label
                 status = ninja_deps(ninja, dir, i, d);
             if (status == JITOP_OK)
                 status = jitop__host_deps_from_depfile(&ccs[i], d, t0, &objs[i].deps, &changed);
+            if (status == JITOP_OK)
+                status = jitop__host_deps_add_dirs(&units[i], &ccs[i], t0, &objs[i].deps,
+                                                   &changed);
             if (status == JITOP_OK)
                 status = jitop__read_file(o, &bytes, &objs[i].bin.size);
             objs[i].bin.data = (unsigned char *)bytes;

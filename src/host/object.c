@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -268,6 +269,85 @@ int jitop__host_deps_from_depfile(const jitop__host_cc *cc, const char *depfile,
     return status;
 }
 
+/* Pushes dir (absolute, existing) to d->dirs once, with its stat data. A
+ * directory changed after since_ns sets *changed: a header may have been
+ * created there during the compile. */
+static int add_dir(jitop__deps *d, const char *dir, size_t len, int64_t since_ns, bool *changed)
+{
+    char path[PATH_MAX];
+    if (len == 0 || len >= sizeof path || dir[0] != '/')
+        return JITOP_OK;
+    memcpy(path, dir, len);
+    path[len] = '\0';
+    for (size_t i = 0; i < d->ndirs; i++)
+        if (strcmp(d->dirs[i].path, path) == 0)
+            return JITOP_OK;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return JITOP_OK;
+    jitop__dep *grown = realloc(d->dirs, (d->ndirs + 1) * sizeof *grown);
+    if (!grown)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    d->dirs = grown;
+    jitop__dep *r = &d->dirs[d->ndirs];
+    memset(r, 0, sizeof *r);
+    jitop__dep_set_stat(r, &st);
+    if (!(r->path = jitop__strdup(path)))
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    d->ndirs++;
+    if (r->mtime_ns >= since_ns || r->ctime_ns >= since_ns)
+        *changed = true;
+    return JITOP_OK;
+}
+
+int jitop__host_deps_add_dirs(const jitop__host_unit *u, const jitop__host_cc *cc,
+                              int64_t since_ns, jitop__deps *d, bool *changed)
+{
+    int status = JITOP_OK;
+    /* Where each file was found: a quoted include looks in its includer's
+     * folder first. */
+    for (size_t i = 1; status == JITOP_OK && i < d->n; i++) {
+        const char *slash = strrchr(d->v[i].path, '/');
+        if (slash)
+            status = add_dir(d, d->v[i].path, (size_t)(slash - d->v[i].path), since_ns, changed);
+    }
+    /* Every folder of the include path (the compiler's own are covered by
+     * its identity). */
+    static const char *const opts[] = {"-I", "-iquote", "-isystem", "-idirafter"};
+    const jitop__strv *lists[] = {&cc->argv0, &u->flags};
+    for (size_t l = 0; l < 2; l++) {
+        const jitop__strv *v = lists[l];
+        for (size_t i = l == 0 ? 1 : 0; status == JITOP_OK && i < v->n; i++) {
+            for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) {
+                size_t ol = strlen(opts[k]);
+                if (strncmp(v->v[i], opts[k], ol) != 0)
+                    continue;
+                const char *dir = v->v[i][ol] ? v->v[i] + ol : i + 1 < v->n ? v->v[i + 1] : "";
+                status = add_dir(d, dir, strlen(dir), since_ns, changed);
+                break;
+            }
+        }
+    }
+    return status;
+}
+
+bool jitop__host_dirs_same(const jitop__deps *d)
+{
+    for (size_t i = 0; i < d->ndirs; i++) {
+        const jitop__dep *r = &d->dirs[i];
+        struct stat st;
+        if (r->recent || stat(r->path, &st) != 0 || (uint64_t)st.st_ino != r->ino ||
+            (uint64_t)st.st_dev != r->dev)
+            return false;
+        jitop__dep now;
+        memset(&now, 0, sizeof now);
+        jitop__dep_set_stat(&now, &st);
+        if (now.mtime_ns != r->mtime_ns || now.ctime_ns != r->ctime_ns)
+            return false;
+    }
+    return true;
+}
+
 int jitop__host_obj_publish(jitop_ctx *ctx, const jitop__host_unit *u, const jitop__host_cc *cc,
                             jitop__deps *deps, const unsigned char *data, size_t size,
                             const char *log, char key[33])
@@ -303,8 +383,9 @@ int jitop__host_obj_publish(jitop_ctx *ctx, const jitop__host_unit *u, const jit
 
 /* Runs the compiler on u into a private temporary folder; *obj, *size:
  * the object's bytes; *deps: what its -MMD listed, hashed. */
-static int compile_once(const jitop__host_unit *u, jitop__host_cc *cc, unsigned char **obj,
-                        size_t *size, jitop__deps *deps, char **log, bool *changed)
+static int compile_once(const jitop__host_unit *u, jitop__host_cc *cc, bool deps_only,
+                        unsigned char **obj, size_t *size, jitop__deps *deps, char **log,
+                        bool *changed)
 {
     char tmpl[PATH_MAX];
     const char *tmp = getenv("TMPDIR");
@@ -325,15 +406,20 @@ static int compile_once(const jitop__host_unit *u, jitop__host_cc *cc, unsigned 
         status = jitop__strv_push(&argv, cc->argv0.v[0]);
     if (status == JITOP_OK)
         status = unit_flags(u, cc, &argv);
+    /* deps_only: the preprocessor's list alone (-MM: the same files as
+     * -MMD), no object. */
     const char *tail[] = {"-MMD", "-MF", d, "-c", u->path, "-o", o};
-    for (size_t i = 0; status == JITOP_OK && i < sizeof tail / sizeof *tail; i++)
-        status = jitop__strv_push(&argv, tail[i]);
+    const char *list[] = {"-MM", "-MF", d, u->path};
+    const char *const *words = deps_only ? list : tail;
+    size_t nwords = deps_only ? sizeof list / sizeof *list : sizeof tail / sizeof *tail;
+    for (size_t i = 0; status == JITOP_OK && i < nwords; i++)
+        status = jitop__strv_push(&argv, words[i]);
     if (status != JITOP_OK)
         goto out;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     int64_t t0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    if (jitop__host_before_compile_hook)
+    if (jitop__host_before_compile_hook && !deps_only)
         jitop__host_before_compile_hook(u->path);
     status = jitop__host_run_strv(&argv, log, &code);
     if (status != JITOP_OK)
@@ -346,10 +432,13 @@ static int compile_once(const jitop__host_unit *u, jitop__host_cc *cc, unsigned 
         goto out;
     }
     char *bytes = NULL;
-    status = jitop__read_file(o, &bytes, size);
+    if (!deps_only)
+        status = jitop__read_file(o, &bytes, size);
     *obj = (unsigned char *)bytes;
     if (status == JITOP_OK)
         status = jitop__host_deps_from_depfile(cc, d, t0, deps, changed);
+    if (status == JITOP_OK)
+        status = jitop__host_deps_add_dirs(u, cc, t0, deps, changed);
 out:
     /* Only the files this call made, then its own folder. */
     if (o)
@@ -363,6 +452,34 @@ out:
     if (status != JITOP_OK) {
         free(*obj);
         *obj = NULL;
+    }
+    return status;
+}
+
+/* A folder where the compiler looks for headers changed (a file added,
+ * removed or renamed): the recorded list may no longer be what the
+ * compiler would read (a header created next to the source shadows one
+ * under -I). The preprocessor lists the files again; *ok false when it
+ * fails or a file changed meanwhile: the compile then decides and says
+ * why. */
+static int relist(const jitop__host_unit *u, jitop__host_cc *cc, jitop__deps *d, bool *ok)
+{
+    *ok = false;
+    jitop__deps_free(d);
+    int status = jitop__host_cc_identify(cc);
+    unsigned char *obj = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    bool changed = false;
+    if (status == JITOP_OK)
+        status = compile_once(u, cc, true, &obj, &size, d, &log, &changed);
+    free(obj);
+    free(log);
+    if (status == JITOP_ECOMPILE || status == JITOP_ENOTFOUND || status == JITOP_EIO) {
+        jitop__clear_error();
+        status = JITOP_OK;
+    } else if (status == JITOP_OK) {
+        *ok = !changed;
     }
     return status;
 }
@@ -410,7 +527,9 @@ int jitop__host_obj_build(jitop_ctx *ctx, const jitop__host_unit *u, jitop__host
         bool fresh = false;
         char *why = NULL;
         status = jitop__deps_fresh(&out->deps, &fresh, &why);
-        if (status == JITOP_OK && !fresh)
+        if (status == JITOP_OK && !fresh && !jitop__host_dirs_same(&out->deps))
+            status = relist(u, cc, &out->deps, &ok);
+        else if (status == JITOP_OK && !fresh)
             status = rehash(cc, &out->deps, &ok);
         else
             ok = true;
@@ -445,7 +564,7 @@ int jitop__host_obj_build(jitop_ctx *ctx, const jitop__host_unit *u, jitop__host
         size_t size = 0;
         char *log = NULL;
         bool changed = false;
-        status = compile_once(u, cc, &obj, &size, &out->deps, &log, &changed);
+        status = compile_once(u, cc, false, &obj, &size, &out->deps, &log, &changed);
         if (status == JITOP_OK && changed && attempt < 3) {
             free(obj);
             free(log);

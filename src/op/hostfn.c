@@ -57,9 +57,38 @@ static ctype int_of(size_t n, bool is_signed)
     }
 }
 
+/* Words that are part of a type jitop cannot call by value (long double,
+ * _Complex, 128-bit and half floats): never read as a parameter's name, or
+ * "long double" would pass as a long and "double _Complex" as a double. */
+static bool uncallable_word(const char *w, size_t l)
+{
+    static const char *const words[] = {"_Complex", "_Imaginary", "__complex__", "__int128",
+                                        "__int128_t", "__uint128_t", "__float128", "_Float128",
+                                        "_Float16", "_Float32", "_Float64", "_Float32x",
+                                        "_Float64x", "__fp16", "__bf16", "_BitInt", "_Decimal32",
+                                        "_Decimal64", "_Decimal128"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (strlen(words[i]) == l && memcmp(words[i], w, l) == 0)
+            return true;
+    return false;
+}
+
+/* C keywords that name a type: never a parameter's name, so "long double"
+ * is not a long named double. */
+static bool type_keyword(const char *w, size_t l)
+{
+    static const char *const words[] = {"void", "float", "double", "bool", "_Bool"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (strlen(words[i]) == l && memcmp(words[i], w, l) == 0)
+            return true;
+    return false;
+}
+
 /* One type as written ("const float *restrict x", "unsigned long", "size_t
- * n", "i32"): its ctype, or -1 (*why says what could not be read). */
-static int parse_type(const char *text, size_t len, const char **why)
+ * n", "i32"): its ctype, or -1 (*why says what could not be read). may_name:
+ * whether the last word may be a parameter's name (a return type has none,
+ * so its last word is always part of the type). */
+static int parse_type(const char *text, size_t len, bool may_name, const char **why)
 {
     char buf[256];
     if (len >= sizeof buf) {
@@ -93,6 +122,10 @@ static int parse_type(const char *text, size_t len, const char **why)
             return *why = "a struct by value cannot be called by signature", -1;
         if (skipped)
             continue;
+        if (uncallable_word(s, l))
+            return *why = "a type jitop cannot call (long double, _Complex, 128-bit or half "
+                          "floats: pass a pointer)",
+                   -1;
         if (nw == 8)
             return *why = "too many words", -1;
         words[nw] = s;
@@ -136,19 +169,22 @@ static int parse_type(const char *text, size_t len, const char **why)
         } else if (IS("long")) {
             longs++;
             any_int = true;
-        } else if (found < 0 && !any_int) {
+        } else if (found == -1 && !any_int) {
+            /* found == -1 only: after size_t & co (-2, -3), as after any
+             * other type, the next word is the parameter's name, even one
+             * spelt like a type code ("uintptr_t ptr", "size_t f32"). */
             for (size_t k = 0; k < sizeof named / sizeof *named; k++)
                 if (strlen(named[k].name) == l && memcmp(named[k].name, w, l) == 0)
                     found = named[k].t;
             if (found == -1) {
                 /* The parameter's name (the last word, after a type). */
-                if (i == nw - 1 && i > 0)
+                if (may_name && i == nw - 1 && i > 0)
                     break;
                 return *why = "a type jitop cannot call (a typedef or struct by value: spell "
                               "it as a C type or code)",
                        -1;
             }
-        } else if (i == nw - 1) {
+        } else if (may_name && i == nw - 1 && !type_keyword(w, l)) {
             break; /* the name */
         } else {
             return *why = "a type jitop cannot read", -1;
@@ -192,7 +228,7 @@ static int parse_sig(const char *text, sig *out, char **err)
     const char *why = NULL;
     if (!open || !close || close < open)
         return *err = jitop__sprintf("'%s' is not \"ret(params)\"", text), -1;
-    int r = parse_type(text, (size_t)(open - text), &why);
+    int r = parse_type(text, (size_t)(open - text), false, &why);
     if (r < 0)
         return *err = jitop__sprintf("return type of '%s': %s", text, why), -1;
     out->ret = (ctype)r;
@@ -215,7 +251,7 @@ static int parse_sig(const char *text, sig *out, char **err)
         for (size_t i = 0; i < l; i++)
             blank = blank && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n');
         if (!(blank && out->n == 0 && p == close)) {
-            r = parse_type(s, l, &why);
+            r = parse_type(s, l, true, &why);
             if (r < 0) {
                 *err = jitop__sprintf("parameter %zu of '%s': %s", out->n + 1, text, why);
                 free(out->params);
