@@ -20,6 +20,17 @@
 // that pass from the same thread just before; softmax_cluster's blocks write
 // only their own slice. So no pointer is __restrict__.
 //
+// Softmax arithmetic: softmax(scale * x) = softmax(|scale| * y) with
+// y = sign(scale) * x (exact), so the row's maximum is taken over y and each
+// weight is 2^(c * (y - max)), c = |scale| * log2(e). y - max <= 0, so neither
+// the difference nor its product with c can overflow upwards: scale * x is
+// never formed (it reaches +inf for |scale| > 1 on large x), and an overflow
+// downwards is -inf, weight 0, which is the right limit. The element equal to
+// the maximum gets weight 1 by a select, not by y - max, so a row holding +inf
+// gives each +inf element an equal share and the rest 0 (the limit of
+// softmax as those elements grow) instead of inf - inf = NaN. scale 0 gives
+// y = 0 * x: the uniform distribution (NaN where x is infinite, as torch).
+//
 // Softmax with MASK (causal, for attention scores laid out as rows of
 // queries): row r keeps its first r % Q + N - Q + 1 elements (Q = qlen, the
 // queries per matrix, 1 <= Q <= N: query q sees keys 0 .. q + N - Q) and writes
@@ -136,17 +147,51 @@ __global__ void __launch_bounds__(256) sqmm_small(T *a, const T *w, long long m)
 
 // ------------------------------------------------------------ softmax
 
-// Running maximum and sum of exp(v - max), merged in any order.
+// 2^e for e <= 0 as one MUFU op: ex2.approx.ftz; a weight under 2^-126 of
+// the row's largest flushes to 0 (the non-ftz form costs three more ALU ops
+// per element, and the 16-bit rows run near the SFU's limit: two exps per
+// element).
+__device__ __forceinline__ float ip_ex2(float e)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e));
+    return r;
+}
+
+// The weight of y against the maximum m (y <= m): 1 at the maximum (also
+// when both are +inf), else 2^(c (y - m)), 0 when that underflows or y is
+// -inf; NaN only for a NaN y.
+__device__ __forceinline__ float ip_weight(float y, float m, float c)
+{
+    return ip_ex2(y == m ? 0.f : c * (y - m));
+}
+
+// Running maximum (of y) and sum of weights against it, merged in any order.
 struct ip_ms {
     float m, s;
 };
 
-__device__ __forceinline__ ip_ms ip_merge(ip_ms a, ip_ms b)
+__device__ __forceinline__ ip_ms ip_merge(ip_ms a, ip_ms b, float c)
 {
     const float m = fmaxf(a.m, b.m);
     if (m == IP_NINF)
         return {m, 0.f};
-    return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+    // a part with nothing yet (m = -inf, s = 0) adds 0, not 0 * weight
+    const float sa = a.s == 0.f ? 0.f : a.s * ip_weight(a.m, m, c);
+    const float sb = b.s == 0.f ? 0.f : b.s * ip_weight(b.m, m, c);
+    return {m, sa + sb};
+}
+
+// sign(scale) (0 for 0) and c = |scale| log2(e), the row arithmetic's two
+// constants (see the header).
+__device__ __forceinline__ float ip_sign(float scale)
+{
+    return scale > 0.f ? 1.f : (scale < 0.f ? -1.f : 0.f);
+}
+
+__device__ __forceinline__ float ip_c(float scale)
+{
+    return fabsf(scale) * 1.4426950408889634f;
 }
 
 // The number of elements row r keeps (MASK: causal with Q queries per matrix).
@@ -161,13 +206,13 @@ template <bool MASK> __device__ __forceinline__ int ip_keep(long long r, int n, 
 // Reduction of (max, sum) over the TPR threads of a row: shuffles within a
 // warp, then, for TPR > 32, shared memory across the row's warps: red holds
 // TPR / 32 slots for each row of the block (row = threadIdx.x / TPR).
-template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms *red)
+template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms *red, float c2e)
 {
     constexpr int W = TPR < 32 ? TPR : 32;
 #pragma unroll
     for (int o = W / 2; o > 0; o /= 2) {
         ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o, W), __shfl_xor_sync(0xffffffffu, v.s, o, W)};
-        v = ip_merge(v, u);
+        v = ip_merge(v, u, c2e);
     }
     if (TPR > 32) {
         constexpr int WPR = TPR > 32 ? TPR / 32 : 1; // warps per row
@@ -180,7 +225,7 @@ template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms
         v = mine[0];
 #pragma unroll
         for (int i = 1; i < WPR; i++)
-            v = ip_merge(v, mine[i]);
+            v = ip_merge(v, mine[i], c2e);
     }
     return v;
 }
@@ -245,6 +290,7 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
     V *xr = reinterpret_cast<V *>(x + (live ? r : 0) * N) + rank * SV;
     const int keep = ip_keep<MASK>(r, N, qlen);
     const int e0 = (int)rank * SV * VEC; // the slice's first element in the row
+    const float sg = ip_sign(scale), c2e = ip_c(scale);
     V v[CNT];
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
@@ -260,7 +306,7 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || e0 + j * VEC + e < keep)
-                    ms.m = fmaxf(ms.m, scale * ip_conv<T>::to(v[c].v[e]));
+                    ms.m = fmaxf(ms.m, sg * ip_conv<T>::to(v[c].v[e]));
     }
     const float lm = ms.m == IP_NINF ? 0.f : ms.m;
 #pragma unroll
@@ -270,9 +316,9 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || e0 + j * VEC + e < keep)
-                    ms.s += __expf(scale * ip_conv<T>::to(v[c].v[e]) - lm);
+                    ms.s += ip_weight(sg * ip_conv<T>::to(v[c].v[e]), lm, c2e);
     }
-    ip_ms tot = ip_row_reduce<TPR>(ms, red);
+    ip_ms tot = ip_row_reduce<TPR>(ms, red, c2e);
     if (CL > 1) {
         if (threadIdx.x == 0)
             part = tot;
@@ -280,7 +326,7 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
         tot = ip_peer(&part, 0);
 #pragma unroll
         for (int p = 1; p < CL; p++)
-            tot = ip_merge(tot, ip_peer(&part, p));
+            tot = ip_merge(tot, ip_peer(&part, p), c2e);
         ip_cluster_sync(); // no block leaves while a peer may still read its part
     }
     const float mx = tot.m == IP_NINF ? 0.f : tot.m;
@@ -294,7 +340,7 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
             for (int e = 0; e < VEC; e++) {
                 const bool kept = !MASK || e0 + j * VEC + e < keep;
                 o.v[e] = ip_conv<T>::from(
-                    kept ? __expf(scale * ip_conv<T>::to(v[c].v[e]) - mx) * inv : 0.f);
+                    kept ? ip_weight(sg * ip_conv<T>::to(v[c].v[e]), mx, c2e) * inv : 0.f);
             }
             xr[j] = o;
         }
@@ -331,6 +377,7 @@ __global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n
     if (blockDim.x != 1024)
         __trap();
     const int nv = n / VEC;
+    const float sg = ip_sign(scale), c2e = ip_c(scale);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         V *xr = reinterpret_cast<V *>(x + r * n);
         const int keep = ip_keep<MASK>(r, n, qlen);
@@ -341,17 +388,17 @@ __global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || j * VEC + e < keep)
-                    m = fmaxf(m, scale * ip_conv<T>::to(v.v[e]));
+                    m = fmaxf(m, sg * ip_conv<T>::to(v.v[e]));
             if (m == IP_NINF)
                 continue;
             float s = 0.f;
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || j * VEC + e < keep)
-                    s += __expf(scale * ip_conv<T>::to(v.v[e]) - m);
-            ms = ip_merge(ms, ip_ms{m, s});
+                    s += ip_weight(sg * ip_conv<T>::to(v.v[e]), m, c2e);
+            ms = ip_merge(ms, ip_ms{m, s}, c2e);
         }
-        const ip_ms tot = ip_row_reduce<1024>(ms, red);
+        const ip_ms tot = ip_row_reduce<1024>(ms, red, c2e);
         const float mx = tot.m == IP_NINF ? 0.f : tot.m;
         const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
         for (int j = threadIdx.x; j < nv; j += blockDim.x) {
@@ -360,7 +407,7 @@ __global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const bool kept = !MASK || j * VEC + e < keep;
-                o.v[e] = ip_conv<T>::from(kept ? __expf(scale * ip_conv<T>::to(v.v[e]) - mx) * inv : 0.f);
+                o.v[e] = ip_conv<T>::from(kept ? ip_weight(sg * ip_conv<T>::to(v.v[e]), mx, c2e) * inv : 0.f);
             }
             xr[j] = o;
         }

@@ -14,8 +14,10 @@
  *
  * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
  * a cluster and the long-row kernel), scale 1
- * and not, causal mask, unaligned rows, rows of equal values, of very large
- * values, with -inf elements and all -inf; no NaN, and guards around x. */
+ * and not (2 and -1.5 on rows near the dtype's top, 0), causal mask, unaligned
+ * rows, rows of equal values, of very large values, spread over +-the top,
+ * with -inf elements and all -inf, with +inf elements; no NaN, and guards
+ * around x. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -403,12 +405,19 @@ static void test_matmul_scratch_and_tf32(void **state)
 /* ------------------------------------------------------------- softmax */
 
 /* Row kinds: random, all equal, very large (near the dtype's top), with some
- * -inf, all -inf. */
-enum { ROW_RANDOM, ROW_EQUAL, ROW_LARGE, ROW_SOMEINF, ROW_ALLINF, ROW_KINDS };
+ * -inf, all -inf, spread over +-the dtype's top (x - max overflows float32;
+ * scale * x too for |scale| > 1), with some +inf among such values (each +inf
+ * gets an equal share: softmax's limit as they grow). */
+enum { ROW_RANDOM, ROW_EQUAL, ROW_LARGE, ROW_SOMEINF, ROW_ALLINF, ROW_SPREAD, ROW_PINF, ROW_KINDS };
 
 static float big_value(jitop_dtype dt)
 {
     return dt == JITOP_FLOAT16 ? 60000.f : 1e30f;
+}
+
+static float top_value(jitop_dtype dt)
+{
+    return dt == JITOP_FLOAT16 ? 60000.f : 3e38f;
 }
 
 static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, int64_t q,
@@ -435,6 +444,12 @@ static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, i
                 e = -INFINITY;
             else if (kind == ROW_ALLINF)
                 e = -INFINITY;
+            else if (kind == ROW_SPREAD || kind == ROW_PINF)
+                e = top_value(dt) * (v[j] / 8.f);
+            if (kind == ROW_PINF && j % 5 == 2)
+                e = INFINITY;
+            else if (kind == ROW_PINF && j % 5 == 4)
+                e = -INFINITY;
             store(dt, h, (size_t)r * n + j, e);
         }
     }
@@ -453,7 +468,12 @@ static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, i
             mx = fmax(mx, (double)scale * load(dt, h, (size_t)r * n + j));
         for (int64_t j = 0; j < n; j++) {
             double xv = (double)scale * load(dt, h, (size_t)r * n + j);
-            ref[j] = j < keep && mx != -INFINITY ? exp(xv - mx) : 0.0;
+            if (j >= keep || mx == -INFINITY)
+                ref[j] = 0.0;
+            else if (mx == INFINITY) /* the +inf elements share the row */
+                ref[j] = xv == INFINITY ? 1.0 : 0.0;
+            else
+                ref[j] = exp(xv - mx);
             s += ref[j];
         }
         for (int64_t j = 0; j < n; j++) {
@@ -481,9 +501,9 @@ static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, i
  * partial vectors, the long-row kernel) rather than every n. */
 static void softmax_dtype(jitop_dtype dt)
 {
-    static const int64_t ns[] = {1,    3,     7,     32,    100,   256,   1000,
-                                 1025, 4096,  5000,  12288, 32768, 32769, 65536,
-                                 131072, 140000};
+    static const int64_t ns[] = {1,    3,     5,     7,     32,    100,    256,
+                                 1000, 1025,  4096,  5000,  12288, 32768,  32769,
+                                 50000, 65536, 131072, 140000};
     static const int64_t odd[] = {7, 1000, 5000, 32769};
     static const int64_t masked[] = {100, 1024, 5000, 65536};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
@@ -499,6 +519,14 @@ static void softmax_dtype(jitop_dtype dt)
         softmax_case(dt, 7, odd[i], 0.125f, 0, 1); /* unaligned rows: scalar loads */
     for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++)
         softmax_case(dt, 128, masked[i], 0.5f, 64, 0); /* causal, 64 queries per matrix */
+    /* huge rows under a scale that overflows scale * x (and flips the sign),
+     * per kernel shape: one thread per row, blocks, a cluster, the long one */
+    static const int64_t big[] = {5, 1000, 4096, 50000, 140000};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        softmax_case(dt, 2 * ROW_KINDS, big[i], 2.0f, 0, 0);
+        softmax_case(dt, 2 * ROW_KINDS, big[i], -1.5f, 0, 0);
+    }
+    softmax_case(dt, 3, 1000, 0.0f, 0, 0); /* scale 0: uniform (random rows only) */
 }
 
 static void test_softmax_f32(void **state)

@@ -203,7 +203,7 @@ def test_softmax_extreme_rows():
             x[0] = 7.0                                         # all equal
             x[1] = -big[dtype]                                 # all equal, huge
             x[2] = torch.randn(n, device="cuda").sign() * big[dtype]  # +-max: x - max overflows
-            x[3] = torch.randn(n, device="cuda") * big[dtype] / 8
+            x[3] = torch.randn(n, device="cuda") * (big[dtype] / 8)  # (randn * 3e38 is inf)
             x[4] = big[dtype]
             ref = torch.softmax(x.double(), -1)
             jt.softmax_(x)
@@ -214,6 +214,23 @@ def test_softmax_extreme_rows():
             assert torch.allclose(x[0].double(), torch.full((n,), 1.0 / n, device="cuda",
                                                             dtype=torch.float64),
                                   rtol={torch.float32: 1e-6}.get(dtype, 1e-2), atol=0)
+    # +inf elements share their row (torch.softmax would give NaN), also when
+    # scale * x overflows or a negative scale turns -inf into +inf
+    for dtype in DTYPES:
+        for n in (5, 1000, 50000):
+            x = torch.randn(2, n, device="cuda").to(dtype)
+            x[:, 1::3] = float("inf")
+            x[1, 2::3] = float("-inf")
+            inf_pos, ninf_pos = x[0] == float("inf"), x[1] == float("-inf")
+            y = x.clone()
+            jt.softmax_(x, scale=2.0)
+            jt.softmax_(y, scale=-1.5)
+            torch.cuda.synchronize()
+            want0 = inf_pos.double() / inf_pos.sum()
+            want1 = ninf_pos.double() / ninf_pos.sum()
+            rtol = {torch.float32: 1e-6}.get(dtype, 1e-2)
+            assert torch.allclose(x[0].double(), want0, rtol=rtol, atol=0), (dtype, n)
+            assert torch.allclose(y[1].double(), want1, rtol=rtol, atol=0), (dtype, n)
     # a row with nothing to keep is zeros (torch.softmax would give NaN)
     x = torch.randn(3, 300, device="cuda")
     x[1] = float("-inf")
