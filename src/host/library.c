@@ -281,6 +281,16 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
         }
     const jitop__host_cc *ld = any_cxx ? &cxx : &cc;
 
+    /* Fastest path: the module's manifest vouches for every file, and the
+     * link's entry is there (read and checksummed). */
+    char mid[33];
+    bool hit = false;
+    const jitop__host_cc *used[2] = {&cc, &cxx};
+    jitop__host_lib_id(units, ccs, n, ld, ldflags, mid);
+    status = jitop__host_lib_fresh(ctx, mid, used, any_cxx ? 2 : 1, out, &hit);
+    if (status != JITOP_OK || hit)
+        goto out;
+
     /* Fast path: every object's manifest vouches, and the link is cached. */
     bool all = true;
     for (size_t i = 0; status == JITOP_OK && all && i < n; i++)
@@ -300,6 +310,8 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
             status = union_deps(objs, n, &out->deps);
             if (status == JITOP_OK && !(out->builder = jitop__strdup("cache")))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            if (status == JITOP_OK)
+                jitop__host_lib_remember(ctx, mid, objs, n, out->key);
             goto out;
         }
     }
@@ -375,6 +387,8 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
     jitop__cache_unlock(lockfd);
     if (status == JITOP_OK)
         status = union_deps(objs, n, &out->deps);
+    if (status == JITOP_OK)
+        jitop__host_lib_remember(ctx, mid, objs, n, out->key);
 out:
     for (size_t i = 0; i < n; i++) {
         if (units)
