@@ -84,10 +84,11 @@ typedef struct jitop__host_unit {
 } jitop__host_unit;
 
 /* flags: the module's host compile flags; the fixed ones (-fPIC
- * -fvisibility=hidden, -fno-gnu-unique for C++, -I jitop's include) are
- * added here. */
+ * -fvisibility=hidden, -fno-gnu-unique for C++, -I include_dir: where
+ * jitop_host.h is, jitop__host_include_dir's answer, asked once per
+ * module build since it probes the file system) are added here. */
 int jitop__host_unit_init(jitop__host_unit *u, const char *path, bool runtime,
-                          const jitop__strv *cflags);
+                          const jitop__strv *cflags, const char *include_dir);
 void jitop__host_unit_free(jitop__host_unit *u);
 
 /* One object built. */

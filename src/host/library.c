@@ -242,13 +242,14 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    if (!(rt = jitop__sprintf("%s/jitop_host.h", jitop__host_include_dir()))) {
+    const char *include_dir = jitop__host_include_dir();
+    if (!(rt = jitop__sprintf("%s/jitop_host.h", include_dir))) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; status == JITOP_OK && i < n; i++) {
         status = jitop__host_unit_init(&units[i], i < sources->n ? sources->v[i] : rt,
-                                       i == sources->n, cflags);
+                                       i == sources->n, cflags, include_dir);
         any_cxx = any_cxx || units[i].cxx;
     }
     if (status == JITOP_OK)
