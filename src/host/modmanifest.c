@@ -103,8 +103,13 @@ int jitop__host_lib_fresh(jitop_ctx *ctx, const char id[33], const jitop__host_c
 out:
     jitop__deps_free(&d);
     if (status != JITOP_OK || !*found) {
+        /* jitop__host_lib_free's work, not called: library.c calls this
+         * file, not the other way round. */
         *found = false;
-        jitop__host_lib_free(out);
+        jitop__deps_free(&out->deps);
+        jitop__binary_free(&out->bin);
+        free(out->builder);
+        memset(out, 0, sizeof *out);
     }
     return status;
 }
