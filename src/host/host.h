@@ -9,6 +9,8 @@
  *               key, per-unit lock, compile, atomic write
  *   ninja.c     the same objects built by ninja (build.ninja per module,
  *               deps = gcc), published into the cache afterwards
+ *   modmanifest.c  the module's manifest: every file of every object and
+ *               the linked .so's key, for a warm load's one read
  *   library.c   every object (in parallel, or through ninja), then the link
  *               to one .so entry
  * Objects and shared objects are ordinary cache entries (arch "host"): the
@@ -82,10 +84,11 @@ typedef struct jitop__host_unit {
 } jitop__host_unit;
 
 /* flags: the module's host compile flags; the fixed ones (-fPIC
- * -fvisibility=hidden, -fno-gnu-unique for C++, -I jitop's include) are
- * added here. */
+ * -fvisibility=hidden, -fno-gnu-unique for C++, -I include_dir: where
+ * jitop_host.h is, jitop__host_include_dir's answer, asked once per
+ * module build since it probes the file system) are added here. */
 int jitop__host_unit_init(jitop__host_unit *u, const char *path, bool runtime,
-                          const jitop__strv *cflags);
+                          const jitop__strv *cflags, const char *include_dir);
 void jitop__host_unit_free(jitop__host_unit *u);
 
 /* One object built. */
@@ -156,16 +159,36 @@ int jitop__host_ninja_build(jitop_ctx *ctx, const char *ninja, const char *label
                             jitop__host_obj *objs, const jitop__host_cc *ld,
                             const jitop__strv *ldflags, jitop__binary *so);
 
-/* ------------------------------------------------------------ library.c */
+/* ------------------------------------------------------ modmanifest.c */
 
 /* The shared object of one module's host sources. */
-typedef struct jitop__host_lib {
+typedef struct jitop__host_lib jitop__host_lib;
+
+/* The id of a module's manifest: its units' ids (path, kind, flags, the
+ * compiler as asked), the linker as asked and the link flags. */
+void jitop__host_lib_id(const jitop__host_unit *units, const jitop__host_cc *ccs, size_t n,
+                        const jitop__host_cc *ld, const jitop__strv *ldflags, char id[33]);
+/* The linked object from the module's manifest when its stat data vouch
+ * for every file and it records exactly the compilers ccs[0..ncc) found
+ * now: *found, and out filled as jitop__host_lib_build fills it on a hit
+ * (the entry read and checksummed; deps without the compilers). Else
+ * *found false and nothing but the manifest read. */
+int jitop__host_lib_fresh(jitop_ctx *ctx, const char id[33], const jitop__host_cc *const *ccs,
+                          size_t ncc, jitop__host_lib *out, bool *found);
+/* Writes the module's manifest: every dep of objs[0..n) (compilers
+ * included, once each) and the link's key. A failure costs only speed. */
+void jitop__host_lib_remember(jitop_ctx *ctx, const char id[33], const jitop__host_obj *objs,
+                              size_t n, const char key[33]);
+
+/* ------------------------------------------------------------ library.c */
+
+struct jitop__host_lib {
     char key[33];
     bool cached;
     jitop__deps deps;       /* every file of every object (sources and headers) */
     jitop__binary bin;      /* the .so's bytes */
     char *builder;          /* "ninja", "jitop" or "cache": what built it */
-} jitop__host_lib;
+};
 void jitop__host_lib_free(jitop__host_lib *l);
 
 /* Builds (through the cache) the shared object of sources (absolute paths)

@@ -262,13 +262,14 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    if (!(rt = jitop__sprintf("%s/jitop_host.h", jitop__host_include_dir()))) {
+    const char *include_dir = jitop__host_include_dir();
+    if (!(rt = jitop__sprintf("%s/jitop_host.h", include_dir))) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; status == JITOP_OK && i < n; i++) {
         status = jitop__host_unit_init(&units[i], i < sources->n ? sources->v[i] : rt,
-                                       i == sources->n, cflags);
+                                       i == sources->n, cflags, include_dir);
         any_cxx = any_cxx || units[i].cxx;
     }
     if (status == JITOP_OK)
@@ -301,6 +302,16 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
         }
     const jitop__host_cc *ld = any_cxx ? &cxx : &cc;
 
+    /* Fastest path: the module's manifest vouches for every file, and the
+     * link's entry is there (read and checksummed). */
+    char mid[33];
+    bool hit = false;
+    const jitop__host_cc *used[2] = {&cc, &cxx};
+    jitop__host_lib_id(units, ccs, n, ld, ldflags, mid);
+    status = jitop__host_lib_fresh(ctx, mid, used, any_cxx ? 2 : 1, out, &hit);
+    if (status != JITOP_OK || hit)
+        goto out;
+
     /* Fast path: every object's manifest vouches, and the link is cached. */
     bool all = true;
     for (size_t i = 0; status == JITOP_OK && all && i < n; i++)
@@ -320,6 +331,8 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
             status = union_deps(objs, n, &out->deps);
             if (status == JITOP_OK && !(out->builder = jitop__strdup("cache")))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
+            if (status == JITOP_OK)
+                jitop__host_lib_remember(ctx, mid, objs, n, out->key);
             goto out;
         }
     }
@@ -395,6 +408,8 @@ int jitop__host_lib_build(jitop_ctx *ctx, const char *label, const jitop__strv *
     jitop__cache_unlock(lockfd);
     if (status == JITOP_OK)
         status = union_deps(objs, n, &out->deps);
+    if (status == JITOP_OK)
+        jitop__host_lib_remember(ctx, mid, objs, n, out->key);
 out:
     for (size_t i = 0; i < n; i++) {
         if (units)

@@ -29,7 +29,7 @@ static bool is_cxx_path(const char *path)
 }
 
 int jitop__host_unit_init(jitop__host_unit *u, const char *path, bool runtime,
-                          const jitop__strv *cflags)
+                          const jitop__strv *cflags, const char *include_dir)
 {
     memset(u, 0, sizeof *u);
     u->runtime = runtime;
@@ -43,7 +43,7 @@ int jitop__host_unit_init(jitop__host_unit *u, const char *path, bool runtime,
     for (size_t i = 0; status == JITOP_OK && i < sizeof fixed / sizeof *fixed; i++)
         status = jitop__strv_push(&u->flags, fixed[i]);
     if (status == JITOP_OK)
-        status = jitop__strv_pushf(&u->flags, "-I%s", jitop__host_include_dir());
+        status = jitop__strv_pushf(&u->flags, "-I%s", include_dir);
     if (status == JITOP_OK && runtime) {
         status = jitop__strv_push(&u->flags, "-DJITOP_HOST_RUNTIME");
         if (status == JITOP_OK)

@@ -126,6 +126,147 @@ static void test_build_then_cache_hit(void **state)
     free(dir);
 }
 
+/* The cache entries under root/v<N>/<ab>/ whose payload is an ELF object
+ * of type t (1: relocatable, an object; 3: shared, the link), by path. */
+static size_t find_elf_entries(const char *cache, int type, char paths[][1024], size_t max)
+{
+    char cmd[1200];
+    /* An entry lives in a two-hex-digit folder of the versioned root. */
+    snprintf(cmd, sizeof cmd,
+             "find '%s' -type f -regex '.*/v[0-9]+/[0-9a-f][0-9a-f]/[0-9a-f]+'", cache);
+    char *out = NULL;
+    assert_int_equal(jt_run(cmd, &out), 0);
+    size_t n = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        FILE *f = fopen(line, "rb");
+        assert_non_null(f);
+        static unsigned char buf[1 << 20];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        for (size_t i = 0; i + 18 <= len; i++) {
+            if (memcmp(buf + i, "\177ELF", 4) == 0 && buf[i + 16] == type && buf[i + 17] == 0) {
+                if (n < max)
+                    snprintf(paths[n], 1024, "%s", line);
+                n++;
+                break;
+            }
+        }
+    }
+    free(out);
+    return n;
+}
+
+/* A warm load reads the module's one manifest: the objects' manifests are
+ * not needed (removed here, nothing is compiled). An edit goes through the
+ * objects' manifests (only the edited object is compiled) and leaves the
+ * module's manifest naming the new link. */
+static void test_warm_load_reads_the_module_manifest(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    char *src = jt_write(dir, "v.c", VALUE_SRC);
+    free(jt_write(dir, "value.h", "#define VALUE 43\n"));
+    settle();
+    const char *srcs[] = {src};
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 43);
+    jitop_ctx_destroy(ctx);
+    /* Three manifests: v.c's, the runtime object's, the module's. */
+    char cmd[2400], *out = NULL;
+    snprintf(cmd, sizeof cmd, "find '%s' -path '*/manifests/*' -type f | wc -l", cache);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    assert_int_equal(atoi(out), 3);
+    free(out);
+
+    /* A header edit: the module's manifest no longer vouches, v.c alone is
+     * compiled again. */
+    free(jt_write(dir, "value.h", "#define VALUE 44\n"));
+    settle();
+    reset_count();
+    ctx = jt_ctx(cache, NULL);
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 44);
+    assert_int_equal(atomic_load(&g_compiles), 1);
+    assert_string_equal(g_compiled, "v.c ");
+    jitop_ctx_destroy(ctx);
+
+    /* Remove the objects' manifests: all but the one naming the new
+     * link's key (the .so entry's name). */
+    static char so[4][1024];
+    char key[33];
+    assert_int_equal(find_elf_entries(cache, 3, so, 4), 2); /* the old link and the new */
+    snprintf(cmd, sizeof cmd, "ls -t '%s' '%s' | head -n 1", so[0], so[1]);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    const char *slash = strrchr(out, '/');
+    assert_non_null(slash);
+    snprintf(key, sizeof key, "%.32s", slash + 1);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "find '%s' -path '*/manifests/*' -type f | xargs grep -L %s | xargs rm -f", cache,
+             key);
+    assert_int_equal(jt_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "find '%s' -path '*/manifests/*' -type f | wc -l", cache);
+    assert_int_equal(jt_run(cmd, &out), 0);
+    assert_int_equal(atoi(out), 1);
+    free(out);
+    reset_count();
+    ctx = jt_ctx(cache, NULL);
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 44);
+    assert_int_equal(atomic_load(&g_compiles), 0);
+    jitop_ctx_destroy(ctx);
+    free(src);
+    free(cache);
+    free(dir);
+}
+
+/* A tampered .so entry (a byte of its code changed on disk) fails its
+ * checksum: it is never loaded, the link is made again, the call gives
+ * the source's value. */
+static void test_tampered_so_entry_is_refused(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
+    char *src = jt_write(dir, "v.c", VALUE_SRC);
+    free(jt_write(dir, "value.h", "#define VALUE 45\n"));
+    settle();
+    const char *srcs[] = {src};
+    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 45);
+    jitop_ctx_destroy(ctx);
+    static char so[4][1024];
+    assert_int_equal(find_elf_entries(cache, 3, so, 4), 1);
+    /* Flip every byte of the 45 immediate (mov $0x2d): a loaded object
+     * would return another value. */
+    FILE *f = fopen(so[0], "r+b");
+    assert_non_null(f);
+    static unsigned char buf[1 << 20];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    size_t flipped = 0;
+    for (size_t i = 0; i + 5 <= len; i++)
+        if (buf[i] == 0xb8 && buf[i + 1] == 45 && buf[i + 2] == 0 && buf[i + 3] == 0 &&
+            buf[i + 4] == 0) {
+            buf[i + 1] = 46;
+            flipped++;
+        }
+    assert_true(flipped >= 1);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+
+    reset_count();
+    ctx = jt_ctx(cache, NULL);
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 45);
+    assert_int_equal(atomic_load(&g_compiles), 0); /* the objects are intact: a link only */
+    jitop_ctx_destroy(ctx);
+    /* The entry was written again: the next context loads it as is. */
+    assert_int_equal(find_elf_entries(cache, 3, so, 4), 1);
+    ctx = jt_ctx(cache, NULL);
+    assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 45);
+    jitop_ctx_destroy(ctx);
+    free(src);
+    free(cache);
+    free(dir);
+}
+
 static void test_header_edit_rebuilds_only_its_object(void **state)
 {
     (void)state;
@@ -774,6 +915,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_build_then_cache_hit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_warm_load_reads_the_module_manifest, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_tampered_so_entry_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_header_edit_rebuilds_only_its_object, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_flag_and_compiler_change_rebuild, setup, teardown),
