@@ -8,6 +8,14 @@
 
 #define INSTANCE_OPT "-instance="
 
+int jitop__load_instance_refused(const char *module, const char *option)
+{
+    return jitop__fail(JITOP_EINVAL,
+                       "module %s: option %s: not a template instance (write "
+                       "-instance=NAME<ARGS>; a plain kernel name needs no declaration)",
+                       module, option);
+}
+
 int jitop__load_instances(const char *name, const char *const *options, size_t noptions,
                           const char ***kept, size_t *nkept, jitop__strv *declared)
 {
@@ -33,14 +41,8 @@ int jitop__load_instances(const char *name, const char *const *options, size_t n
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             break;
         }
-        /* A plain name is an extern "C" kernel (or a function NVRTC would
-         * not need a name expression for): nothing to instantiate. */
-        if (canon[0] == '\0' || jitop__name_is_plain(canon))
-            status = jitop__fail(JITOP_EINVAL,
-                                 "module %s: option %s: not a template instance (write "
-                                 "-instance=NAME<ARGS>; a plain kernel name needs no "
-                                 "declaration)",
-                                 name, o);
+        if (canon[0] == '\0')
+            status = jitop__load_instance_refused(name, o);
         bool dup = false;
         for (size_t j = 0; status == JITOP_OK && j < declared->n && !dup; j++)
             dup = strcmp(declared->v[j], canon) == 0;

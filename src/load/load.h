@@ -375,11 +375,13 @@ bool jitop__name_is_plain(const char *name);
 
 /* jitop_load's options without its -instance=NAME ones (declare.c): *kept
  * (malloc'd, pointing into options; NULL when noptions is 0) and the names,
- * canonical (jitop__name_canonical) and without repeats, in *declared. A
- * name that is no template instance (empty, or plain: an extern "C"
- * kernel) is JITOP_EINVAL, nothing left allocated. */
+ * canonical (jitop__name_canonical) and without repeats, in *declared. An
+ * empty name is JITOP_EINVAL, nothing left allocated. The caller refuses
+ * plain names (jitop__name_is_plain: an extern "C" kernel, nothing to
+ * instantiate) with jitop__load_instance_refused, which says so. */
 int jitop__load_instances(const char *name, const char *const *options, size_t noptions,
                           const char ***kept, size_t *nkept, jitop__strv *declared);
+int jitop__load_instance_refused(const char *module, const char *option);
 
 /* Linked modules (linked.c). */
 

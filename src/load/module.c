@@ -408,6 +408,15 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     if (status != JITOP_OK)
         return status;
     options = kept;
+    for (size_t i = 0; i < declared.n; i++) {
+        if (jitop__name_is_plain(declared.v[i])) {
+            char *o = jitop__sprintf("-instance=%s", declared.v[i]);
+            status = o ? jitop__load_instance_refused(name, o)
+                       : jitop__fail(JITOP_ENOMEM, "out of memory");
+            free(o);
+            goto out;
+        }
+    }
     /* Host sources (.c, .cpp, ...) go to the host compiler, the rest to
      * NVRTC; a module of host code only needs no GPU. */
     size_t ndevice = text ? 1 : 0;
