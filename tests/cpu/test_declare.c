@@ -188,7 +188,8 @@ static void test_declared_several_sources(void **state)
 }
 
 /* The shipped ops: a cold forward + backward (layernorm, lltm) is one
- * NVRTC program each, from an empty cache. */
+ * NVRTC program each, from an empty cache; so is inplace's first small
+ * matmul. */
 static void test_ops_cold_step_one_compile(void **state)
 {
     (void)state;
@@ -221,6 +222,11 @@ static void test_ops_cold_step_one_compile(void **state)
                                          buf[2], buf[3], buf[4], buf[5], buf[6], buf[0], NULL),
                      JITOP_OK);
     assert_int_equal(g_compiles, 2);
+    /* inplace: the small square matmul's instance is known before the load. */
+    assert_int_equal(jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, 8, 16, buf[0], buf[1], 0, 0,
+                                                 NULL),
+                     JITOP_OK);
+    assert_int_equal(g_compiles, 3);
     for (int i = 0; i < 8; i++)
         free(buf[i]);
     jitop_ctx_destroy(ctx);
