@@ -9,6 +9,12 @@
  *                     expression + cuModuleLoadData + cuModuleGetFunction
  *   instance-first    the same in an empty cache (nothing known: the source
  *                     is compiled at load, the instance on its own)
+ *   instance-declared the same in an empty cache, the instance declared at
+ *                     load (-instance=NAME): one program
+ *   layernorm-cold    a cold jitop_layernorm_forward + backward (float32,
+ *                     rows of 1024) in an empty cache, the shipped op
+ *                     declaring its instances at load, vs one raw program
+ *                     of kernels/layernorm.cu with the instances it got
  *   reload-kN         edit to live with N = 1, 4, 8 instances in use:
  *                     jitop_module_reload, vs one raw program with all N
  *                     name expressions + load + N lookups
@@ -174,18 +180,25 @@ static pair emit_pair(const char *kernel, const char *what, double *j, double *w
 
 /* A template instance of a source that changed since the last run: the
  * manifest knows the instance, so the load compiles it in. first: an empty
- * cache each time instead. */
-static pair instance_cold(run *r, bool first)
+ * cache each time instead; declared: an empty cache, the instance declared
+ * at load (-instance=). */
+static pair instance_cold(run *r, bool first, bool declared)
 {
     double *j = calloc((size_t)r->reps, sizeof *j), *w = calloc((size_t)r->reps, sizeof *w);
-    char *src = path_in(r, first ? "first.cu" : "cold.cu");
+    const char *tag = declared ? "declared" : first ? "first" : "cold";
+    char srcname[32];
+    snprintf(srcname, sizeof srcname, "%s.cu", tag);
+    char *src = path_in(r, srcname);
     const char *name = axpy_names[2];
+    char decl[64];
+    snprintf(decl, sizeof decl, "-instance=%s", name);
+    const char *opts[] = {decl};
+    first = first || declared;
     if (!j || !w)
         die("calloc", "out of memory");
     for (int i = -1; i < r->reps; i++) { /* -1: the run that makes the list known */
         char cachename[64];
-        snprintf(cachename, sizeof cachename, "cache-%s-%d", first ? "first" : "cold",
-                 first ? i + 1 : 0);
+        snprintf(cachename, sizeof cachename, "cache-%s-%d", tag, first ? i + 1 : 0);
         char *cache = path_in(r, cachename);
         char *text = test_source(++r->edits);
         write_text(src, text);
@@ -195,8 +208,16 @@ static pair instance_cold(run *r, bool first)
             jitop_module *m = NULL;
             jitop_op *op = NULL;
             const char *srcs[] = {src};
-            check(jitop_load(ctx, "cold", srcs, 1, NULL, 0, &m), "jitop_load");
+            check(jitop_load(ctx, "cold", srcs, 1, declared ? opts : NULL, declared ? 1 : 0, &m),
+                  "jitop_load");
             check(jitop_op_get(m, name, &op), "jitop_op_get");
+        } else if (declared) {
+            /* What the load compiles: the source with the name folded in. */
+            jitop_build_result res;
+            jitop__strv want = {0};
+            check(jitop__strv_push(&want, name), "push");
+            check(jitop__build_fold(ctx, src, r->arch, NULL, 0, &want, &res), "fold");
+            jitop__strv_free(&want);
         } else {
             /* What a load compiles: the source with its list folded in (or,
              * first, the source alone and then the instance). */
@@ -226,7 +247,9 @@ static pair instance_cold(run *r, bool first)
         free(text);
         free(cache);
     }
-    pair p = emit_pair("axpy", first ? "instance-first" : "instance-cold", j, w, r->reps);
+    char what[32];
+    snprintf(what, sizeof what, "instance-%s", tag);
+    pair p = emit_pair("axpy", what, j, w, r->reps);
     free(src);
     free(j);
     free(w);
@@ -279,6 +302,109 @@ static pair reload_k(run *r, int k)
     pair p = emit_pair("axpy", what, j, w, r->reps);
     free(src);
     free(cache);
+    free(j);
+    free(w);
+    return p;
+}
+
+/* A cold jitop_layernorm_forward + backward (float32, rows of 1024) in an
+ * empty cache: the op declares the step's instances at load, so the source
+ * is one program. Raw: one NVRTC program of kernels/layernorm.cu with the
+ * names the module got. Compile-only: what the op's load compiles there
+ * (jitop_layernorm_prewarm folds both affine variants: more names than a
+ * call's, raw compiles the same ones). */
+static pair layernorm_cold(run *r, size_t *nnames)
+{
+    double *j = calloc((size_t)r->reps, sizeof *j), *w = calloc((size_t)r->reps, sizeof *w);
+    char *kdir = path_in(r, "kernels-cold"), *src = path_in(r, "kernels-cold/layernorm.cu");
+    char *orig = NULL;
+    size_t len = 0;
+    enum { ROWS = 64, COLS = 1024 };
+    if (!j || !w)
+        die("calloc", "out of memory");
+    if (mkdir(kdir, 0700) != 0)
+        die(kdir, "cannot create");
+    if (bench_read_file(JITOP_SOURCE_KERNEL_DIR "/layernorm.cu", &orig, &len) != 0)
+        die(JITOP_SOURCE_KERNEL_DIR "/layernorm.cu", "cannot read");
+    CUdeviceptr d[8] = {0};
+    char err[512];
+    for (int i = 0; r->gpu && i < 8; i++)
+        if (bench_cu_check(&r->cu, r->cu.MemAlloc(&d[i], (size_t)ROWS * COLS * 4), "cuMemAlloc",
+                           err, sizeof err))
+            die("layernorm buffers", err);
+    for (int i = 0; i < r->reps; i++) {
+        char cachename[64], *text = NULL;
+        snprintf(cachename, sizeof cachename, "cache-lncold-%d", i);
+        char *cache = path_in(r, cachename);
+        if (asprintf(&text, "%s\n// bench edit %d\n", orig, ++r->edits) < 0)
+            die("asprintf", "out of memory");
+        write_text(src, text);
+        jitop_ctx *ctx = make_ctx(r, cache, kdir);
+        jitop__strv names = {0};
+        double t0 = bench_now_ms();
+        if (r->gpu) {
+            void *p[8];
+            for (int k = 0; k < 8; k++)
+                p[k] = (void *)(uintptr_t)d[k];
+            check(jitop_layernorm_forward(ctx, JITOP_FLOAT32, ROWS, COLS, 1e-5f, p[0], p[1], p[2],
+                                          p[3], p[6], p[7], NULL),
+                  "jitop_layernorm_forward");
+            check(jitop_layernorm_backward(ctx, JITOP_FLOAT32, ROWS, COLS, p[0], p[1], p[6], p[7],
+                                           p[2], p[3], p[4], p[5], NULL),
+                  "jitop_layernorm_backward");
+        } else {
+            check(jitop_layernorm_prewarm(ctx, r->arch, JITOP_FLOAT32, COLS), "prewarm");
+        }
+        j[i] = bench_now_ms() - t0;
+        jitop__unit u;
+        check(jitop__unit_init(&u, src, NULL, NULL, 0, NULL, 0, r->arch), "unit");
+        char id[33], key[33];
+        jitop__deps deps;
+        jitop__instlist l;
+        bool found = false;
+        jitop__manifest_id(&u, id);
+        check(jitop__manifest_get_lists(ctx->cache, id, &deps, key, &l, &found), "manifest");
+        for (size_t k = 0; k < l.built.n; k++)
+            check(jitop__strv_push(&names, l.built.v[k]), "push");
+        jitop__instlist_free(&l);
+        jitop__deps_free(&deps);
+        jitop__unit_free(&u);
+        jitop_ctx_destroy(ctx);
+        *nnames = names.n;
+        bench_nvrtc_out out;
+        char inc[PATH_MAX + 3];
+        snprintf(inc, sizeof inc, "-I%s", kdir);
+        const char *ropts[] = {inc};
+        double t1 = bench_now_ms();
+        if (bench_nvrtc_compile(text, src, r->arch, ropts, 1, (const char *const *)names.v,
+                                names.n, &out, err, sizeof err))
+            die("raw NVRTC of layernorm.cu", err);
+        if (r->gpu) {
+            CUmodule mod;
+            CUfunction fn;
+            if (bench_cu_check(&r->cu, r->cu.ModuleLoadData(&mod, out.cubin),
+                               "cuModuleLoadData", err, sizeof err))
+                die("raw load", err);
+            for (size_t k = 0; k < names.n; k++)
+                if (bench_cu_check(&r->cu, r->cu.ModuleGetFunction(&fn, mod, out.lowered[k]),
+                                   "cuModuleGetFunction", err, sizeof err))
+                    die("raw lookup", err);
+            w[i] = bench_now_ms() - t1;
+            (void)r->cu.ModuleUnload(mod);
+        } else {
+            w[i] = bench_now_ms() - t1;
+        }
+        bench_nvrtc_out_free(&out);
+        jitop__strv_free(&names);
+        free(text);
+        free(cache);
+    }
+    for (int i = 0; r->gpu && i < 8; i++)
+        (void)r->cu.MemFree(d[i]);
+    pair p = emit_pair("layernorm", "layernorm-cold", j, w, r->reps);
+    free(orig);
+    free(src);
+    free(kdir);
     free(j);
     free(w);
     return p;
@@ -444,8 +570,11 @@ int main(int argc, char **argv)
     /* NVRTC's first call in a process costs ~100 ms more: paid here. */
     (void)raw_once(&r, "__global__ void f() {}\n", NULL, 0);
 
-    pair cold = instance_cold(&r, false);
-    pair first = instance_cold(&r, true);
+    pair cold = instance_cold(&r, false, false);
+    pair first = instance_cold(&r, true, false);
+    pair declared = instance_cold(&r, false, true);
+    size_t nlc = 0;
+    pair lc = layernorm_cold(&r, &nlc);
     pair k1 = reload_k(&r, 1), k4 = reload_k(&r, 4), k8 = reload_k(&r, 8);
     size_t nln = 0;
     pair ln = layernorm_step(&r, &nln);
@@ -455,14 +584,19 @@ int main(int argc, char **argv)
             r.reps);
     row("instance-cold", cold, 0);
     row("instance-first", first, 0);
+    row("instance-declared", declared, 0);
     row("reload-k1", k1, 5);
     row("reload-k4", k4, 5);
     row("reload-k8", k8, 5);
     char what[32];
     snprintf(what, sizeof what, "layernorm(%zu)", nln);
     row(what, ln, 5);
+    snprintf(what, sizeof what, "ln-cold(%zu)", nlc);
+    row(what, lc, 0);
     fprintf(stderr, "(instance-first: an empty cache, nothing known of the source: its compile at "
-                    "load, then the instance's own)\n");
+                    "load, then the instance's own; instance-declared: the same with "
+                    "-instance=NAME at load, one program; ln-cold: a cold layernorm forward + "
+                    "backward, empty cache)\n");
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", r.dir);
     if (system(cmd) != 0)

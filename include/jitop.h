@@ -335,6 +335,24 @@ typedef struct jitop_op jitop_op;
  * linked with the other units. For a compute_XX (PTX) arch, linking needs
  * -dlto (nvJitLink emits PTX only from LTO-IR).
  *
+ * Declared instances. An option -instance=NAME (a name expression, as
+ * jitop_op_get takes it, e.g. "-instance=axpy<float, 4>"; spelled any way,
+ * it is canonicalized as jitop_op_get does) declares a template instance
+ * the caller will ask for: when the load has to compile the source, it
+ * compiles it once with every declared instance in (one NVRTC program, the
+ * names in the cache key), so the first get of each costs no compile. It is
+ * no compiler option and not part of the module's identity (a load asked
+ * again with other -instance= options returns the module already loaded;
+ * its new names are compiled at their gets). A binary the cache already
+ * holds for the files as they are is used as it is (a name it lacks is
+ * compiled at its get, then folded in at the source's next compile). For a
+ * module of one device source only: with several, each declared instance
+ * is compiled at its get. A declared name the source does not have does not
+ * fail the load (the source is then compiled without names); its get fails
+ * with NVRTC's error. A plain name (an extern "C" kernel) or an empty one
+ * is JITOP_EINVAL. The shipped ops declare the instances a call of theirs
+ * will ask.
+ *
  * name is a label for messages. Loading the same sources with the same options again returns
  * the module already loaded (only the stat fast path touches the disk).
  * Which files are hashed and watched, and safe mode (a directive whose file

@@ -587,6 +587,12 @@ int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__st
     return build_unit(ctx, u, BUILD_FULL, extra, out);
 }
 
+int jitop__build_unit_declared(jitop_ctx *ctx, const jitop__unit *u, bool defer,
+                               const jitop__strv *declared, jitop__built *out)
+{
+    return build_unit(ctx, u, defer ? BUILD_DEFER : BUILD_FULL, declared, out);
+}
+
 int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name)
 {
     jitop__deps deps = {0};

@@ -67,6 +67,14 @@ int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__st
 int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
                       const char *const *options, size_t noptions, const jitop__strv *names,
                       jitop_build_result *result);
+/* jitop__build_unit (defer: jitop__build_unit_deferred) of a source with
+ * the instances declared at its load (jitop_load's -instance=) folded in
+ * when it must be compiled, after every name asked of it: a cold load
+ * compiles them with the source, one program, and their gets compile
+ * nothing. A binary the stat fast path (or a touch) finds is taken as it
+ * is: a name declared since joins at its first get, as any instance. */
+int jitop__build_unit_declared(jitop_ctx *ctx, const jitop__unit *u, bool defer,
+                               const jitop__strv *declared, jitop__built *out);
 /* Adds name (canonical) to the asked list of source u's manifest, unless
  * it is there (or u has no manifest: never built through the cache). A
  * failure costs only speed: logged, not returned (but ENOMEM). */

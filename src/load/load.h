@@ -246,6 +246,10 @@ struct jitop_module {
     jitop__binary link_unloaded;
     /* Global names resolved by a name-expression compile (global.c). */
     struct jitop__global_alias *global_aliases;
+    /* The -instance= names of the load (declare.c), canonical: folded into
+     * the source's build at load when it must compile (one device source
+     * only), so that their first gets compile nothing. */
+    jitop__strv declared;
     struct jitop_module *next; /* ctx->modules */
 };
 
@@ -368,6 +372,16 @@ int jitop__find_kernel(const jitop_module *m, jitop__image *const *images, const
  * compile. Anything else ("f<float>", "(void (*)(int *))k", "&k") is a name
  * expression for NVRTC. */
 bool jitop__name_is_plain(const char *name);
+
+/* jitop_load's options without its -instance=NAME ones (declare.c): *kept
+ * (malloc'd, pointing into options; NULL when noptions is 0) and the names,
+ * canonical (jitop__name_canonical) and without repeats, in *declared. An
+ * empty name is JITOP_EINVAL, nothing left allocated. The caller refuses
+ * plain names (jitop__name_is_plain: an extern "C" kernel, nothing to
+ * instantiate) with jitop__load_instance_refused, which says so. */
+int jitop__load_instances(const char *name, const char *const *options, size_t noptions,
+                          const char ***kept, size_t *nkept, jitop__strv *declared);
+int jitop__load_instance_refused(const char *module, const char *option);
 
 /* Linked modules (linked.c). */
 

@@ -55,9 +55,12 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
     jitop__built built;
     memset(&built, 0, sizeof built);
     double t_build = jitop__now_ms();
-    int status = known  ? jitop__build_unit_known(m->ctx, &mu->unit, known, &built)
-                 : lazy ? jitop__build_unit_deferred(m->ctx, &mu->unit, &built)
-                        : jitop__build_unit(m->ctx, &mu->unit, &built);
+    bool declared = !known && mu->unit.names.n == 0 && !m->linked && m->declared.n > 0;
+    int status = known      ? jitop__build_unit_known(m->ctx, &mu->unit, known, &built)
+                 : declared ? jitop__build_unit_declared(m->ctx, &mu->unit, lazy, &m->declared,
+                                                         &built)
+                 : lazy     ? jitop__build_unit_deferred(m->ctx, &mu->unit, &built)
+                            : jitop__build_unit(m->ctx, &mu->unit, &built);
     t_build = jitop__now_ms() - t_build;
     if (unresolved)
         *unresolved = status == JITOP_ENOTFOUND && built.unresolved;
@@ -160,6 +163,7 @@ static void module_free(jitop_module *m)
     jitop__binary_free(&m->link_unloaded);
     jitop__host_free(m);
     jitop__strv_free(&m->options);
+    jitop__strv_free(&m->declared);
     pthread_mutex_destroy(&m->lock);
     free(m->name);
     free(m);
@@ -272,6 +276,16 @@ static int module_build(jitop_module *m, const jitop__strv *paths, const char *t
 {
     bool lazy = m->drv && strcmp(m->arch, m->drv->arch) == 0;
     size_t n = text ? 1 : paths->n;
+    /* Declared instances go to the one source there is: with several, a
+     * name folded into a source that does not declare it would make that
+     * fold fail and compile the source twice (build.h), so each is then
+     * compiled at its first get, from the source that declares it. */
+    if (n > 1 && m->declared.n > 0) {
+        jitop__log(m->ctx, "module %s: %zu sources: the -instance= names are compiled at their "
+                           "first get, not folded in at load",
+                   m->name, n);
+        jitop__strv_free(&m->declared);
+    }
     m->units = calloc(n, sizeof *m->units);
     if (!m->units)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
@@ -386,6 +400,23 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     if (noptions && !options)
         return jitop__fail(JITOP_EINVAL, "module %s: options is NULL but noptions is %zu", name,
                            noptions);
+    /* -instance= names are no compiler option and not the module's
+     * identity: a load asked again with other names is the same module. */
+    const char **kept = NULL;
+    jitop__strv declared = {0};
+    status = jitop__load_instances(name, options, noptions, &kept, &noptions, &declared);
+    if (status != JITOP_OK)
+        return status;
+    options = kept;
+    for (size_t i = 0; i < declared.n; i++) {
+        if (jitop__name_is_plain(declared.v[i])) {
+            char *o = jitop__sprintf("-instance=%s", declared.v[i]);
+            status = o ? jitop__load_instance_refused(name, o)
+                       : jitop__fail(JITOP_ENOMEM, "out of memory");
+            free(o);
+            goto out;
+        }
+    }
     /* Host sources (.c, .cpp, ...) go to the host compiler, the rest to
      * NVRTC; a module of host code only needs no GPU. */
     size_t ndevice = text ? 1 : 0;
@@ -393,11 +424,13 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
         ndevice += !jitop__host_is_source(sources[i]);
     if (ndevice > 0) {
         status = jitop__driver_start(ctx);
-        if (status != JITOP_OK)
-            return jitop__fail_prefix(status, "loading module %s", name);
+        if (status != JITOP_OK) {
+            jitop__fail_prefix(status, "loading module %s", name);
+            goto out;
+        }
         status = jitop_ctx_arch(ctx, &arch);
         if (status != JITOP_OK)
-            return status;
+            goto out;
     } else {
         arch = "host";
     }
@@ -442,6 +475,10 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
     if (status == JITOP_OK)
         status = module_new(ctx, name, arch, id, (const char *const *)dev_options.v,
                             dev_options.n, &m);
+    if (status == JITOP_OK) {
+        m->declared = declared;
+        memset(&declared, 0, sizeof declared);
+    }
     if (status == JITOP_OK && (dev_paths.n > 0 || text))
         status = module_build(m, &dev_paths, text);
     if (status == JITOP_OK && host_paths.n > 0)
@@ -472,6 +509,8 @@ out:
     jitop__strv_free(&dev_options);
     jitop__strv_free(&cflags);
     jitop__strv_free(&ldflags);
+    jitop__strv_free(&declared);
+    free(kept);
     return status;
 }
 

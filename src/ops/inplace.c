@@ -175,7 +175,10 @@ static void ip_state_destroy(jitop_ctx *ctx)
     ctx->ops->inplace = NULL;
 }
 
-static int ip_state(jitop_ctx *ctx, struct jitop__inplace_state **out)
+/* The state, created on first use: loads kernels/inplace.cu with decl (the
+ * instance the first call asks, when it is known before the load; NULL:
+ * none) declared (-instance=), so that a cold first call is one compile. */
+static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_state **out)
 {
     struct jitop__inplace_state *s = NULL;
     jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
@@ -190,9 +193,17 @@ static int ip_state(jitop_ctx *ctx, struct jitop__inplace_state **out)
         return jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
     const char *srcs[1] = {path};
     jitop_module *m = NULL;
-    int rc = jitop_load(ctx, "inplace", srcs, 1, NULL, 0, &m); /* starts the driver; cached */
-    if (rc != JITOP_OK)
-        rc = jitop__fail_prefix(rc, "inplace: loading %s", path);
+    char *opt = decl ? jitop__sprintf("-instance=%s", decl) : NULL;
+    const char *opts[1] = {opt};
+    int rc = JITOP_OK;
+    if (decl && !opt) {
+        rc = jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+    } else {
+        rc = jitop_load(ctx, "inplace", srcs, 1, opts, opt ? 1 : 0, &m); /* starts the driver */
+        if (rc != JITOP_OK)
+            rc = jitop__fail_prefix(rc, "inplace: loading %s", path);
+    }
+    free(opt);
     free(path);
     if (rc != JITOP_OK)
         return rc;
@@ -476,13 +487,18 @@ static int ip_check(const char *fn, jitop_ctx *ctx, jitop_dtype dtype, int64_t m
     return JITOP_OK;
 }
 
+/* The small square matmul's instance for n and trans. */
+static void ip_small_name(char *name, size_t cap, jitop_dtype dtype, int n, int trans)
+{
+    snprintf(name, cap, "sqmm_small<%s, %d, %s>", ip_ctype(dtype), n, trans ? "true" : "false");
+}
+
 static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *d,
                            jitop_dtype dtype, int64_t m, int n, void *a, const void *w, int trans,
                            void *stream)
 {
     char name[96];
-    snprintf(name, sizeof name, "sqmm_small<%s, %d, %s>", ip_ctype(dtype), n,
-             trans ? "true" : "false");
+    ip_small_name(name, sizeof name, dtype, n, trans);
     jitop_op *op = NULL;
     int rc = ip_get(s, name, &op);
     if (rc != JITOP_OK)
@@ -630,7 +646,9 @@ int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, in
         return jitop__fail(JITOP_EINVAL, "%s: w overlaps a (w is read while a is written)", fn);
 
     struct jitop__inplace_state *s;
-    if ((rc = ip_state(ctx, &s)) != JITOP_OK)
+    char small[96];
+    ip_small_name(small, sizeof small, dtype, (int)n, transpose_w != 0);
+    if ((rc = ip_state(ctx, n <= IP_SMALL_N ? small : NULL, &s)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     const jitop__driver *d = jitop__driver_of(ctx);
     if (n <= IP_SMALL_N)
@@ -666,7 +684,7 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         return jitop__fail(JITOP_EINVAL, "%s: causal_q is %lld, must be 0 (no mask) or in [1, n = %lld]",
                            fn, (long long)causal_q, (long long)n);
     struct jitop__inplace_state *s;
-    if ((rc = ip_state(ctx, &s)) != JITOP_OK)
+    if ((rc = ip_state(ctx, NULL, &s)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     const size_t es = jitop_dtype_size(dtype);
     const int vec = ip_vec(n, es, x);

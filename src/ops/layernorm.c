@@ -116,7 +116,15 @@ static char *ln_source(const jitop_ctx *ctx)
     return jitop__sprintf("%s/layernorm.cu", ctx->kernel_dir ? ctx->kernel_dir : ".");
 }
 
-static int ln_state(jitop_ctx *ctx, struct jitop__layernorm_state **out)
+static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
+                           jitop__strv *opts);
+
+/* The first call loads the module with the instances a forward + backward
+ * of its shape ask declared (-instance=, ln_load_options): a cold first
+ * call compiles the source once with all of them, and the other gets of
+ * the step compile nothing. */
+static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
+                    struct jitop__layernorm_state **out)
 {
     struct jitop__layernorm_state *s = NULL;
     jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
@@ -124,13 +132,20 @@ static int ln_state(jitop_ctx *ctx, struct jitop__layernorm_state **out)
         *out = s;
         return JITOP_OK;
     }
-    int rc;
+    jitop__strv opts = {0};
+    int rc = ln_load_options(ctx, dtype, n, affine, &opts);
+    if (rc != JITOP_OK)
+        return jitop__fail_prefix(rc, "layernorm");
     char *path = ln_source(ctx);
     jitop_module *m = NULL;
-    if (path == NULL)
+    if (path == NULL) {
+        jitop__strv_free(&opts);
         return jitop__fail(JITOP_ENOMEM, "layernorm: out of memory");
+    }
     const char *srcs[1] = {path};
-    rc = jitop_load(ctx, "layernorm", srcs, 1, NULL, 0, &m); /* starts the driver; cached */
+    /* starts the driver; cached */
+    rc = jitop_load(ctx, "layernorm", srcs, 1, (const char *const *)opts.v, opts.n, &m);
+    jitop__strv_free(&opts);
     free(path);
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm: loading kernels/layernorm.cu");
@@ -464,11 +479,11 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
         return jitop__fail(JITOP_EINVAL, "%s: eps is %g, must be >= 0", fn, (double)eps);
 
     struct jitop__layernorm_state *s;
-    if ((rc = ln_state(ctx, &s)) != JITOP_OK)
-        return rc;
     const int n = (int)cols;
     const size_t es = jitop_dtype_size(dtype);
     const int affine = gamma != NULL || beta != NULL;
+    if ((rc = ln_state(ctx, dtype, n, affine, &s)) != JITOP_OK)
+        return rc;
     const void *ptrs[4] = {x, y, gamma, beta};
     const void *ptrs_nonnull[4];
     size_t np = 0;
@@ -569,11 +584,11 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         return rc;
 
     struct jitop__layernorm_state *s;
-    if ((rc = ln_state(ctx, &s)) != JITOP_OK)
-        return rc;
     const int n = (int)cols;
     const size_t es = jitop_dtype_size(dtype);
     const int affine = gamma != NULL || dgamma != NULL || dbeta != NULL;
+    if ((rc = ln_state(ctx, dtype, n, affine, &s)) != JITOP_OK)
+        return rc;
     const void *ptrs[3] = {dy, x, dx};
     const void *all[4];
     size_t np = 0;
@@ -628,6 +643,35 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     return JITOP_OK;
+}
+
+/* -instance= options for the instances a forward and a backward of rows of
+ * n elements ask (the reduction too when affine), on buffers aligned as
+ * cuMemAlloc aligns them (the prewarm's rule): a call on other pointers
+ * may pick a narrower vector, whose instance is then compiled at its get. */
+static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
+                           jitop__strv *opts)
+{
+    const char *arch = NULL;
+    int rc = jitop_ctx_arch(ctx, &arch);
+    if (rc != JITOP_OK)
+        return rc;
+    const int major = jitop__arch_major(arch);
+    const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
+    const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
+    ln_plan plan;
+    char red[64];
+    ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl);
+    rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
+    ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl);
+    if (rc == JITOP_OK)
+        rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
+    ln_reduce_name(red, sizeof red, dtype);
+    if (rc == JITOP_OK && affine)
+        rc = jitop__strv_pushf(opts, "-instance=%s", red);
+    if (rc != JITOP_OK)
+        jitop__strv_free(opts);
+    return rc;
 }
 
 /* ------------------------------------------------------------ prewarm */

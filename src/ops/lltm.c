@@ -207,9 +207,12 @@ static int lltm_state_create(jitop_ctx *ctx, jitop_module *m, struct jitop__lltm
     return status;
 }
 
-/* The state, created on first use (loads kernels/lltm.cu). Once it exists:
- * two acquire loads. */
-static int lltm_state(jitop_ctx *ctx, struct jitop__lltm_state **out)
+/* The state, created on first use (loads kernels/lltm.cu with every
+ * instance of dtype index t declared, -instance=, as the prewarm folds
+ * them: a cold first call compiles the source once, and which instances
+ * its sizes pick then costs no compile). Once it exists: two acquire
+ * loads. */
+static int lltm_state(jitop_ctx *ctx, int t, struct jitop__lltm_state **out)
 {
     jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
     struct jitop__lltm_state *st = ops ? __atomic_load_n(&ops->lltm, __ATOMIC_ACQUIRE) : NULL;
@@ -230,9 +233,14 @@ static int lltm_state(jitop_ctx *ctx, struct jitop__lltm_state **out)
         goto out;
     }
     const char *sources[1] = {path};
+    jitop__strv opts = {0};
+    for (int slot = 0; status == JITOP_OK && slot < SLOT_COUNT; slot++)
+        status = jitop__strv_pushf(&opts, "-instance=%s", lltm_kernels[t][slot].name);
     /* Outside ctx->lock: jitop_load takes it itself. Two threads racing here
      * get the same module (the loader's table). */
-    status = jitop_load(ctx, "lltm", sources, 1, NULL, 0, &m);
+    if (status == JITOP_OK)
+        status = jitop_load(ctx, "lltm", sources, 1, (const char *const *)opts.v, opts.n, &m);
+    jitop__strv_free(&opts);
     if (status != JITOP_OK) {
         status = jitop__fail_prefix(status, "lltm: loading %s", path);
         goto out;
@@ -571,7 +579,7 @@ int jitop_lltm_forward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S, c
     int t = lltm_dtype_index(dtype);
     int status = lltm_check_args("jitop_lltm_forward", ctx, dtype, B, I, S, ptrs, names, 7);
     if (status == JITOP_OK)
-        status = lltm_state(ctx, &st);
+        status = lltm_state(ctx, t, &st);
     if (status == JITOP_OK && saved != NULL && lltm_use_cublas(ctx, st, B, I, S)) {
         status = lltm_forward_cublas(ctx, st, t, B, I, S, input, weights, bias, old_h, old_cell,
                                      new_h, new_cell, saved, stream);
@@ -664,7 +672,7 @@ int jitop_lltm_backward(jitop_ctx *ctx, jitop_dtype dtype, int B, int I, int S,
     int t = lltm_dtype_index(dtype);
     int status = lltm_check_args("jitop_lltm_backward", ctx, dtype, B, I, S, ptrs, names, 9);
     if (status == JITOP_OK)
-        status = lltm_state(ctx, &st);
+        status = lltm_state(ctx, t, &st);
     if (status == JITOP_OK && lltm_use_cublas(ctx, st, B, I, S)) {
         status = lltm_backward_cublas(ctx, st, t, B, I, S, grad_h, grad_cell, saved, weights,
                                       d_old_h, d_input, d_weights, d_bias, d_old_cell, stream);
