@@ -64,7 +64,7 @@ STATIC := $(BUILD)/libjitop.a
 SHARED := $(BUILD)/libjitop.so.$(VERSION)
 CLI := $(BUILD)/jitop
 
-.PHONY: all deps test test-gpu valgrind stress fuzz fuzz-seeds demo bench install uninstall clean
+.PHONY: all deps test test-gpu test-gpu-all valgrind stress fuzz fuzz-seeds demo bench install uninstall clean
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(LLTM_EXT)
 
 # Checks (and on Debian as root installs) the build dependencies; valgrind
@@ -78,7 +78,7 @@ deps:
 # is their prerequisite and an order-only prerequisite of every compile, so
 # that with -j no compile starts before the install is done (it would not
 # find xxhash.h on a fresh machine).
-DEPS_GOALS := test test-gpu valgrind demo bench install
+DEPS_GOALS := test test-gpu test-gpu-all valgrind demo bench install
 DEPS_FIRST := $(if $(filter $(DEPS_GOALS),$(MAKECMDGOALS)),deps)
 
 $(BUILD)/obj/src/%.o: src/%.c | $(DEPS_FIRST)
@@ -210,9 +210,30 @@ test: deps all $(CPU_TESTS) $(PY_TEST_DEPS)
 	@$(TSAN_ENV) JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(CPU_TESTS) \
 	  $(PY_TEST_RUN)
 
-# The GPU suite: skips (SKIP lines) where no driver is found.
+# The GPU suite: skips (SKIP lines) where no driver is found. GPU_DEVICE=k
+# runs it on device k alone (CUDA_VISIBLE_DEVICES=k: every test's device 0
+# is that GPU, and test_multi_gpu, needing two, skips).
 test-gpu: deps all $(GPU_TESTS)
-	@JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(GPU_TESTS)
+	@$(if $(GPU_DEVICE),CUDA_VISIBLE_DEVICES=$(GPU_DEVICE)) JITOP_CLI=$(abspath $(CLI)) \
+	  JITOP_BUILD=$(abspath $(BUILD)) tests/run.sh $(GPU_TESTS)
+
+# The GPU suite once per device (GPU_COUNT: nvidia-smi's count unless given),
+# then test_multi_gpu with every device visible. One summary line per run;
+# fails when any run failed.
+GPU_COUNT ?= $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+test-gpu-all: deps all $(GPU_TESTS)
+	@[ "$(GPU_COUNT)" -ge 1 ] 2>/dev/null || { \
+	  echo "test-gpu-all: no GPU listed by nvidia-smi -L; give GPU_COUNT=N" >&2; exit 1; }; \
+	rc=0; k=0; while [ $$k -lt $(GPU_COUNT) ]; do \
+	  echo "== the GPU suite on device $$k (CUDA_VISIBLE_DEVICES=$$k)"; \
+	  CUDA_VISIBLE_DEVICES=$$k JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) \
+	    tests/run.sh $(GPU_TESTS) || rc=1; \
+	  k=$$((k + 1)); \
+	done; \
+	echo "== test_multi_gpu on all $(GPU_COUNT) devices"; \
+	JITOP_CLI=$(abspath $(CLI)) JITOP_BUILD=$(abspath $(BUILD)) \
+	  tests/run.sh $(BUILD)/tests/gpu/test_multi_gpu || rc=1; \
+	exit $$rc
 
 # The CPU suite under valgrind (leaks and memory errors fail it).
 valgrind: deps all $(CPU_TESTS)

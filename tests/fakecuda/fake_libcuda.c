@@ -7,7 +7,9 @@
  * What it fakes. Every entry point jitop resolves (JITOP__CUDA_FUNCS in
  * src/load/driver.h; the fake fails to compile when that list gains one it
  * lacks) is served through cuGetProcAddress_v2. One device, "Fake H100",
- * compute capability 9.0, 132 SMs, 227 KiB of opt-in shared memory per block.
+ * compute capability 9.0, 132 SMs, 227 KiB of opt-in shared memory per block;
+ * $FAKE_CUDA_DEVICES ("90,80,90": one compute capability per device, at most
+ * FAKE_MAX_DEVICES) presents several, each with its own primary context.
  * cuModuleLoadData takes the cubin jitop built with the real NVRTC and finds
  * its kernels from the ELF section names (".text.<kernel>"), or PTX and its
  * ".entry" kernels (see "PTX images" below). Loading is lazy,
@@ -39,6 +41,8 @@
  *  - a launch with more than 48 KiB of dynamic shared memory on a function
  *    whose limit was not raised (cuFuncSetAttribute) fails, as on a GPU;
  *  - primary context releases without a retain;
+ *  - a module unloaded, looked up or launched while another device's
+ *    context is current (one module lives in the context it was loaded in);
  *  - a copy into or out of a module's global after its unload, or past the
  *    global's end.
  * Modules stay allocated after their unload (that is how use-after-unload
@@ -62,6 +66,7 @@
 #define FAKE_SM_COUNT 132
 #define FAKE_SMEM_OPTIN 232448
 #define FAKE_SMEM_DEFAULT 49152
+#define FAKE_MAX_DEVICES 8
 
 typedef struct fake_module fake_module;
 
@@ -86,6 +91,7 @@ typedef struct fake_global {
 
 struct fake_module {
     long id;                   /* 1, 2, ... in load order */
+    CUcontext ctx;             /* the context current at its load */
     bool loaded;               /* false after cuModuleUnload */
     unsigned long last_launch; /* sequence number of its newest launch, 0: none */
     fake_kernel *kernels;
@@ -102,8 +108,10 @@ static unsigned long g_launch_seq;    /* launches so far */
 static unsigned long g_completed_seq; /* launches a finished sync covers */
 static fake_cuda_stats g_stats;
 
-/* The one context: any non-NULL handle will do, jitop only passes it back. */
-static int g_primary_ctx_object;
+/* One primary context per device: any non-NULL handle will do, jitop only
+ * passes it back; the device is the handle's index. */
+static int g_primary_ctx_objects[FAKE_MAX_DEVICES];
+static int g_primary_refs[FAKE_MAX_DEVICES];
 /* The context current on each thread. A pthread key, not _Thread_local:
  * with a _Thread_local here, LeakSanitizer's exit scan crashed (signal 11 in
  * its tracer) in the SAN=1 build, where this library is dlopen'ed. */
@@ -132,6 +140,46 @@ static CUresult set_current(CUcontext ctx)
 
 static int g_stream_object, g_event_object;
 
+/* The devices' compute capabilities (major * 10 + minor), from
+ * $FAKE_CUDA_DEVICES, read once; a malformed list aborts. */
+static pthread_once_t g_devices_once = PTHREAD_ONCE_INIT;
+static int g_device_cc[FAKE_MAX_DEVICES];
+static int g_device_count;
+
+static void devices_read(void)
+{
+    const char *list = getenv("FAKE_CUDA_DEVICES");
+    if (!list || !*list) {
+        g_device_cc[0] = 90;
+        g_device_count = 1;
+        return;
+    }
+    for (const char *p = list; *p;) {
+        char *end;
+        long cc = strtol(p, &end, 10);
+        if (end == p || cc < 10 || cc > 999 || g_device_count == FAKE_MAX_DEVICES ||
+            (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "FAKE: FAKE_CUDA_DEVICES=%s: want up to %d compute capabilities "
+                            "like 90,80\n", list, FAKE_MAX_DEVICES);
+            abort();
+        }
+        g_device_cc[g_device_count++] = (int)cc;
+        p = *end ? end + 1 : end;
+    }
+}
+
+static int device_count(void)
+{
+    if (pthread_once(&g_devices_once, devices_read) != 0)
+        abort();
+    return g_device_count;
+}
+
+static bool device_ok(CUdevice device)
+{
+    return device >= 0 && device < device_count();
+}
+
 static void lock(void)
 {
     if (pthread_mutex_lock(&g_lock) != 0)
@@ -150,11 +198,17 @@ static void die(const char *what, const fake_module *mod)
     abort();
 }
 
-/* Called with g_lock held. */
+/* Called with g_lock held: mod is loaded, in the context current now. */
 static void require_loaded(const fake_module *mod, const char *use)
 {
     if (!mod->loaded)
         die(use, mod);
+    CUcontext cur = current();
+    if (cur && mod->ctx != cur) {
+        fprintf(stderr, "FAKE: %s: module %ld belongs to another context than the current one\n",
+                use, mod->id);
+        abort();
+    }
 }
 
 /* Puts k's code on the "GPU" once (g_lock held). */
@@ -204,26 +258,26 @@ static CUresult CUDAAPI fake_cuGetErrorString(CUresult error, const char **text)
 
 static CUresult CUDAAPI fake_cuDeviceGet(CUdevice *device, int ordinal)
 {
-    if (ordinal != 0)
+    if (!device_ok(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 
 static CUresult CUDAAPI fake_cuDeviceGetCount(int *count)
 {
-    *count = 1;
+    *count = device_count();
     return CUDA_SUCCESS;
 }
 
 static CUresult CUDAAPI fake_cuDeviceGetAttribute(int *value, CUdevice_attribute attr,
                                                   CUdevice device)
 {
-    if (device != 0)
+    if (!device_ok(device))
         return CUDA_ERROR_INVALID_DEVICE;
     switch (attr) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = g_device_cc[device] / 10; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = g_device_cc[device] % 10; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = FAKE_SM_COUNT; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = FAKE_SMEM_OPTIN; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
@@ -234,32 +288,34 @@ static CUresult CUDAAPI fake_cuDeviceGetAttribute(int *value, CUdevice_attribute
 
 static CUresult CUDAAPI fake_cuDeviceGetName(char *name, int len, CUdevice device)
 {
-    if (device != 0)
+    if (!device_ok(device))
         return CUDA_ERROR_INVALID_DEVICE;
     if (len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "Fake H100");
+    snprintf(name, (size_t)len, "Fake sm_%d", g_device_cc[device]);
     return CUDA_SUCCESS;
 }
 
 static CUresult CUDAAPI fake_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device)
 {
-    if (device != 0)
+    if (!device_ok(device))
         return CUDA_ERROR_INVALID_DEVICE;
     lock();
     g_stats.primary_ctx_refs++;
+    g_primary_refs[device]++;
     unlock();
-    *ctx = (CUcontext)&g_primary_ctx_object;
+    *ctx = (CUcontext)&g_primary_ctx_objects[device];
     return CUDA_SUCCESS;
 }
 
 static CUresult CUDAAPI fake_cuDevicePrimaryCtxRelease(CUdevice device)
 {
-    if (device != 0)
+    if (!device_ok(device))
         return CUDA_ERROR_INVALID_DEVICE;
     lock();
-    if (g_stats.primary_ctx_refs == 0)
+    if (g_primary_refs[device] == 0)
         die("primary context released more often than retained", NULL);
+    g_primary_refs[device]--;
     g_stats.primary_ctx_refs--;
     unlock();
     return CUDA_SUCCESS;
@@ -291,9 +347,10 @@ static CUresult CUDAAPI fake_cuCtxPopCurrent(CUcontext *ctx)
 
 static CUresult CUDAAPI fake_cuCtxGetDevice(CUdevice *device)
 {
-    if (!current())
+    CUcontext cur = current();
+    if (!cur)
         return CUDA_ERROR_INVALID_CONTEXT;
-    *device = 0;
+    *device = (CUdevice)((int *)cur - g_primary_ctx_objects);
     return CUDA_SUCCESS;
 }
 
@@ -610,6 +667,7 @@ static CUresult CUDAAPI fake_cuModuleLoadData(CUmodule *module, const void *code
     lock();
     mod->id = ++g_stats.modules_ever;
     mod->loaded = true;
+    mod->ctx = current();
     mod->next = g_modules;
     g_modules = mod;
     g_stats.modules_loaded++;
