@@ -137,6 +137,9 @@ int jitop__host_deps_add_dirs(const jitop__host_unit *u, const jitop__host_cc *c
                               int64_t since_ns, jitop__deps *d, bool *changed);
 /* Whether every folder of d->dirs is as recorded (none recent). */
 bool jitop__host_dirs_same(const jitop__deps *d);
+/* Appends to to->dirs each folder of from->dirs it lacks, with its record
+ * as taken (a module's list: every object's folders once each). */
+int jitop__host_dirs_merge(jitop__deps *to, const jitop__deps *from);
 
 /* Test seam (like build.h's): called before each host compiler run with
  * the source path. NULL in normal use. */
@@ -176,7 +179,8 @@ void jitop__host_lib_id(const jitop__host_unit *units, const jitop__host_cc *ccs
 int jitop__host_lib_fresh(jitop_ctx *ctx, const char id[33], const jitop__host_cc *const *ccs,
                           size_t ncc, jitop__host_lib *out, bool *found);
 /* Writes the module's manifest: every dep of objs[0..n) (compilers
- * included, once each) and the link's key. A failure costs only speed. */
+ * included, once each), every folder of theirs (once each, as the objects
+ * recorded it) and the link's key. A failure costs only speed. */
 void jitop__host_lib_remember(jitop_ctx *ctx, const char id[33], const jitop__host_obj *objs,
                               size_t n, const char key[33]);
 

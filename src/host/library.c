@@ -76,25 +76,10 @@ static int union_deps(const jitop__host_obj *objs, size_t n, jitop__deps *out)
     }
     /* And every folder where a header was looked for: a file created there
      * (shadowing a header found further on) makes the module stale too. */
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < objs[i].deps.ndirs; j++) {
-            const jitop__dep *d = &objs[i].deps.dirs[j];
-            bool seen = false;
-            for (size_t k = 0; k < out->ndirs && !seen; k++)
-                seen = strcmp(out->dirs[k].path, d->path) == 0;
-            if (seen)
-                continue;
-            jitop__dep *grown = realloc(out->dirs, (out->ndirs + 1) * sizeof *grown);
-            if (!grown)
-                return jitop__fail(JITOP_ENOMEM, "out of memory");
-            out->dirs = grown;
-            out->dirs[out->ndirs] = *d;
-            if (!(out->dirs[out->ndirs].path = jitop__strdup(d->path)))
-                return jitop__fail(JITOP_ENOMEM, "out of memory");
-            out->ndirs++;
-        }
-    }
-    return JITOP_OK;
+    int status = JITOP_OK;
+    for (size_t i = 0; status == JITOP_OK && i < n; i++)
+        status = jitop__host_dirs_merge(out, &objs[i].deps);
+    return status;
 }
 
 /* ------------------------------------------------- jitop's own builder */

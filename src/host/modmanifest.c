@@ -26,7 +26,9 @@ void jitop__host_lib_id(const jitop__host_unit *units, const jitop__host_cc *ccs
     XXH3_state_t st;
     XXH3_INITSTATE(&st);
     XXH3_128bits_reset(&st);
-    h_str(&st, "jitop host module manifest id");
+    /* "with folders": a manifest written before the folders were recorded
+     * in it would vouch for a build a new header now shadows. */
+    h_str(&st, "jitop host module manifest id, with folders");
     uint64_t v = JITOP__FORMAT_VERSION;
     XXH3_128bits_update(&st, &v, sizeof v);
     /* Each unit's id holds its path, kind, flags and its compiler as asked
@@ -135,6 +137,11 @@ void jitop__host_lib_remember(jitop_ctx *ctx, const char id[33], const jitop__ho
             all.n += ok;
         }
     }
+    /* The folders: a header created in one would shadow the one recorded,
+     * and jitop__deps_fresh refuses then (one stat per folder), leaving the
+     * decision to the objects' manifests, which list the headers again. */
+    for (size_t i = 0; ok && i < n; i++)
+        ok = jitop__host_dirs_merge(&all, &objs[i].deps) == JITOP_OK;
     if (ok)
         jitop__manifest_put(ctx->cache, id, &all, key); /* costs only speed if it fails */
     jitop__clear_error();

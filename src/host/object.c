@@ -331,6 +331,27 @@ int jitop__host_deps_add_dirs(const jitop__host_unit *u, const jitop__host_cc *c
     return status;
 }
 
+int jitop__host_dirs_merge(jitop__deps *to, const jitop__deps *from)
+{
+    for (size_t j = 0; j < from->ndirs; j++) {
+        const jitop__dep *d = &from->dirs[j];
+        bool seen = false;
+        for (size_t k = 0; k < to->ndirs && !seen; k++)
+            seen = strcmp(to->dirs[k].path, d->path) == 0;
+        if (seen)
+            continue;
+        jitop__dep *grown = realloc(to->dirs, (to->ndirs + 1) * sizeof *grown);
+        if (!grown)
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        to->dirs = grown;
+        to->dirs[to->ndirs] = *d;
+        if (!(to->dirs[to->ndirs].path = jitop__strdup(d->path)))
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        to->ndirs++;
+    }
+    return JITOP_OK;
+}
+
 bool jitop__host_dirs_same(const jitop__deps *d)
 {
     for (size_t i = 0; i < d->ndirs; i++) {
