@@ -109,6 +109,28 @@ void jitop__built_free(jitop__built *b);
  * them as said. */
 void jitop__build_before_fork(jitop_ctx *ctx);
 
+/* -------------------------------------------------------------- pch.c */
+
+/* NVRTC's precompiled headers for a compile (pch.c says when, and why it
+ * is safe): jitop__pch_prepare before jitop__compile_pch, jitop__pch_finish
+ * after it. Neither fails: no PCH is a slower compile, never a wrong one. */
+typedef struct jitop__pch_plan {
+    jitop__pch_req req; /* the request to pass to jitop__compile_pch */
+    int slot;           /* -1: no PCH for this compile */
+} jitop__pch_plan;
+/* deps: the unit's files as just scanned and hashed (the build's scan). */
+void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
+                        const jitop__deps *deps, jitop__pch_plan *plan);
+void jitop__pch_finish(jitop_ctx *ctx, const jitop__unit *u, jitop__pch_plan *plan);
+/* Removes the PCH files ctx's compiles made (a jitop_ctx_destroy hook). */
+void jitop__pch_ctx_destroy(jitop_ctx *ctx);
+/* For a build of several sources in forked workers: the index of the first
+ * source whose preamble another one shares (marked so that its compile
+ * makes a PCH: compile it in the parent, before forking, and the workers
+ * inherit the PCH), or -1 when none does or PCH is off. */
+int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, size_t n,
+                            const char *arch, const char *const *options, size_t noptions);
+
 /* ------------------------------------------------------------- link.c */
 
 /* One unit of a link: its unit, its cache key, and its binary when in hand
