@@ -131,6 +131,15 @@ void jitop__pch_ctx_destroy(jitop_ctx *ctx);
 int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, size_t n,
                             const char *arch, const char *const *options, size_t noptions);
 
+/* What this process's compiles did with PCHs (tests and benchmarks). */
+typedef struct jitop__pch_counts {
+    unsigned created;   /* PCH files made */
+    unsigned used;      /* compiles that used one */
+    unsigned stale;     /* a PCH of the preamble not used: a file changed since it was made */
+    unsigned fell_back; /* NVRTC could not use one: compiled again without */
+} jitop__pch_counts;
+jitop__pch_counts jitop__pch_counts_get(void);
+
 /* ------------------------------------------------------------- link.c */
 
 /* One unit of a link: its unit, its cache key, and its binary when in hand

@@ -80,7 +80,7 @@ static char g_planned[SEEN_MAX][33]; /* preambles `jitop build` saw twice */
 static size_t g_nplanned;
 static unsigned long long g_clock;
 static bool g_atexit, g_swept;
-static pid_t g_pid; /* the process the slots' files are removed by */
+static jitop__pch_counts g_counts;
 
 static void slot_clear(struct slot *s)
 {
@@ -388,8 +388,6 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
     char key[33];
     key_of(u, text, n, key);
     pthread_mutex_lock(&g_lock);
-    if (g_pid == 0)
-        g_pid = getpid();
     struct slot *same = NULL;
     for (int i = 0; i < PCH_SLOTS; i++)
         if ((g_slots[i].live || g_slots[i].creating) && strcmp(g_slots[i].key, key) == 0)
@@ -403,10 +401,12 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
             same->used = ++g_clock;
             plan->slot = (int)(same - g_slots);
             plan->req.use = same->path;
+            g_counts.used++;
             jitop__log(ctx, "%s: PCH used: %s (made by %s's compile, %zu headers checked)", name,
                        same->path, same->made_by, same->nfiles);
             goto out;
         }
+        g_counts.stale++;
         jitop__log(ctx, "%s: PCH %s not used: %s; a new one replaces it", name, same->path, why);
         free(why);
         if (same->busy) {
@@ -494,6 +494,7 @@ void jitop__pch_finish(jitop_ctx *ctx, const jitop__unit *u, jitop__pch_plan *pl
         struct stat st;
         if (plan->req.created && !plan->req.fell_back && stat(s->path, &st) == 0) {
             s->live = true;
+            g_counts.created++;
             jitop__log(ctx, "%s: PCH created: %s (%lld MiB%s)", name, s->path,
                        (long long)st.st_size >> 20,
                        plan->req.heap_resized ? ", PCH heap resized" : "");
@@ -503,6 +504,8 @@ void jitop__pch_finish(jitop_ctx *ctx, const jitop__unit *u, jitop__pch_plan *pl
             slot_drop(s);
         }
     } else if (plan->req.fell_back) {
+        g_counts.used--;
+        g_counts.fell_back++;
         jitop__log(ctx, "%s: PCH %s not used (%s): compiled without it", name, s->path,
                    plan->req.why);
         if (!s->busy)
@@ -554,4 +557,12 @@ int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, size_t n,
     }
     free(keys);
     return found;
+}
+
+jitop__pch_counts jitop__pch_counts_get(void)
+{
+    pthread_mutex_lock(&g_lock);
+    jitop__pch_counts c = g_counts;
+    pthread_mutex_unlock(&g_lock);
+    return c;
 }
