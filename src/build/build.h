@@ -128,8 +128,11 @@ void jitop__pch_ctx_destroy(jitop_ctx *ctx);
  * source whose preamble another one shares (marked so that its compile
  * makes a PCH: compile it in the parent, before forking, and the workers
  * inherit the PCH), or -1 when none does or PCH is off. */
-int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, size_t n,
-                            const char *arch, const char *const *options, size_t noptions);
+int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, const char *const *archs,
+                            size_t n, const char *const *options, size_t noptions);
+/* Before forking: a child then knows it is one (it uses its parent's PCH,
+ * never makes one). */
+void jitop__pch_before_fork(void);
 
 /* What this process's compiles did with PCHs (tests and benchmarks). */
 typedef struct jitop__pch_counts {

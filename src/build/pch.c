@@ -345,6 +345,8 @@ static char *pch_path(jitop_ctx *ctx, const char *key, char *why, size_t cap)
     return path;
 }
 
+/* In a forked child (a `jitop build` worker, which ends with _exit: no
+ * exit handler would remove a file it made) a PCH is used, never made. */
 static bool g_forked;
 static void on_fork_child(void)
 {
@@ -516,8 +518,13 @@ void jitop__pch_finish(jitop_ctx *ctx, const jitop__unit *u, jitop__pch_plan *pl
     pthread_mutex_unlock(&g_lock);
 }
 
-int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, size_t n,
-                            const char *arch, const char *const *options, size_t noptions)
+void jitop__pch_before_fork(void)
+{
+    pthread_once(&fork_once, fork_init);
+}
+
+int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, const char *const *archs,
+                            size_t n, const char *const *options, size_t noptions)
 {
     int found = -1;
     if (pch_mode() == 0 || n < 2)
@@ -531,7 +538,8 @@ int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, size_t n,
         size_t len = 0, includes;
         bool comment_end;
         jitop__dep dep = {0};
-        if (jitop__unit_init(&u, paths[i], NULL, options, noptions, NULL, 0, arch) != JITOP_OK) {
+        if (jitop__unit_init(&u, paths[i], NULL, options, noptions, NULL, 0, archs[i]) !=
+            JITOP_OK) {
             jitop__clear_error();
             continue;
         }
