@@ -4,12 +4,13 @@
 # second, different source with the same includes (B), then a light kernel
 # with them (C), with JITOP_PCH=0 and with the default policy (a preamble
 # that includes cooperative groups or CUB makes a PCH at its first compile).
-# Then `jitop build -j J` of 8 sources sharing those includes, both ways
-# (the parent compiles the first and the workers inherit its PCH). A new
+# Then `jitop build -j J` of 16 sources sharing those includes, both ways
+# (more files than workers: the parent compiles the first and the workers
+# inherit its PCH). A new
 # cache for every run, so every file is compiled. No GPU needed.
 #
-#   make && bench/pch_bench.sh                    # 3 runs each, sm_90, -j 8
-#   bench/pch_bench.sh --reps 5 --arch sm_100 --jobs 16
+#   make && bench/pch_bench.sh                    # 3 runs each, sm_90, -j 4
+#   bench/pch_bench.sh --reps 5 --arch sm_100 --jobs 8
 #
 # Prints per file the median of the runs (ms as `jitop build` reports the
 # compile), the speed-up, and whether the PCH was created / used (from
@@ -20,7 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$root/build}
 jitop=$BUILD/jitop
-reps=3 arch=sm_90 jobs=8
+reps=3 arch=sm_90 jobs=4
 while [ $# -gt 0 ]; do
     case $1 in
         --reps) reps=$2; shift 2 ;;
@@ -72,7 +73,7 @@ extern "C" __global__ void scale_c(__half *x) {
     x[threadIdx.x] = __float2half(__half2float(x[threadIdx.x]) * SCALE);
 }
 EOF
-for i in 1 2 3 4 5 6 7 8; do
+for i in $(seq 16); do
     cat > "$src/p$i.cu" <<EOF
 $pre
 namespace cg = cooperative_groups;
@@ -147,13 +148,13 @@ for mode in off on; do
         env_pch=$([ $mode = off ] && echo 0 || echo auto)
         t0=$(now_ms)
         (cd "$src" && JITOP_PCH=$env_pch JITOP_CACHE_DIR=$cache "$jitop" build --arch "$arch" \
-            -j "$jobs" p1.cu p2.cu p3.cu p4.cu p5.cu p6.cu p7.cu p8.cu > /dev/null)
+            -j "$jobs" p*.cu > /dev/null)
         wall[$mode]+="$(( $(now_ms) - t0 )) "
     done
 done
 off=$(echo ${wall[off]} | tr ' ' '\n' | median)
 on=$(echo ${wall[on]} | tr ' ' '\n' | median)
-printf '%-32s %9.1f ms %9.1f ms %8.2fx   (runs: %s| %s)\n' "jitop build -j $jobs, 8 sources" \
+printf '%-32s %9.1f ms %9.1f ms %8.2fx   (runs: %s| %s)\n' "jitop build -j $jobs, 16 sources" \
     "$off" "$on" "$(echo "$off $on" | awk '{print $1 / $2}')" "${wall[off]}" "${wall[on]}"
 left=$(find "$work" -name '*.pch' | wc -l)
 echo "PCH files left after the runs: $left (expected 0)"

@@ -337,14 +337,15 @@ static int compile_pending(build_run *r, int jobs)
     }
     jitop_cli_pool_ops ops = {.run = worker_task, .started = task_started, .done = worker_done};
     jitop__build_before_fork(r->ctx);
-    /* A preamble that pending files share: its first file is compiled here,
-     * making the PCH that every worker then inherits (build/pch.c). */
+    /* A preamble that more pending files share than there are workers: its
+     * first file is compiled here, making the PCH that every worker then
+     * inherits (build/pch.c). */
     const char **files = calloc(r->ntodo, sizeof *files), **archs = calloc(r->ntodo, sizeof *archs);
     for (size_t t = 0; files && archs && t < r->ntodo; t++) {
         files[t] = r->jobs[r->todo[t]].file;
         archs[t] = r->jobs[r->todo[t]].arch;
     }
-    int first = files && archs ? jitop__pch_plan_sources(r->ctx, files, archs, r->ntodo,
+    int first = files && archs ? jitop__pch_plan_sources(r->ctx, files, archs, r->ntodo, jobs,
                                                          opts_of(r->a), r->a->options.n)
                                : -1;
     free(files);

@@ -124,12 +124,13 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
 void jitop__pch_finish(jitop_ctx *ctx, const jitop__unit *u, jitop__pch_plan *plan);
 /* Removes the PCH files ctx's compiles made (a jitop_ctx_destroy hook). */
 void jitop__pch_ctx_destroy(jitop_ctx *ctx);
-/* For a build of several sources in forked workers: the index of the first
- * source whose preamble another one shares (marked so that its compile
- * makes a PCH: compile it in the parent, before forking, and the workers
- * inherit the PCH), or -1 when none does or PCH is off. */
+/* For a build of several sources on jobs forked workers: the index of the
+ * first source of the preamble that most sources share, when more than
+ * jobs share it (marked so that its compile makes a PCH: compile it in the
+ * parent, before forking, and the workers inherit the PCH); -1 when no
+ * preamble is shared that widely or PCH is off. */
 int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, const char *const *archs,
-                            size_t n, const char *const *options, size_t noptions);
+                            size_t n, int jobs, const char *const *options, size_t noptions);
 /* Before forking: a child then knows it is one (it uses its parent's PCH,
  * never makes one). */
 void jitop__pch_before_fork(void);

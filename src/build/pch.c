@@ -524,9 +524,8 @@ void jitop__pch_before_fork(void)
 }
 
 int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, const char *const *archs,
-                            size_t n, const char *const *options, size_t noptions)
+                            size_t n, int jobs, const char *const *options, size_t noptions)
 {
-    int found = -1;
     if (pch_mode() == 0 || n < 2)
         return -1;
     char (*keys)[33] = calloc(n, sizeof *keys);
@@ -552,16 +551,37 @@ int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, const char
         }
         free(text);
         jitop__unit_free(&u);
-        for (size_t j = 0; keys[i][0] && j < i && found < 0; j++)
-            if (strcmp(keys[i], keys[j]) == 0) {
-                found = (int)j;
-                pthread_mutex_lock(&g_lock);
-                list_add(g_planned, &g_nplanned, keys[i]);
-                pthread_mutex_unlock(&g_lock);
-                jitop__log(ctx, "%s and %s share their #include lines: the first is compiled "
-                                "here, making a PCH the workers use",
-                           paths[j], paths[i]);
-            }
+    }
+    /* The preamble most files share, and its first file. */
+    size_t best = 0, best_n = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t same = 0;
+        bool first = true;
+        for (size_t j = 0; keys[i][0] && j < n; j++) {
+            if (strcmp(keys[i], keys[j]) == 0)
+                same++;
+            if (j < i && strcmp(keys[i], keys[j]) == 0)
+                first = false;
+        }
+        if (first && same > best_n) {
+            best = i;
+            best_n = same;
+        }
+    }
+    int found = -1;
+    /* The first compile, here, is on the critical path before any worker
+     * starts: with k files of one preamble on J workers, ceil(k / J)
+     * compiles at full cost become one plus ceil((k - 1) / J) with the PCH,
+     * a gain only when k > J (a file per worker already runs them all at
+     * once). */
+    if (best_n >= 2 && best_n > (size_t)(jobs > 0 ? jobs : 1)) {
+        found = (int)best;
+        pthread_mutex_lock(&g_lock);
+        list_add(g_planned, &g_nplanned, keys[best]);
+        pthread_mutex_unlock(&g_lock);
+        jitop__log(ctx, "%zu files share the #include lines of %s (more than the %d workers): it "
+                        "is compiled here first, making a PCH the workers use",
+                   best_n, paths[best], jobs);
     }
     free(keys);
     return found;

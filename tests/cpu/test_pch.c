@@ -46,11 +46,12 @@ static void proj_free(struct proj *p)
 
 /* The binary of path for sm_90 through a new cache of its own (so that
  * nothing is a hit), with JITOP_PCH as given. */
-static unsigned char *compile(jitop_ctx *ctx, const char *path, size_t *size)
+static unsigned char *compile_names(jitop_ctx *ctx, const char *path, const char *const *names,
+                                    size_t nnames, size_t *size)
 {
     jitop__unit u;
     jitop__built b;
-    assert_int_equal(jitop__unit_init(&u, path, NULL, NULL, 0, NULL, 0, "sm_90"), JITOP_OK);
+    assert_int_equal(jitop__unit_init(&u, path, NULL, NULL, 0, names, nnames, "sm_90"), JITOP_OK);
     int st = jitop__build_unit(ctx, &u, &b);
     if (st != JITOP_OK)
         fail_msg("build %s: %s", path, jitop_errmsg(ctx));
@@ -66,17 +67,28 @@ static unsigned char *compile(jitop_ctx *ctx, const char *path, size_t *size)
     return copy;
 }
 
+static unsigned char *compile(jitop_ctx *ctx, const char *path, size_t *size)
+{
+    return compile_names(ctx, path, NULL, 0, size);
+}
+
 /* The binary without any PCH, in a context of its own. */
-static unsigned char *compile_plain(const char *path, size_t *size)
+static unsigned char *compile_plain_names(const char *path, const char *const *names,
+                                          size_t nnames, size_t *size)
 {
     char *cache = jt_tmpdir();
     setenv("JITOP_PCH", "0", 1);
     jitop_ctx *ctx = jt_ctx(cache, "sm_90");
-    unsigned char *bin = compile(ctx, path, size);
+    unsigned char *bin = compile_names(ctx, path, names, nnames, size);
     jitop_ctx_destroy(ctx);
     setenv("JITOP_PCH", "1", 1);
     free(cache);
     return bin;
+}
+
+static unsigned char *compile_plain(const char *path, size_t *size)
+{
+    return compile_plain_names(path, NULL, 0, size);
 }
 
 static void assert_same(const unsigned char *x, size_t nx, const unsigned char *y, size_t ny)
@@ -173,6 +185,34 @@ static void test_edited_header_never_served_from_old_pch(void **state)
     jitop_ctx_destroy(ctx);
     assert_int_equal(pch_files(cache), 0);
     free(b); free(b0); free(a2); free(a0); free(cache);
+    proj_free(&p);
+}
+
+/* A program with name expressions (template instances, the fold rule's
+ * one program per source) gets the same binary with a PCH. */
+static void test_name_expressions_same_binary(void **state)
+{
+    (void)state;
+    struct proj p;
+    proj_make(&p);
+    char *t = jt_write(p.dir, "t.cu",
+                       PRE "template <int N> __global__ void tk(float *x) {\n"
+                           "    x[threadIdx.x] *= SCALE * N; }\n");
+    const char *names[] = {"tk<2>", "tk<3>"};
+    char *cache = jt_tmpdir();
+    setenv("JITOP_PCH", "1", 1);
+    jitop_ctx *ctx = jt_ctx(cache, "sm_90");
+    size_t na, nt, nt0;
+    free(compile(ctx, p.a, &na)); /* makes the PCH */
+    jitop__pch_counts c0 = jitop__pch_counts_get();
+    unsigned char *bt = compile_names(ctx, t, names, 2, &nt);
+    jitop__pch_counts c1 = jitop__pch_counts_get();
+    assert_int_equal(c1.used, c0.used + 1);
+    assert_int_equal(c1.fell_back, c0.fell_back);
+    unsigned char *bt0 = compile_plain_names(t, names, 2, &nt0);
+    assert_same(bt, nt, bt0, nt0);
+    jitop_ctx_destroy(ctx);
+    free(bt); free(bt0); free(t); free(cache);
     proj_free(&p);
 }
 
@@ -276,6 +316,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pch_changes_no_binary),
         cmocka_unit_test(test_edited_header_never_served_from_old_pch),
+        cmocka_unit_test(test_name_expressions_same_binary),
         cmocka_unit_test(test_shadowing_header_is_not_served),
         cmocka_unit_test(test_unreadable_pch_fails_open),
         cmocka_unit_test(test_policy),
