@@ -227,27 +227,30 @@ static void list_add(char list[][33], size_t *n, const char *key)
         snprintf(list[(*n)++ % SEEN_MAX], 33, "%s", key);
 }
 
-/* NULL when the slot's files are as they were when it was made, as deps
- * (scanned now, hashed) and a stat of each absent name say; else which
- * file differs and how (malloc'd; "?" when out of memory). */
-static char *stale(const struct slot *s, const jitop__deps *deps)
+/* Whether a file of the slot is not as it was when the PCH was made, as
+ * deps (scanned now, hashed) and a stat of each absent name say; why names
+ * the first such file and how. */
+static bool stale(const struct slot *s, const jitop__deps *deps, char *why, size_t cap)
 {
-    char *why = NULL;
     for (size_t i = 0; i < s->nfiles; i++) {
         const jitop__dep *d = jitop__deps_find(deps, s->files[i].path);
-        if (!d)
-            return asprintf(&why, "%s, read when it was made, is not read by this source",
-                            s->files[i].path) < 0 ? NULL : why;
-        if (!XXH128_isEqual(d->hash, s->files[i].hash))
-            return asprintf(&why, "%s changed since it was made", s->files[i].path) < 0 ? NULL
-                                                                                       : why;
+        if (!d) {
+            snprintf(why, cap, "%s, read when it was made, is not read by this source",
+                     s->files[i].path);
+            return true;
+        }
+        if (!XXH128_isEqual(d->hash, s->files[i].hash)) {
+            snprintf(why, cap, "%s changed since it was made", s->files[i].path);
+            return true;
+        }
     }
     struct stat st;
     for (size_t i = 0; i < s->absent.n; i++)
-        if (stat(s->absent.v[i], &st) == 0 || errno != ENOENT)
-            return asprintf(&why, "%s appeared since it was made", s->absent.v[i]) < 0 ? NULL
-                                                                                       : why;
-    return NULL;
+        if (stat(s->absent.v[i], &st) == 0 || errno != ENOENT) {
+            snprintf(why, cap, "%s appeared since it was made", s->absent.v[i]);
+            return true;
+        }
+    return false;
 }
 
 /* The files of the preamble's compile, kept with the slot: every file the
@@ -397,8 +400,8 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
     bool seen = in_list(g_seen, g_nseen, key);
     list_add(g_seen, &g_nseen, key);
     if (same && same->live) {
-        char *why = stale(same, deps);
-        if (!why) {
+        char why[4200];
+        if (!stale(same, deps, why, sizeof why)) {
             same->busy++;
             same->used = ++g_clock;
             plan->slot = (int)(same - g_slots);
@@ -410,7 +413,6 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
         }
         g_counts.stale++;
         jitop__log(ctx, "%s: PCH %s not used: %s; a new one replaces it", name, same->path, why);
-        free(why);
         if (same->busy) {
             jitop__log(ctx, "%s: no new PCH: the old one is in use by another compile", name);
             goto out;
