@@ -19,7 +19,7 @@
  */
 #include "cli.h"
 
-#include "build/build.h" /* jitop__build_if_cached, jitop__build_before_fork, jitop__now_ms: see cli.h */
+#include "build/build.h" /* jitop__build_if_cached, jitop__build_before_fork, jitop__pch_plan_sources, jitop__now_ms: see cli.h */
 
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +337,27 @@ static int compile_pending(build_run *r, int jobs)
     }
     jitop_cli_pool_ops ops = {.run = worker_task, .started = task_started, .done = worker_done};
     jitop__build_before_fork(r->ctx);
+    /* A preamble that more pending files share than there are workers: its
+     * first file is compiled here, making the PCH that every worker then
+     * inherits (build/pch.c). */
+    const char **files = calloc(r->ntodo, sizeof *files), **archs = calloc(r->ntodo, sizeof *archs);
+    for (size_t t = 0; files && archs && t < r->ntodo; t++) {
+        files[t] = r->jobs[r->todo[t]].file;
+        archs[t] = r->jobs[r->todo[t]].arch;
+    }
+    int first = files && archs ? jitop__pch_plan_sources(r->ctx, files, archs, r->ntodo, jobs,
+                                                         opts_of(r->a), r->a->options.n)
+                               : -1;
+    free(files);
+    free(archs);
+    if (first >= 0) {
+        job *j = &r->jobs[r->todo[first]];
+        task_started(r, (size_t)first);
+        build_job(r, j);
+        task_done(r, j);
+        memmove(&r->todo[first], &r->todo[first + 1], (r->ntodo - first - 1) * sizeof *r->todo);
+        r->ntodo--;
+    }
     return jitop_cli_pool_procs(r->ntodo, jobs, &ops, r);
 }
 

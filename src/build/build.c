@@ -411,7 +411,10 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         if (jitop__before_compile_hook)
             jitop__before_compile_hook(u->source_name);
         t_compile = jitop__now_ms();
-        status = jitop__compile(&uc, text, &bin);
+        jitop__pch_plan pch;
+        jitop__pch_prepare(ctx, &uc, text, &deps, &pch);
+        status = jitop__compile_pch(&uc, text, &pch.req, &bin);
+        jitop__pch_finish(ctx, &uc, &pch);
         t_compile = jitop__now_ms() - t_compile;
         if (f && f->on && uc.names.n > 0 &&
             (status == JITOP_ECOMPILE || status == JITOP_ENOTFOUND || bin.unresolved)) {

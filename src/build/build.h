@@ -119,6 +119,41 @@ void jitop__built_free(jitop__built *b);
  * them as said. */
 void jitop__build_before_fork(jitop_ctx *ctx);
 
+/* -------------------------------------------------------------- pch.c */
+
+/* NVRTC's precompiled headers for a compile (pch.c says when, and why it
+ * is safe): jitop__pch_prepare before jitop__compile_pch, jitop__pch_finish
+ * after it. Neither fails: no PCH is a slower compile, never a wrong one. */
+typedef struct jitop__pch_plan {
+    jitop__pch_req req; /* the request to pass to jitop__compile_pch */
+    int slot;           /* -1: no PCH for this compile */
+} jitop__pch_plan;
+/* deps: the unit's files as just scanned and hashed (the build's scan). */
+void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
+                        const jitop__deps *deps, jitop__pch_plan *plan);
+void jitop__pch_finish(jitop_ctx *ctx, const jitop__unit *u, jitop__pch_plan *plan);
+/* Removes the PCH files ctx's compiles made (a jitop_ctx_destroy hook). */
+void jitop__pch_ctx_destroy(jitop_ctx *ctx);
+/* For a build of several sources on jobs forked workers: the index of the
+ * first source of the preamble that most sources share, when more than
+ * jobs share it (marked so that its compile makes a PCH: compile it in the
+ * parent, before forking, and the workers inherit the PCH); -1 when no
+ * preamble is shared that widely or PCH is off. */
+int jitop__pch_plan_sources(jitop_ctx *ctx, const char *const *paths, const char *const *archs,
+                            size_t n, int jobs, const char *const *options, size_t noptions);
+/* Before forking: a child then knows it is one (it uses its parent's PCH,
+ * never makes one). */
+void jitop__pch_before_fork(void);
+
+/* What this process's compiles did with PCHs (tests and benchmarks). */
+typedef struct jitop__pch_counts {
+    unsigned created;   /* PCH files made */
+    unsigned used;      /* compiles that used one */
+    unsigned stale;     /* a PCH of the preamble not used: a file changed since it was made */
+    unsigned fell_back; /* NVRTC could not use one: compiled again without */
+} jitop__pch_counts;
+jitop__pch_counts jitop__pch_counts_get(void);
+
 /* ------------------------------------------------------------- link.c */
 
 /* One unit of a link: its unit, its cache key, and its binary when in hand

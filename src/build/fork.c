@@ -22,4 +22,5 @@ void jitop__build_before_fork(jitop_ctx *ctx)
 {
     if (ctx && ctx->cache)
         jitop__cache_probe_locks(ctx->cache);
+    jitop__pch_before_fork();
 }

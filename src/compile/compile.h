@@ -98,6 +98,38 @@ int jitop__nvrtc_check_arch(const char *arch);
  * other failure. */
 int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out);
 
+/* A compile with NVRTC's precompiled headers (jitop__compile_pch). The
+ * caller names the file; NVRTC creates it from the header stop of this
+ * compile's source, or uses one made before in this process (NVRTC ties a
+ * PCH to its heap in the process that made it and its forks). NVRTC checks
+ * neither the headers' contents nor anything jitop keys on: the caller
+ * (build/pch.c) decides when a PCH may be used. */
+typedef struct jitop__pch_req {
+    const char *create;   /* --create-pch FILE, or NULL */
+    const char *use;      /* --use-pch FILE, or NULL (not both) */
+    /* What happened: */
+    bool created;         /* the file was made (nvrtcGetPCHCreateStatus) */
+    bool said_created, said_used; /* NVRTC's log said so (that line is taken out) */
+    bool exhausted;       /* the PCH heap was too small */
+    bool heap_resized;    /* nvrtcSetPCHHeapSize was called: older PCHs are void */
+    size_t heap_required;
+    /* The compile went wrong with the PCH (NVRTC could not read or refused
+     * it, an error not in the source) and was done again without: the
+     * binary and log are those of a compile without PCH. */
+    bool suspect, fell_back;
+    char why[512];        /* why the PCH was not created or used, "" if it was */
+} jitop__pch_req;
+
+/* jitop__compile with pch's option (NULL or no file: jitop__compile). The
+ * binary and its log are always what jitop__compile gives: NVRTC's line
+ * about the PCH is taken out of the log, and a compile that went wrong
+ * with the PCH is done again without it (fail-open, pch->fell_back).
+ * Creating with a heap too small resizes it and compiles again. */
+int jitop__compile_pch(const jitop__unit *u, const char *text, jitop__pch_req *pch,
+                       jitop__binary *out);
+/* Whether this NVRTC has the PCH calls (12.8 and later). Loads NVRTC. */
+bool jitop__nvrtc_has_pch(void);
+
 /* A name expression without the white space that does not change its
  * tokens, and one space after each comma: "f< float ,4 >" and "f<float,4>"
  * give "f<float, 4>", the spelling people write (and the one jitop_module_ops

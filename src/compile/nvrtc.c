@@ -445,6 +445,15 @@ static void where_init(void)
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static struct nvrtc_api g_nv;
+
+/* NVRTC's precompiled-header calls (CUDA 12.8 and later), looked up apart
+ * from the table above: an NVRTC without them still compiles, with no PCH
+ * (jitop__nvrtc_has_pch). */
+static struct {
+    __typeof__(nvrtcGetPCHCreateStatus) *create_status;
+    __typeof__(nvrtcGetPCHHeapSizeRequired) *heap_required;
+    __typeof__(nvrtcSetPCHHeapSize) *set_heap;
+} g_pch;
 static int g_load_status = JITOP_ENVRTC;
 static char g_load_msg[2 * PATH_MAX + 512];
 
@@ -479,6 +488,11 @@ static void load_init(void)
     }
     JITOP__NVRTC_FUNCS(JITOP__NVRTC_LOOKUP)
 #undef JITOP__NVRTC_LOOKUP
+    *(void **)&g_pch.create_status = dlsym(h, "nvrtcGetPCHCreateStatus");
+    *(void **)&g_pch.heap_required = dlsym(h, "nvrtcGetPCHHeapSizeRequired");
+    *(void **)&g_pch.set_heap = dlsym(h, "nvrtcSetPCHHeapSize");
+    if (!g_pch.create_status || !g_pch.heap_required || !g_pch.set_heap)
+        memset(&g_pch, 0, sizeof g_pch);
     if (!g_in_home) {
         /* Found by soname: the loader knows which file it took. */
         Dl_info info;
@@ -793,7 +807,52 @@ static int compile_args(const jitop__unit *u, jitop__strv *args)
     return JITOP_OK;
 }
 
-int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
+/* The line NVRTC puts in the log when it creates or uses a PCH
+ * ("NAME": using precompiled header file "PATH"), taken out, so that the
+ * log kept with the binary is the one a compile without PCH gives. Any
+ * other mention of a precompiled header left in the log (a PCH NVRTC could
+ * not open or refused) marks the compile suspect: it is done again
+ * without PCH (jitop__compile_pch). */
+static void pch_log_filter(char *log, jitop__pch_req *pch)
+{
+    if (!log)
+        return;
+    static const char *const said[] = {"\": creating precompiled header file \"",
+                                       "\": using precompiled header file \""};
+    char *line = log;
+    while (*line) {
+        char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        bool ours = false;
+        for (size_t i = 0; i < 2 && !ours; i++) {
+            char *at = line[0] == '"' ? strstr(line, said[i]) : NULL;
+            if (at && (!nl || at < nl)) {
+                ours = true;
+                if (i == 0)
+                    pch->said_created = true;
+                else
+                    pch->said_used = true;
+            }
+        }
+        if (ours) {
+            memmove(line, line + n, strlen(line + n) + 1);
+            continue;
+        }
+        char saved = nl ? nl[1] : '\0';
+        if (nl)
+            nl[1] = '\0';
+        if (strstr(line, "precompiled header") || strstr(line, "PCH"))
+            pch->suspect = true;
+        if (nl)
+            nl[1] = saved;
+        line += n;
+    }
+}
+
+/* One NVRTC program; pch_opt: NULL, or the --create-pch / --use-pch option
+ * of pch (whose results it fills). */
+static int compile_once(const jitop__unit *u, const char *text, const char *pch_opt,
+                        jitop__pch_req *pch, jitop__binary *out)
 {
     int status = JITOP_OK;
     nvrtcProgram prog = NULL;
@@ -804,7 +863,7 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     status = nvrtc_load();
     if (status != JITOP_OK)
         goto out;
-    if (compile_args(u, &args) != JITOP_OK) {
+    if (compile_args(u, &args) != JITOP_OK || (pch_opt && jitop__strv_push(&args, pch_opt) != JITOP_OK)) {
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
@@ -849,6 +908,22 @@ int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
     }
     r = g_nv.nvrtcCompileProgram(prog, (int)args.n, (const char *const *)args.v);
     log = program_log(prog);
+    if (pch_opt) {
+        pch_log_filter(log, pch);
+        if (pch->create && r == NVRTC_SUCCESS) {
+            nvrtcResult c = g_pch.create_status(prog);
+            if (c == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
+                pch->exhausted = true;
+                if (g_pch.heap_required(prog, &pch->heap_required) != NVRTC_SUCCESS)
+                    pch->heap_required = 0;
+            } else if (c != NVRTC_SUCCESS) {
+                snprintf(pch->why, sizeof pch->why, "nvrtcGetPCHCreateStatus: %s",
+                         g_nv.nvrtcGetErrorString(c));
+            } else {
+                pch->created = true;
+            }
+        }
+    }
     if (r == NVRTC_ERROR_COMPILATION && u->names.n > 0 && errors_only_in_names(log)) {
         out->unresolved = true;
         out->log = log;
@@ -902,6 +977,74 @@ out:
         jitop__binary_free(out);
     free(log);
     jitop__strv_free(&args);
+    return status;
+}
+
+int jitop__compile(const jitop__unit *u, const char *text, jitop__binary *out)
+{
+    return compile_once(u, text, NULL, NULL, out);
+}
+
+bool jitop__nvrtc_has_pch(void)
+{
+    if (nvrtc_load() != JITOP_OK) {
+        jitop__clear_error();
+        return false;
+    }
+    return g_pch.create_status != NULL;
+}
+
+int jitop__compile_pch(const jitop__unit *u, const char *text, jitop__pch_req *pch,
+                       jitop__binary *out)
+{
+    if (!pch || (!pch->create && !pch->use) || !jitop__nvrtc_has_pch())
+        return compile_once(u, text, NULL, NULL, out);
+    char *opt = NULL;
+    if (asprintf(&opt, "--%s-pch=%s", pch->create ? "create" : "use",
+                 pch->create ? pch->create : pch->use) < 0)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    int status = compile_once(u, text, opt, pch, out);
+    if (status == JITOP_OK && pch->exhausted && pch->heap_required > 0) {
+        /* The heap NVRTC keeps for PCH creation (256 MiB by default in
+         * 13.0) was too small: resized to what this preamble needs, and
+         * the compile run again, as nvrtcGetPCHCreateStatus's contract
+         * says. A resize frees the old heap, so every PCH made before it
+         * is void (the caller drops them). */
+        nvrtcResult r = g_pch.set_heap(pch->heap_required);
+        if (r != NVRTC_SUCCESS) {
+            snprintf(pch->why, sizeof pch->why, "nvrtcSetPCHHeapSize(%zu): %s",
+                     pch->heap_required, g_nv.nvrtcGetErrorString(r));
+        } else {
+            pch->heap_resized = true;
+            pch->exhausted = false;
+            jitop__binary_free(out);
+            status = compile_once(u, text, opt, pch, out);
+            if (status == JITOP_OK && pch->exhausted)
+                snprintf(pch->why, sizeof pch->why,
+                         "the PCH heap was still too small after nvrtcSetPCHHeapSize(%zu)",
+                         pch->heap_required);
+        }
+    } else if (pch->exhausted) {
+        snprintf(pch->why, sizeof pch->why, "the PCH heap is too small and NVRTC did not say how "
+                                            "large it must be");
+    }
+    free(opt);
+    if (pch->use && !pch->said_used && !pch->suspect)
+        pch->suspect = true; /* NVRTC did not say it used it: not what was asked */
+    bool source_error = status == JITOP_ECOMPILE || (status == JITOP_ENOTFOUND && out->unresolved);
+    if (pch->suspect || (status != JITOP_OK && !source_error)) {
+        /* Fail-open: the PCH must never change a result, so a compile that
+         * went wrong with it (NVRTC could not read or refused the file, or
+         * anything but an error in the source) is done again without. */
+        if (!pch->why[0])
+            snprintf(pch->why, sizeof pch->why, "%s", status != JITOP_OK ? jitop_errmsg(NULL)
+                                                   : "NVRTC's log named the PCH");
+        pch->fell_back = true;
+        pch->created = false;
+        jitop__clear_error();
+        jitop__binary_free(out);
+        status = compile_once(u, text, NULL, NULL, out);
+    }
     return status;
 }
 

@@ -3,8 +3,10 @@
  * jitop__driver_arch, called only if no arch was configured), wired here,
  * in the lowest room that sees all three. The cache closes from a teardown
  * hook registered first, so it runs after every other part's teardown
- * (modules, watch, shipped ops), as the last step. */
+ * (modules, watch, shipped ops), as the last step; the process's PCH files
+ * that this context's compiles made go just before it (build/pch.c). */
 #include "load/driver.h"
+#include "build/build.h" /* jitop__pch_ctx_destroy */
 #include "cache/cache.h"
 
 #include <stdlib.h>
@@ -26,6 +28,8 @@ int jitop_ctx_create(const jitop_config *cfg, jitop_ctx **out)
         ctx->device_arch = jitop__driver_arch;
         status = jitop__ctx_on_destroy(ctx, close_cache);
     }
+    if (status == JITOP_OK) /* runs before close_cache: hooks run last first */
+        status = jitop__ctx_on_destroy(ctx, jitop__pch_ctx_destroy);
     if (status == JITOP_OK)
         status = jitop__cache_open(ctx->cfg.cache_dir, ctx->cfg.cache_max_size, ctx->verbose,
                                    &ctx->cache);
