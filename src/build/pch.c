@@ -23,13 +23,17 @@
  * identity; the header hashes are checked on top of that key.
  *
  * Policy (JITOP_PCH): "0" never; "1" make one at the first compile of any
- * preamble that includes a file; unset, make one at the second compile of
- * a preamble in the process, or at the first when the preamble includes a
- * heavy toolkit header (cooperative groups, CUB, Thrust, libcu++, CUTLASS),
- * or when `jitop build` saw it in more than one of its sources
- * (jitop__pch_plan). Making a PCH costs more than the plain compile it
- * rides on (NVRTC writes the heap out: ~200 MiB for CUB and cooperative
- * groups), so a preamble compiled once is not worth one.
+ * preamble that includes a file; "auto" at the second compile of a
+ * preamble in the process, or at the first when the preamble includes a
+ * heavy toolkit header (cooperative groups, CUB, Thrust, libcu++, CUTLASS);
+ * unset, only when `jitop build` saw it in more than its worker count of
+ * sources (jitop__pch_plan). Making a PCH costs more than the plain compile
+ * it rides on (NVRTC writes the heap out: ~200 MiB for CUB and cooperative
+ * groups; on the H100 machine a cold compile of such a source took 3.41 s
+ * making one against 2.21 s without, and the next sources 0.64 s against
+ * 2.59 s: bench/pch_bench.sh), so a library process, which cannot know
+ * whether a second source with the same includes will come, makes none
+ * unless asked.
  *
  * The file: <cache>/pch/<host>-<pid>-<key>.pch, at most two per process
  * (the least recently used one goes first). Under the cache rather than
@@ -123,7 +127,8 @@ void jitop__pch_ctx_destroy(jitop_ctx *ctx)
     pthread_mutex_unlock(&g_lock);
 }
 
-/* JITOP_PCH: 0 off, 1 eager, -1 (unset or anything else) the default. */
+/* JITOP_PCH: 0 off, 1 eager, 2 ("auto") by reuse and heavy headers, -1
+ * (unset or anything else) the default: `jitop build`'s shared preambles. */
 static int pch_mode(void)
 {
     const char *e = getenv("JITOP_PCH");
@@ -131,6 +136,8 @@ static int pch_mode(void)
         return 0;
     if (e && strcmp(e, "1") == 0)
         return 1;
+    if (e && strcmp(e, "auto") == 0)
+        return 2;
     return -1;
 }
 
@@ -397,7 +404,7 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
     for (int i = 0; i < PCH_SLOTS; i++)
         if ((g_slots[i].live || g_slots[i].creating) && strcmp(g_slots[i].key, key) == 0)
             same = &g_slots[i];
-    bool seen = in_list(g_seen, g_nseen, key);
+    bool seen = in_list(g_seen, g_nseen, key), replace = false;
     list_add(g_seen, &g_nseen, key);
     if (same && same->live) {
         char why[4200];
@@ -418,16 +425,18 @@ void jitop__pch_prepare(jitop_ctx *ctx, const jitop__unit *u, const char *text,
             goto out;
         }
         slot_drop(same);
-        seen = true;
+        replace = true;
     } else if (same) {
         jitop__log(ctx, "%s: no PCH: another compile is making this preamble's now", name);
         goto out;
     }
-    bool want = mode == 1 || seen || in_list(g_planned, g_nplanned, key) || heavy(text, n);
+    bool want = mode == 1 || replace || in_list(g_planned, g_nplanned, key) ||
+                (mode == 2 && (seen || heavy(text, n)));
     if (!want) {
-        jitop__log(ctx, "%s: no PCH yet: the first compile of its preamble in this process (a "
-                        "second source with the same #include lines makes one)",
-                   name);
+        jitop__log(ctx, "%s: no PCH made: %s", name,
+                   mode == 2 ? "the first compile of its preamble in this process (a second "
+                               "source with the same #include lines makes one)"
+                             : "JITOP_PCH is not set (1 or auto make one)");
         goto out;
     }
     if (g_forked) {

@@ -275,8 +275,9 @@ static void test_unreadable_pch_fails_open(void **state)
     proj_free(&p);
 }
 
-/* JITOP_PCH=0 makes none; by default one compile of a light preamble
- * makes none, the second makes one. */
+/* JITOP_PCH=0 makes none, nor does the default in a library process;
+ * with JITOP_PCH=auto one compile of a light preamble makes none, the
+ * second makes one. */
 static void test_policy(void **state)
 {
     (void)state;
@@ -294,7 +295,7 @@ static void test_policy(void **state)
     assert_int_equal(c1.used, c0.used);
     jitop_ctx_destroy(ctx);
     jt_rm_rf(cache);
-    unsetenv("JITOP_PCH");
+    setenv("JITOP_PCH", "auto", 1);
     ctx = jt_ctx(cache, "sm_90");
     free(compile(ctx, p.a, &n)); /* first of its preamble: none */
     jitop__pch_counts c2 = jitop__pch_counts_get();
@@ -305,6 +306,19 @@ static void test_policy(void **state)
     free(compile(ctx, p.c, &n)); /* third: uses it */
     jitop__pch_counts c4 = jitop__pch_counts_get();
     assert_int_equal(c4.used, c3.used + 1);
+    jitop_ctx_destroy(ctx);
+    assert_int_equal(pch_files(cache), 0);
+    /* unset: a library process makes none (the preambles were seen above,
+     * which JITOP_PCH=auto would count) */
+    jt_rm_rf(cache);
+    unsetenv("JITOP_PCH");
+    ctx = jt_ctx(cache, "sm_90");
+    jitop__pch_counts c5 = jitop__pch_counts_get();
+    free(compile(ctx, p.a, &n));
+    free(compile(ctx, p.b, &n));
+    jitop__pch_counts c6 = jitop__pch_counts_get();
+    assert_int_equal(c6.created, c5.created);
+    assert_int_equal(c6.used, c5.used);
     jitop_ctx_destroy(ctx);
     assert_int_equal(pch_files(cache), 0);
     free(cache);
