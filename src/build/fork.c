@@ -6,15 +6,11 @@
  *
  * No warm-up NVRTC compile is run here, although a worker's first compile
  * costs two to three times a later one: the set-up behind that first
- * compile is not inherited. bench/fork_warm_probe.c measured a forked
- * child's first compile of a small kernel at 0.86-0.97x the speed (CPU
- * time, six runs) when the parent had compiled a tiny kernel before the
- * fork, while that warm-up cost the parent 100-127 ms on the build's
- * critical path (2-core VM, NVRTC 13.0; bench/BUILD_NOTES.md). The child's
- * first compile takes ~4000 minor page faults against ~1000 for its
- * second: fork copies no page table entries of NVRTC's read-only file
- * mappings, and the heap a compile writes is copy-on-write or fresh, so
- * each process faults its working set in again, warmed parent or not.
+ * compile is not inherited (bench/fork_warm_probe.c; bench/BUILD_NOTES.md),
+ * while a warm-up would sit on the build's critical path. Fork copies no
+ * page table entries of NVRTC's read-only file mappings, and the heap a
+ * compile writes is copy-on-write or fresh, so each process faults its
+ * working set in again, warmed parent or not.
  */
 #include "build/build.h"
 

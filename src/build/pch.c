@@ -29,9 +29,7 @@
  * unset, only when `jitop build` saw it in more than its worker count of
  * sources (jitop__pch_plan). Making a PCH costs more than the plain compile
  * it rides on (NVRTC writes the heap out: ~200 MiB for CUB and cooperative
- * groups; on the H100 machine a cold compile of such a source took 3.41 s
- * making one against 2.21 s without, and the next sources 0.64 s against
- * 2.59 s: bench/pch_bench.sh), so a library process, which cannot know
+ * groups; bench/BUILD_NOTES.md), so a library process, which cannot know
  * whether a second source with the same includes will come, makes none
  * unless asked.
  *

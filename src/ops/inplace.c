@@ -44,13 +44,12 @@
  * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
  * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
- * 512 KiB. Which path a row length takes (measured on an H100 with each
- * path forced, bench/INPLACE_NOTES.md, as % of copy):
- *   up to 64 KiB: one block (94-99%; bfloat16 32768: 74%);
- *   64-128 KiB: float32 one block (92%; cluster 62%, long 68%); 16-bit the
- *     long kernel (66%; float16 one block 80% but bfloat16 40%, cluster 55-58%);
- *   128-512 KiB: float32 a cluster (65536: 75%, 131072: 70%; long 63% and
- *     57%), 16-bit the long kernel (131072: 63%; cluster 49-52%);
+ * 512 KiB. Which path a row length takes (the fastest of the three when
+ * each was forced; the figures are in bench/INPLACE_NOTES.md):
+ *   up to 64 KiB: one block;
+ *   64-128 KiB: float32 one block; 16-bit the long kernel (one block spills
+ *     bfloat16 rows, and clusters lose to the long kernel's two reads);
+ *   128-512 KiB: float32 a cluster, 16-bit the long kernel;
  *   longer, or rows not splitting into whole vectors: softmax_long.
  * $JITOP_INPLACE_SOFTMAX=block|cluster|long forces a path where it can run
  * (read once per context, for the benchmark's comparison). */
@@ -65,8 +64,7 @@ enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG };
 /* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
  * (many rows per SM), 128 above, where fewer threads per row means fewer
  * warps waiting at the row's two reductions and more rows in flight per SM
- * (at 4 bytes x 8 per thread, rows of 8192 float32 ran at 58% of copy on
- * an H100: bench/INPLACE_NOTES.md). */
+ * (bench/INPLACE_NOTES.md). */
 #define IP_SOFTMAX_SHORT_ROW 8192
 #define IP_SOFTMAX_BYTES_SHORT 32
 #define IP_SOFTMAX_BYTES_LONG 128
@@ -756,8 +754,8 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         snprintf(name, sizeof name, "softmax_long<%s, %d, %s>", ip_ctype(dtype), vec, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
-        /* one row per SM at a time (two measured the same on an H100, 63-64%
-         * of copy for float32 rows of 65536 before clusters took them) */
+        /* one row per SM at a time: a second row per SM gained nothing
+         * (bench/INPLACE_NOTES.md) */
         long long blocks = (long long)d->sm_count;
         if (blocks > rows)
             blocks = rows;
