@@ -73,6 +73,17 @@ static void settle(void)
     usleep(10000);
 }
 
+/* A context whose cache folder (made now, in the sources' folder) is
+ * settled too: a folder changed in the clock tick a compile begins in makes
+ * jitop compile again (it cannot tell whether a header appeared there
+ * during the compile), and these tests count compiles. */
+static jitop_ctx *host_ctx(const char *cache, const char *arch)
+{
+    jitop_ctx *ctx = jt_ctx(cache, arch);
+    settle();
+    return ctx;
+}
+
 static jitop_module *load(jitop_ctx *ctx, const char *name, const char *const *srcs, size_t n,
                           const char *const *opts, size_t nopts)
 {
@@ -102,7 +113,7 @@ static void test_build_then_cache_hit(void **state)
     free(jt_write(dir, "value.h", "#define VALUE 41\n"));
     settle();
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "v", srcs, 1, NULL, 0);
     assert_int_equal(call_int(m, "value"), 41);
     assert_int_equal(atomic_load(&g_compiles), 2); /* v.c and jitop's runtime object */
@@ -110,7 +121,7 @@ static void test_build_then_cache_hit(void **state)
 
     /* A new context on the same cache: nothing compiled, same code. */
     reset_count();
-    ctx = jt_ctx(cache, NULL);
+    ctx = host_ctx(cache, NULL);
     m = load(ctx, "v", srcs, 1, NULL, 0);
     assert_int_equal(call_int(m, "value"), 41);
     assert_int_equal(atomic_load(&g_compiles), 0);
@@ -168,7 +179,7 @@ static void test_warm_load_reads_the_module_manifest(void **state)
     free(jt_write(dir, "value.h", "#define VALUE 43\n"));
     settle();
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 43);
     jitop_ctx_destroy(ctx);
     /* Three manifests: v.c's, the runtime object's, the module's. */
@@ -183,7 +194,7 @@ static void test_warm_load_reads_the_module_manifest(void **state)
     free(jt_write(dir, "value.h", "#define VALUE 44\n"));
     settle();
     reset_count();
-    ctx = jt_ctx(cache, NULL);
+    ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 44);
     assert_int_equal(atomic_load(&g_compiles), 1);
     assert_string_equal(g_compiled, "v.c ");
@@ -209,7 +220,7 @@ static void test_warm_load_reads_the_module_manifest(void **state)
     assert_int_equal(atoi(out), 1);
     free(out);
     reset_count();
-    ctx = jt_ctx(cache, NULL);
+    ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 44);
     assert_int_equal(atomic_load(&g_compiles), 0);
     jitop_ctx_destroy(ctx);
@@ -229,7 +240,7 @@ static void test_tampered_so_entry_is_refused(void **state)
     free(jt_write(dir, "value.h", "#define VALUE 45\n"));
     settle();
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 45);
     jitop_ctx_destroy(ctx);
     static char so[4][1024];
@@ -253,13 +264,13 @@ static void test_tampered_so_entry_is_refused(void **state)
     assert_int_equal(fclose(f), 0);
 
     reset_count();
-    ctx = jt_ctx(cache, NULL);
+    ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 45);
     assert_int_equal(atomic_load(&g_compiles), 0); /* the objects are intact: a link only */
     jitop_ctx_destroy(ctx);
     /* The entry was written again: the next context loads it as is. */
     assert_int_equal(find_elf_entries(cache, 3, so, 4), 1);
-    ctx = jt_ctx(cache, NULL);
+    ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, NULL, 0), "value"), 45);
     jitop_ctx_destroy(ctx);
     free(src);
@@ -277,7 +288,7 @@ static void test_header_edit_rebuilds_only_its_object(void **state)
     char *h = jt_write(dir, "value.h", "#define VALUE 1\n");
     settle();
     const char *srcs[] = {a, b};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "ab", srcs, 2, NULL, 0);
     assert_int_equal(call_int(m, "value"), 1);
     assert_int_equal(atomic_load(&g_compiles), 3);
@@ -315,7 +326,7 @@ static void test_flag_and_compiler_change_rebuild(void **state)
     settle();
     const char *srcs[] = {src};
     const char *o1[] = {"-Xhost=-DN=1"}, *o2[] = {"-DN=2"};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     assert_int_equal(call_int(load(ctx, "f1", srcs, 1, o1, 1), "n"), 1);
     reset_count();
     assert_int_equal(call_int(load(ctx, "f2", srcs, 1, o2, 1), "n"), 2);
@@ -326,7 +337,7 @@ static void test_flag_and_compiler_change_rebuild(void **state)
     if (access("/usr/bin/clang", X_OK) == 0) {
         setenv("CC", "clang", 1);
         reset_count();
-        ctx = jt_ctx(cache, NULL);
+        ctx = host_ctx(cache, NULL);
         assert_int_equal(call_int(load(ctx, "f1", srcs, 1, o1, 1), "n"), 1);
         assert_int_equal(atomic_load(&g_compiles), 2);
         jitop_ctx_destroy(ctx);
@@ -334,7 +345,7 @@ static void test_flag_and_compiler_change_rebuild(void **state)
     }
     /* A compiler that is not there: a clear error naming CC. */
     setenv("CC", "no-such-compiler-jitop", 1);
-    ctx = jt_ctx(cache, NULL);
+    ctx = host_ctx(cache, NULL);
     jitop_module *m = NULL;
     const char *o3[] = {"-DN=3"};
     assert_int_equal(jitop_load(ctx, "f3", srcs, 1, o3, 1, &m), JITOP_ENOTFOUND);
@@ -375,7 +386,7 @@ static void test_calls_of_every_scalar_and_pointer(void **state)
     char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
     char *src = jt_write(dir, "s.c", SCALARS_SRC);
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "s", srcs, 1, NULL, 0);
     jitop_fn *f;
 
@@ -465,7 +476,7 @@ static void test_signature_mismatch_and_unknown_name(void **state)
     char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
     char *src = jt_write(dir, "s.c", SCALARS_SRC);
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "s", srcs, 1, NULL, 0);
     jitop_fn *f = NULL;
     assert_int_equal(jitop_fn_get(m, "neg32", "i64(i64)", &f), JITOP_EARGS);
@@ -495,7 +506,7 @@ static void test_syntax_error_gives_file_line(void **state)
                                        "JITOP_EXPORT(int, f, (void))\n"
                                        "{ return 1 +; }\n");
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = NULL;
     assert_int_equal(jitop_load(ctx, "bad", srcs, 1, NULL, 0, &m), JITOP_ECOMPILE);
     assert_null(m);
@@ -513,7 +524,7 @@ static char *built_key(const char *cache, const char *src, const char *ninja)
 {
     if (ninja)
         setenv("JITOP_NINJA", ninja, 1);
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop__host_lib lib;
     jitop__strv srcs = {0}, none = {0};
     OK(jitop__strv_push(&srcs, src));
@@ -540,7 +551,7 @@ static void test_ninja_and_jitop_builders_agree(void **state)
     assert_string_equal(k1, k2);
 
     /* Through ninja, a header edit: the module reloads with the new value. */
-    jitop_ctx *ctx = jt_ctx(c2, NULL);
+    jitop_ctx *ctx = host_ctx(c2, NULL);
     const char *srcs[] = {src};
     jitop_module *m = load(ctx, "v", srcs, 1, NULL, 0);
     assert_int_equal(call_int(m, "value"), 5);
@@ -566,7 +577,7 @@ static void test_lltm_extension_host_half(void **state)
     char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
     const char *srcs[] = {JITOP_SOURCE_KERNEL_DIR "/../examples/lltm_extension/lltm_host.c"};
     const char *opts[] = {"-Xhost=-Wall", "-Xhost=-Werror"};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "lltm_host", srcs, 1, opts, 2);
     assert_int_equal(call_int(m, "lltm_host_version"), 1);
     jitop_fn *f = NULL;
@@ -605,7 +616,7 @@ static void test_cli_build_prewarms_host_sources(void **state)
     assert_non_null(strstr(out, "host hit"));
     free(out);
     reset_count();
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     const char *srcs[] = {src}, *opts[] = {"-Xhost=-O1"};
     assert_int_equal(call_int(load(ctx, "v", srcs, 1, opts, 1), "value"), 8);
     assert_int_equal(atomic_load(&g_compiles), 0);
@@ -707,7 +718,7 @@ static void test_hot_reload_while_another_thread_calls(void **state)
     char *src = jt_write(dir, "v.c", VALUE_SRC);
     free(jt_write(dir, "value.h", "#define VALUE 1\n"));
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "hot", srcs, 1, NULL, 0);
     struct caller c = {0};
     OK(jitop_fn_get(m, "value", "int(void)", &c.f));
@@ -766,7 +777,7 @@ static void test_watch_reloads_host_code(void **state)
     char *src = jt_write(dir, "v.c", VALUE_SRC);
     free(jt_write(dir, "value.h", "#define VALUE 10\n"));
     const char *srcs[] = {src};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "w", srcs, 1, NULL, 0);
     atomic_store(&g_reloads, 0);
     OK(jitop_watch(m, JITOP_RELOAD_POLL, on_reload, NULL));
@@ -803,7 +814,7 @@ static void test_cxx_source_reloads_and_unloads(void **state)
     char *src = jt_write(dir, "v.cpp", text);
     free(jt_write(dir, "value.h", "#define VALUE 20\n"));
     const char *srcs[] = {src}, *opts[] = {"-Xhost=-std=c++17"};
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     jitop_module *m = load(ctx, "cxx", srcs, 1, opts, 1);
     assert_int_equal(call_int(m, "value"), 20);
     char old_key[33];
@@ -828,14 +839,14 @@ static void test_16_processes_build_once(void **state)
     free(jt_write(dir, "value.h", "#define VALUE 9\n"));
     settle();
     /* The cache made first, as an application's first run would. */
-    jitop_ctx_destroy(jt_ctx(cache, NULL));
+    jitop_ctx_destroy(host_ctx(cache, NULL));
     pid_t kids[16];
     for (int i = 0; i < 16; i++) {
         kids[i] = fork();
         assert_true(kids[i] >= 0);
         if (kids[i] == 0) {
             reset_count();
-            jitop_ctx *ctx = jt_ctx(cache, NULL);
+            jitop_ctx *ctx = host_ctx(cache, NULL);
             jitop_module *m = NULL;
             const char *srcs[] = {src};
             jitop_fn *f = NULL;
@@ -881,12 +892,12 @@ static void test_kill9_mid_build_publishes_nothing(void **state)
     char *dir = jt_tmpdir(), *cache = jt_path(dir, "cache");
     char *src = jt_write(dir, "v.c", VALUE_SRC);
     free(jt_write(dir, "value.h", "#define VALUE 4\n"));
-    jitop_ctx_destroy(jt_ctx(cache, NULL));
+    jitop_ctx_destroy(host_ctx(cache, NULL));
     pid_t kid = fork();
     assert_true(kid >= 0);
     if (kid == 0) {
         jitop__cache_write_hook = die_at_write; /* the object written, not yet renamed */
-        jitop_ctx *ctx = jt_ctx(cache, NULL);
+        jitop_ctx *ctx = host_ctx(cache, NULL);
         jitop_module *m = NULL;
         const char *srcs[] = {src};
         jitop_load(ctx, "k", srcs, 1, NULL, 0, &m);
@@ -895,7 +906,7 @@ static void test_kill9_mid_build_publishes_nothing(void **state)
     int ws = 0;
     assert_int_equal(waitpid(kid, &ws, 0), kid);
     assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
-    jitop_ctx *ctx = jt_ctx(cache, NULL);
+    jitop_ctx *ctx = host_ctx(cache, NULL);
     int entries = 0;
     OK(jitop_cache_list(ctx, count_entry, &entries));
     assert_int_equal(entries, 0);
