@@ -4,9 +4,16 @@ torch.nn.functional.layer_norm, side by side in one process, with a
 device-to-device copy of the same bytes as the bandwidth ceiling.
 
     python3 bench/layernorm_bench.py [--out DIR] [--lib build/libjitop.so]
+    python3 bench/layernorm_bench.py --sweep [--rules warps,pow2] [--out DIR]
 
 Shapes: N in {768, 1024, 4096, 8192, 32768} with M*N = 64M elements, for
-float32, float16 and bfloat16. Bytes counted: forward x read + y written,
+float32, float16 and bfloat16. --sweep: every multiple of 256 up to 8192,
+then every 1024 to 16384, every 2048 to 32768 and every 4096 to 65536 (56
+row lengths, M*N ~ 64M); each (rule, dtype, N) gets a context of its own
+with a cache directory of its own, prewarmed first by parallel `jitop build
+--op` processes, so that no compile lands in the timed loop and no shape's
+instances are folded into another's. --rules times jitop once per
+threads-per-row rule (JITOP_LN_THREADS) in the same run, for an A/B. Bytes counted: forward x read + y written,
 backward x and dy read + dx written (gamma, beta, their gradients and the
 statistics are under 0.1% and left out). Each shape is first checked against
 torch in float64; then each figure is the median over batches of the mean of
@@ -17,13 +24,18 @@ reduction kernel; torch's is aten.native_layer_norm_backward (the kernels
 F.layer_norm's autograd runs, without the autograd bookkeeping).
 
 stdout: one JSON object per figure (bench/README convention), then a table.
-Writes DIR/layernorm_results.md and DIR/layernorm.png.
+Writes DIR/layernorm_results.md and DIR/layernorm.png (--sweep:
+DIR/layernorm_sweep.md, DIR/layernorm_sweep.json, DIR/layernorm_sweep.png:
+GB/s over N, one line per system and dtype, the copy as the ceiling).
 """
 import argparse
+import concurrent.futures
 import ctypes
 import json
 import os
+import subprocess
 import sys
+import tempfile
 
 
 def log(*a):
@@ -37,6 +49,8 @@ def emit(**kw):
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PERF_N = [768, 1024, 4096, 8192, 32768]
+SWEEP_N = (list(range(256, 8193, 256)) + list(range(9216, 16385, 1024)) +
+           list(range(18432, 32769, 2048)) + list(range(36864, 65537, 4096)))
 TOTAL = 64 * 1024 * 1024
 EPS = 1e-5
 
@@ -69,14 +83,136 @@ def write_chart(rows, device_name, path):
         log("chart not written:", ex)
 
 
+def write_sweep_chart(rows, rules, device_name, path):
+    """GB/s over N: forward and backward panels, one line per system and
+    dtype (jitop per rule), the copy of the same run as the ceiling."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(2, 3, figsize=(18, 9), sharex=True)
+        colors = {"copy": "black", "torch": "tab:orange"}
+        palette = ["tab:blue", "tab:green", "tab:purple"]
+        for col, dt in enumerate(("float32", "float16", "bfloat16")):
+            mine = sorted((r for r in rows if r["dtype"] == dt), key=lambda r: r["N"])
+            if not mine:
+                continue
+            ns = [r["N"] for r in mine]
+            for row_i, key in enumerate(("fwd", "bwd")):
+                ax = axes[row_i][col]
+                ax.plot(ns, [r["copy"] for r in mine], color=colors["copy"], lw=1, label="D2D copy")
+                ax.plot(ns, [r[f"torch_{key}"] for r in mine], color=colors["torch"], marker=".",
+                        ms=3, lw=1, label="F.layer_norm")
+                for k, rule in enumerate(rules):
+                    ax.plot(ns, [r[f"jt_{key}_{rule}"] for r in mine], color=palette[k % 3],
+                            marker=".", ms=3, lw=1.2 if k == 0 else 0.8,
+                            ls="-" if k == 0 else "--", label=f"jitop ({rule})")
+                ax.set_xscale("log", base=2)
+                ax.set_title(f"{dt} {'forward' if key == 'fwd' else 'backward'}")
+                ax.set_ylabel("GB/s")
+                ax.grid(True, alpha=0.3)
+                if row_i == 1:
+                    ax.set_xlabel("N (row length), M*N ~ 64M")
+                ax.legend(fontsize=7, loc="lower right")
+        fig.suptitle(f"LayerNorm over row length ({device_name})")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    except Exception as ex:  # the table is the result; the chart is a view of it
+        log("chart not written:", ex)
+
+
+def prewarm(cli, cache_base, rules, shapes, jobs):
+    """One `jitop build --op` process per (rule, dtype, N), jobs at a time:
+    the compiles of the sweep on every core, before anything is timed."""
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+    def one(item):
+        rule, dt, n = item
+        env = dict(os.environ, JITOP_CACHE_DIR=os.path.join(cache_base, rule, f"{dt}_{n}"),
+                   JITOP_LN_THREADS=rule)
+        r = subprocess.run([cli, "build", "--op", f"layernorm:{short[dt]}:{n}"], env=env,
+                           capture_output=True, text=True)
+        return item, r.returncode, (r.stdout + r.stderr).strip()
+
+    items = [(rule, dt, n) for rule in rules for dt, n in shapes]
+    failed = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as ex:
+        for (rule, dt, n), rc, out in ex.map(one, items):
+            if rc != 0:
+                failed += 1
+                log(f"prewarm {rule} {dt} {n} failed: {out}")
+    return failed
+
+
+def report(rows, rules, sweep, out, device_name, torch_version, mode, batches, per):
+    """The table (and with several rules or --sweep, the worst case of each
+    dtype and rule against the issue's goals) to stdout and DIR, the chart."""
+    os.makedirs(out, exist_ok=True)
+    head = ("| dtype | M x N | copy GB/s | fwd jitop GB/s | fwd torch GB/s | fwd jitop % of copy | "
+            "fwd speedup | bwd jitop GB/s | bwd torch GB/s | bwd jitop % of copy | bwd speedup |")
+    extra_cols = "".join(f" fwd % [{r}] | bwd % [{r}] |" for r in rules[1:])
+    lines = [head + extra_cols, "|" + "---|" * (11 + 2 * (len(rules) - 1))]
+    for r in rows:
+        extra = "".join(f" {100 * r[f'jt_fwd_{k}'] / r['copy']:.0f}% | {100 * r[f'jt_bwd_{k}'] / r['copy']:.0f}% |"
+                        for k in rules[1:])
+        lines.append(f"| {r['dtype']} | {r['M']} x {r['N']} | {r['copy']:.0f} | {r['jt_fwd']:.0f} | "
+                     f"{r['torch_fwd']:.0f} | {100 * r['jt_fwd'] / r['copy']:.0f}% | "
+                     f"{r['jt_fwd'] / r['torch_fwd']:.2f}x | {r['jt_bwd']:.0f} | {r['torch_bwd']:.0f} | "
+                     f"{100 * r['jt_bwd'] / r['copy']:.0f}% | {r['jt_bwd'] / r['torch_bwd']:.2f}x |" + extra)
+    table = "\n".join(lines)
+    print(table)
+    cmd = "python3 bench/layernorm_bench.py" + (f" --sweep --rules {','.join(rules)}" if sweep else "")
+    summary = []
+    if rows:
+        for dtn in sorted({r["dtype"] for r in rows}):
+            mine = [r for r in rows if r["dtype"] == dtn]
+            for rule in rules:
+                fw = [100 * r[f"jt_fwd_{rule}"] / r["copy"] for r in mine]
+                bw = [100 * r[f"jt_bwd_{rule}"] / r["copy"] for r in mine]
+                bw512 = [100 * r[f"jt_bwd_{rule}"] / r["copy"] for r in mine if r["N"] >= 512]
+                sf = min(r[f"jt_fwd_{rule}"] / r["torch_fwd"] for r in mine)
+                sb = min(r[f"jt_bwd_{rule}"] / r["torch_bwd"] for r in mine)
+                worst_b = min(mine, key=lambda r: r[f"jt_bwd_{rule}"] / r["copy"])
+                summary.append(f"| {dtn} | {rule} | {min(fw):.0f}% | {min(bw512) if bw512 else float('nan'):.0f}% "
+                               f"(N={worst_b['N']}: {min(bw):.0f}%) | {sf:.2f}x | {sb:.2f}x |")
+    stitle = ("| dtype | rule | fwd % of copy, worst | bwd % of copy, worst N >= 512 (worst N) | "
+              "fwd vs torch, worst | bwd vs torch, worst |\n|---|---|---|---|---|---|\n")
+    name = "layernorm_sweep" if sweep else "layernorm_results"
+    with open(os.path.join(out, name + ".md"), "w") as fh:
+        fh.write(f"# LayerNorm: jitop vs torch ({device_name}, torch {torch_version})\n\n")
+        fh.write(f"`{cmd}` (mode {mode}: median of {batches} batches of {per} back-to-back calls, "
+                 "CUDA events). GB/s: forward x read + y written, backward x, dy read + dx written; "
+                 "copy: tensor.copy_ of the forward's bytes, same run.\n\n")
+        if summary:
+            fh.write(stitle + "\n".join(summary) + "\n\n")
+        fh.write(table + "\n")
+    if summary:
+        print(stitle + "\n".join(summary))
+    if sweep:
+        with open(os.path.join(out, "layernorm_sweep.json"), "w") as fh:
+            json.dump({"device": device_name, "torch": torch_version, "rules": rules, "rows": rows}, fh)
+        write_sweep_chart(rows, rules, device_name, os.path.join(out, "layernorm_sweep.png"))
+    else:
+        write_chart(rows, device_name, os.path.join(out, "layernorm.png"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("JITOP_BENCH_OUT") or os.path.join(HERE, "out"))
     build = os.environ.get("JITOP_BUILD") or os.path.join(ROOT, "build")
     ap.add_argument("--lib", default=os.path.join(build, "libjitop.so"))
+    ap.add_argument("--cli", default=os.path.join(build, "jitop"))
+    ap.add_argument("--sweep", action="store_true", help="every row length of the sweep")
+    ap.add_argument("--rules", default="warps",
+                    help="threads-per-row rules to time jitop with (JITOP_LN_THREADS), comma-separated")
+    ap.add_argument("--n", default="", help="row lengths instead of the default set, comma-separated")
+    ap.add_argument("--dtypes", default="float32,float16,bfloat16")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="parallel prewarms (--sweep)")
     args = ap.parse_args()
     mode = os.environ.get("JITOP_BENCH_MODE", "full")
     batches, per = {"full": (15, 10), "quick": (7, 5), "smoke": (3, 2)}.get(mode, (15, 10))
+    rules = [r for r in args.rules.split(",") if r]
+    sweep = args.sweep
 
     try:
         import torch
@@ -98,30 +234,50 @@ def main():
     lib.jitop_errmsg.argtypes = [vp]
     lib.jitop_layernorm_forward.argtypes = [vp, ctypes.c_int, i64, i64, f32, vp, vp, vp, vp, vp, vp, vp]
     lib.jitop_layernorm_backward.argtypes = [vp, ctypes.c_int, i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, vp]
-    ctx = vp()
-    rc = lib.jitop_ctx_create(None, ctypes.byref(ctx))
-    if rc != 0:
-        log("jitop_ctx_create failed:", lib.jitop_errmsg(None))
-        return 1
 
     torch.cuda.init()
     dev = torch.cuda.get_device_properties(0)
-    log(f"device {dev.name}, torch {torch.__version__}, lib {args.lib}, mode {mode}")
+    log(f"device {dev.name}, torch {torch.__version__}, lib {args.lib}, mode {mode}, rules {rules}")
     DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
     NAME = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+    BY_NAME = {v: k for k, v in NAME.items()}
     P = lambda t: None if t is None else t.data_ptr()
+    dtypes = [BY_NAME[d] for d in args.dtypes.split(",") if d]
+    ns = [int(v) for v in args.n.split(",") if v] or (SWEEP_N if sweep else PERF_N)
+
+    # One context per rule (the rule is read when a context first uses
+    # LayerNorm); with --sweep one per (rule, shape), each on its own cache.
+    cache_base = None
+    if sweep:
+        cache_base = tempfile.mkdtemp(prefix="jitop-ln-sweep-")
+        shapes = [(NAME[dt], n) for dt in dtypes for n in ns]
+        import time
+        t0 = time.time()
+        bad = prewarm(args.cli, cache_base, rules, shapes, args.jobs)
+        log(f"prewarmed {len(shapes) * len(rules)} (rule, shape) pairs with {args.jobs} jobs in "
+            f"{time.time() - t0:.1f} s, {bad} failed")
+
+    def make_ctx(rule, dt, n):
+        os.environ["JITOP_LN_THREADS"] = rule
+        if cache_base:
+            os.environ["JITOP_CACHE_DIR"] = os.path.join(cache_base, rule, f"{NAME[dt]}_{n}")
+        ctx = vp()
+        rc = lib.jitop_ctx_create(None, ctypes.byref(ctx))
+        if rc != 0:
+            raise RuntimeError("jitop_ctx_create failed: " + lib.jitop_errmsg(None).decode())
+        return ctx
 
     def stream():
         return torch.cuda.current_stream().cuda_stream
 
-    def jt_fwd(x, g, b, y, mean, rstd):
+    def jt_fwd(ctx, x, g, b, y, mean, rstd):
         m, n = x.shape
         r = lib.jitop_layernorm_forward(ctx, DT[x.dtype], m, n, EPS, P(x), P(g), P(b), P(y),
                                         P(mean), P(rstd), stream())
         if r != 0:
             raise RuntimeError("jitop_layernorm_forward: " + lib.jitop_errmsg(None).decode())
 
-    def jt_bwd(dy, x, g, mean, rstd, dx, dg, db):
+    def jt_bwd(ctx, dy, x, g, mean, rstd, dx, dg, db):
         m, n = x.shape
         r = lib.jitop_layernorm_backward(ctx, DT[x.dtype], m, n, P(dy), P(x), P(g), P(mean), P(rstd),
                                          P(dx), P(dg), P(db), stream())
@@ -150,94 +306,96 @@ def main():
             return float("inf")
         return ((a - b).norm() / b.norm()).item()
 
+    shared_ctx = {} if sweep else {rule: make_ctx(rule, None, 0) for rule in rules}
     rows, failed = [], 0
     tol = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-    for dt in (torch.float32, torch.float16, torch.bfloat16):
-        for n in PERF_N:
-            m = TOTAL // n
+    gbs = lambda nbytes, t: nbytes / (t * 1e-3) / 1e9
+    for dt in dtypes:
+        for n in ns:
+            m = max(1, TOTAL // n)
             torch.manual_seed(n)
             x = (torch.randn(m, n, device="cuda") * 2 + 0.5).to(dt)
             dy = torch.randn(m, n, device="cuda").to(dt)
             g = (torch.rand(n, device="cuda") + 0.5).to(dt)
             b = torch.randn(n, device="cuda").to(dt)
-            y = torch.full_like(x, float("nan"))
-            dx = torch.full_like(x, float("nan"))
-            dg = torch.full_like(g, float("nan"))
-            db = torch.full_like(b, float("nan"))
-            mean = torch.full((m,), float("nan"), device="cuda")
-            rstd = torch.full((m,), float("nan"), device="cuda")
             es = x.element_size()
             label = f"{NAME[dt]} {m}x{n}"
-
-            # correctness against torch in float64, before any timing
-            jt_fwd(x, g, b, y, mean, rstd)
-            jt_bwd(dy, x, g, mean, rstd, dx, dg, db)
+            fb, bb = 2 * m * n * es, 3 * m * n * es
+            # the float64 reference, once per shape
             xr = x.double().requires_grad_(True)
             gr = g.double().requires_grad_(True)
             br = b.double().requires_grad_(True)
             ref = F.layer_norm(xr, (n,), gr, br, EPS)
             ref.backward(dy.double())
-            errs = {"y": rel(y, ref.detach()), "dx": rel(dx, xr.grad), "dgamma": rel(dg, gr.grad),
-                    "dbeta": rel(db, br.grad)}
-            ok = all(v < tol[dt] for v in errs.values())
-            log(f"{label}: rel errors vs float64 torch {errs} {'ok' if ok else 'FAILED'}")
+            want = {"y": ref.detach(), "dx": xr.grad, "dgamma": gr.grad, "dbeta": br.grad}
             del xr, gr, br, ref
-            if not ok:
-                failed += 1
-                emit(area="kernel", kernel="layernorm", system="jitop-c", what=f"forward {label}",
-                     status="failed", reason=f"wrong result: {errs}")
+            row = {"dtype": NAME[dt], "M": m, "N": n}
+            ok_all = True
+            for rule in rules:
+                ctx = shared_ctx.get(rule) or make_ctx(rule, dt, n)
+                y = torch.full_like(x, float("nan"))
+                dx = torch.full_like(x, float("nan"))
+                dg = torch.full_like(g, float("nan"))
+                db = torch.full_like(b, float("nan"))
+                mean = torch.full((m,), float("nan"), device="cuda")
+                rstd = torch.full((m,), float("nan"), device="cuda")
+                # correctness against torch in float64, before any timing
+                jt_fwd(ctx, x, g, b, y, mean, rstd)
+                jt_bwd(ctx, dy, x, g, mean, rstd, dx, dg, db)
+                errs = {"y": rel(y, want["y"]), "dx": rel(dx, want["dx"]),
+                        "dgamma": rel(dg, want["dgamma"]), "dbeta": rel(db, want["dbeta"])}
+                ok = all(v < tol[dt] for v in errs.values())
+                log(f"{label} [{rule}]: rel errors vs float64 torch {errs} {'ok' if ok else 'FAILED'}")
+                if not ok:
+                    failed += 1
+                    ok_all = False
+                    emit(area="kernel", kernel="layernorm", system="jitop-c",
+                         what=f"layernorm {label} ({rule})", status="failed",
+                         reason=f"wrong result: {errs}")
+                else:
+                    jf = time_ms(lambda: jt_fwd(ctx, x, g, b, y, mean, rstd))
+                    jb = time_ms(lambda: jt_bwd(ctx, dy, x, g, mean, rstd, dx, dg, db))
+                    row[f"jt_fwd_{rule}"], row[f"jt_bwd_{rule}"] = gbs(fb, jf[0]), gbs(bb, jb[0])
+                    row[f"errs_{rule}"] = errs
+                    suffix = "" if rule == rules[0] else f" [{rule}]"
+                    for what, t, nbytes in (("jitop_layernorm_forward", jf, fb),
+                                            ("jitop_layernorm_backward (dx, dgamma, dbeta)", jb, bb)):
+                        emit(area="kernel", kernel="layernorm", system="jitop-c",
+                             what=f"{what}, {label}{suffix}", unit="GB/s",
+                             median=gbs(nbytes, t[0]), p10=gbs(nbytes, t[2]), p90=gbs(nbytes, t[1]),
+                             n=batches * per)
+                del y, dx, dg, db, mean, rstd
+                if rule not in shared_ctx:
+                    lib.jitop_ctx_destroy(ctx)
+            del want
+            if not ok_all:
                 continue
-
+            y = torch.empty_like(x)
             cp = time_ms(lambda: y.copy_(x))
-            jf = time_ms(lambda: jt_fwd(x, g, b, y, mean, rstd))
-            jb = time_ms(lambda: jt_bwd(dy, x, g, mean, rstd, dx, dg, db))
             tf = time_ms(lambda: F.layer_norm(x, (n,), g, b, EPS))
             _, tmean, trstd = torch.ops.aten.native_layer_norm(x, [n], g, b, EPS)
             tb = time_ms(lambda: torch.ops.aten.native_layer_norm_backward(
                 dy, x, [n], tmean, trstd, g, b, [True, True, True]))
-            gbs = lambda nbytes, t: nbytes / (t * 1e-3) / 1e9
-            fb, bb = 2 * m * n * es, 3 * m * n * es
-            row = {"dtype": NAME[dt], "M": m, "N": n, "copy": gbs(fb, cp[0]),
-                   "jt_fwd": gbs(fb, jf[0]), "torch_fwd": gbs(fb, tf[0]),
-                   "jt_bwd": gbs(bb, jb[0]), "torch_bwd": gbs(bb, tb[0]),
-                   "jt_fwd_us": jf[0] * 1e3, "torch_fwd_us": tf[0] * 1e3,
-                   "jt_bwd_us": jb[0] * 1e3, "torch_bwd_us": tb[0] * 1e3, "errs": errs}
+            row.update({"copy": gbs(fb, cp[0]), "torch_fwd": gbs(fb, tf[0]), "torch_bwd": gbs(bb, tb[0])})
+            row["jt_fwd"], row["jt_bwd"] = row[f"jt_fwd_{rules[0]}"], row[f"jt_bwd_{rules[0]}"]
             rows.append(row)
-            n_rep = batches * per
             for sysname, what, t, nbytes in (("floor", "device-to-device copy (tensor.copy_)", cp, fb),
-                                             ("jitop-c", "jitop_layernorm_forward", jf, fb),
                                              ("torch", "F.layer_norm forward", tf, fb),
-                                             ("jitop-c", "jitop_layernorm_backward (dx, dgamma, dbeta)", jb, bb),
                                              ("torch", "aten.native_layer_norm_backward", tb, bb)):
                 # GB/s: the median time gives the median rate; p10/p90 swap
                 emit(area="kernel", kernel="layernorm", system=sysname, what=f"{what}, {label}",
                      unit="GB/s", median=gbs(nbytes, t[0]), p10=gbs(nbytes, t[2]), p90=gbs(nbytes, t[1]),
-                     n=n_rep)
+                     n=batches * per)
+            alt = "".join(f" | {r}: fwd {row[f'jt_fwd_{r}']:.0f} bwd {row[f'jt_bwd_{r}']:.0f}"
+                          for r in rules[1:])
             log(f"{label}: copy {row['copy']:.0f} GB/s | fwd jitop {row['jt_fwd']:.0f} torch "
-                f"{row['torch_fwd']:.0f} | bwd jitop {row['jt_bwd']:.0f} torch {row['torch_bwd']:.0f}")
-            del x, dy, y, dx, tmean, trstd
+                f"{row['torch_fwd']:.0f} | bwd jitop {row['jt_bwd']:.0f} torch {row['torch_bwd']:.0f}{alt}")
+            del x, dy, y, tmean, trstd
             torch.cuda.empty_cache()
-    lib.jitop_ctx_destroy(ctx)
+    for ctx in shared_ctx.values():
+        lib.jitop_ctx_destroy(ctx)
 
-    os.makedirs(args.out, exist_ok=True)
-    head = ("| dtype | M x N | copy GB/s | fwd jitop GB/s | fwd torch GB/s | fwd jitop % of copy | "
-            "fwd speedup | bwd jitop GB/s | bwd torch GB/s | bwd jitop % of copy | bwd speedup |")
-    lines = [head, "|" + "---|" * 11]
-    for r in rows:
-        lines.append(f"| {r['dtype']} | {r['M']} x {r['N']} | {r['copy']:.0f} | {r['jt_fwd']:.0f} | "
-                     f"{r['torch_fwd']:.0f} | {100 * r['jt_fwd'] / r['copy']:.0f}% | "
-                     f"{r['jt_fwd'] / r['torch_fwd']:.2f}x | {r['jt_bwd']:.0f} | {r['torch_bwd']:.0f} | "
-                     f"{100 * r['jt_bwd'] / r['copy']:.0f}% | {r['jt_bwd'] / r['torch_bwd']:.2f}x |")
-    table = "\n".join(lines)
-    print(table)
-    with open(os.path.join(args.out, "layernorm_results.md"), "w") as fh:
-        fh.write(f"# LayerNorm: jitop vs torch ({dev.name}, torch {torch.__version__})\n\n")
-        fh.write("`python3 bench/layernorm_bench.py` (mode "
-                 f"{mode}: median of {batches} batches of {per} back-to-back calls, CUDA events). "
-                 "GB/s: forward x read + y written, backward x, dy read + dx written; "
-                 "copy: tensor.copy_ of the forward's bytes, same run.\n\n")
-        fh.write(table + "\n")
-    write_chart(rows, dev.name, os.path.join(args.out, "layernorm.png"))
+    report(rows, rules, sweep, args.out, dev.name, torch.__version__, mode, batches, per)
     return 1 if failed else 0
 
 

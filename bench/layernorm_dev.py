@@ -44,20 +44,28 @@ def vec_for(n, esize, ptrs):
     return v
 
 
-def threads_per_row(row_bytes, max_bytes):
+def threads_per_row(nvec, vec_bytes, max_bytes, rule="warps"):
+    """The fewest threads holding the row at max_bytes each: a power of two up
+    to a warp, whole warps above (rule "warps", the default of
+    src/ops/layernorm.c), or a power of two throughout ("pow2")."""
+    per = max(1, max_bytes // vec_bytes)
+    need = (nvec + per - 1) // per
+    if rule == "warps" and need > 32:
+        return (need + 31) // 32 * 32
     tt = 1
-    while tt * max_bytes < row_bytes:
+    while tt < need:
         tt *= 2
     return tt
 
 
-def shape_for(n, esize, vec, max_bytes, max_tpr):
+def shape_for(n, esize, vec, max_bytes, max_tpr, rule="warps"):
     """(TPR, CL) or None when the row needs the generic kernel."""
-    tt = threads_per_row(n * esize, max_bytes)
-    tt = min(tt, 1 << (math.ceil(math.log2(max(1, n // vec)))))  # no idle threads beyond the row
+    tt = threads_per_row(n // vec, vec * esize, max_bytes, rule)
     if tt <= max_tpr:
         return tt, 1
-    cl = tt // max_tpr
+    cl = 1
+    while cl * max_tpr < tt:
+        cl *= 2
     if cl > 8:
         return None
     return max_tpr, cl

@@ -254,10 +254,18 @@ template <typename T> __host__ __device__ constexpr int ln_default_vec(int n)
         v /= 2;
     return v;
 }
-__host__ __device__ constexpr int ln_threads_per_row(int row_bytes, int max_bytes)
+// Threads per row: the fewest whose share of the row's NVEC vectors of B
+// bytes fits max_bytes each, as a power of two up to a warp (a row group's
+// sums are warp shuffles) and in whole warps above, where a power of two
+// would leave up to half the lanes of the last pass without a vector.
+__host__ __device__ constexpr int ln_threads_per_row(int nvec, int b, int max_bytes)
 {
+    const int per = max_bytes / b > 0 ? max_bytes / b : 1; // vectors per thread at most
+    const int need = (nvec + per - 1) / per;
+    if (need > 32)
+        return (need + 31) / 32 * 32;
     int tt = 1;
-    while (tt * max_bytes < row_bytes)
+    while (tt < need)
         tt *= 2;
     return tt;
 }
@@ -279,7 +287,8 @@ template <typename T, int N, int VEC, int TPR, int CL> struct ln_shape {
     };
     static_assert(N >= 1 && N % VEC == 0, "VEC must divide N");
     static_assert(B == 2 || B == 4 || B == 8 || B == 16, "a vector is 2, 4, 8 or 16 bytes");
-    static_assert(TPR >= 1 && TPR <= 1024 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 1024");
+    static_assert(TPR >= 1 && TPR <= 1024 && (TPR < 32 ? (TPR & (TPR - 1)) == 0 : TPR % 32 == 0),
+                  "TPR: a power of two up to 32, whole warps above, at most 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
     static_assert(CL == 1 || TPR >= 32, "a cluster splits rows of whole warps");
 };
@@ -423,14 +432,17 @@ __device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV
             for (int k = 0; k < NV; k++)
                 s.warp[p][k][warp] = v[k];
         __syncthreads();
-        // Lane l takes warp first + l % WPR's sum, then a butterfly over the
-        // WPR lanes: a + b == b + a, so every lane (and warp) gets the same
-        // bits, in 2 log2(WPR) instructions instead of WPR serial adds.
+        // Lane l takes warp first + l % P2's sum (0 past the row's WPR warps:
+        // adding 0 is exact), then a butterfly over P2 lanes, P2 the power of
+        // two from WPR up: a + b == b + a, so every lane (and warp) gets the
+        // same bits, in 2 log2(P2) instructions instead of WPR serial adds.
+        constexpr int P2 = WPR <= 1 ? 1 : WPR <= 2 ? 2 : WPR <= 4 ? 4 : WPR <= 8 ? 8 : WPR <= 16 ? 16 : 32;
+        const int idx = threadIdx.x % 32 % P2;
 #pragma unroll
         for (int k = 0; k < NV; k++) {
-            float t = s.warp[p][k][first + threadIdx.x % 32 % WPR];
+            float t = idx < WPR ? s.warp[p][k][first + idx] : 0.f;
 #pragma unroll
-            for (int off = WPR / 2; off > 0; off /= 2)
+            for (int off = P2 / 2; off > 0; off /= 2)
                 t += __shfl_xor_sync(0xffffffffu, t, off);
             v[k] = t;
         }
@@ -562,7 +574,8 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 }
 
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
-          int TPR = ln_min(ln_threads_per_row(N * sizeof(T), LN_FWD_MAX_BYTES), LN_FWD_MAX_TPR)>
+          int TPR = ln_min(ln_threads_per_row(N / VEC, VEC * sizeof(T), LN_FWD_MAX_BYTES),
+                           LN_FWD_MAX_TPR)>
 __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK)
     layernorm_fwd(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
                   float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M, float eps)
@@ -825,7 +838,8 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
 // SACC true (the default): launch with ln_bwd_smem_bytes<T, N, VEC, TPR, CL>()
 // bytes of dynamic shared memory when AFFINE (0 otherwise).
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
-          int TPR = ln_min(ln_threads_per_row(N * sizeof(T), LN_BWD_MAX_BYTES), LN_BWD_MAX_TPR),
+          int TPR = ln_min(ln_threads_per_row(N / VEC, VEC * sizeof(T), LN_BWD_MAX_BYTES),
+                           LN_BWD_MAX_TPR),
           bool SACC = true>
 __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
                                   ln_bwd_min_blocks(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
@@ -898,7 +912,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     constexpr int EPT = VPT * VEC;
     constexpr unsigned CB = CHUNK * sizeof(T);  // bytes of one tensor's chunk
     static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
-    static_assert(TPR >= 32 && TPR <= 1024 && (TPR & (TPR - 1)) == 0, "TPR: a power of two, 32 to 1024");
+    static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
     static_assert(ln_bwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024, "the stages do not fit a block");
     // [x0 dy0 x1 dy1] then gamma as G4 planes of CVEC float4s (plane j holds

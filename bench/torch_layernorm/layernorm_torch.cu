@@ -28,7 +28,11 @@ void layernorm_forward(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
     const long long M = x.size(0);
     TORCH_CHECK(mean.numel() == M && rstd.numel() == M, "layernorm: mean and rstd need M elements");
     using Shape = ln_shape<float, N, ln_default_vec<float>(N),
-                           ln_min(ln_threads_per_row(N * sizeof(float), LN_FWD_MAX_BYTES), LN_FWD_MAX_TPR), 1>;
+                           ln_min(ln_threads_per_row(N / ln_default_vec<float>(N),
+                                                     ln_default_vec<float>(N) * sizeof(float),
+                                                     LN_FWD_MAX_BYTES),
+                                  LN_FWD_MAX_TPR),
+                           1>;
     const long long grid = (M + Shape::ROWS - 1) / Shape::ROWS;
     layernorm_fwd<float, N, true><<<static_cast<unsigned>(grid), Shape::BLOCK, 0,
                                     at::cuda::getCurrentCUDAStream()>>>(

@@ -59,6 +59,26 @@
 #define LN_BULK_ELEMS_PER_THREAD 16
 #define LN_MAX_CLUSTER 8
 
+/* How many threads share a row (JITOP_LN_THREADS, read when a context first
+ * uses LayerNorm): LN_THREADS_WARPS, the default, takes the fewest threads
+ * that hold the row at the byte budget each, in whole warps once past one
+ * warp; LN_THREADS_POW2 rounds up to a power of two (the rule the kernels
+ * were first tuned with, kept to compare the two: its last vector pass can
+ * leave up to half the lanes idle, e.g. 544 vectors over 512 threads). */
+enum { LN_THREADS_WARPS, LN_THREADS_POW2 };
+
+static int ln_threads_rule(int *rule)
+{
+    const char *v = getenv("JITOP_LN_THREADS");
+    if (v == NULL || *v == '\0' || strcmp(v, "warps") == 0)
+        *rule = LN_THREADS_WARPS;
+    else if (strcmp(v, "pow2") == 0)
+        *rule = LN_THREADS_POW2;
+    else
+        return jitop__fail(JITOP_EINVAL, "JITOP_LN_THREADS is '%s': expected warps or pow2", v);
+    return JITOP_OK;
+}
+
 typedef struct ln_inst {
     char name[128];
     jitop_op *op;
@@ -80,6 +100,7 @@ struct jitop__layernorm_state {
     jitop_module *module;
     ln_inst *insts;
     ln_ws *ws;
+    int threads_rule; /* JITOP_LN_THREADS when the context first used LayerNorm */
 };
 
 /* ------------------------------------------------------------- state */
@@ -116,7 +137,7 @@ static char *ln_source(const jitop_ctx *ctx)
     return jitop__sprintf("%s/layernorm.cu", ctx->kernel_dir ? ctx->kernel_dir : ".");
 }
 
-static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
+static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
                            jitop__strv *opts);
 
 /* The first call loads the module with the instances a forward + backward
@@ -133,7 +154,10 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
         return JITOP_OK;
     }
     jitop__strv opts = {0};
-    int rc = ln_load_options(ctx, dtype, n, affine, &opts);
+    int rule = LN_THREADS_WARPS;
+    int rc = ln_threads_rule(&rule);
+    if (rc == JITOP_OK)
+        rc = ln_load_options(ctx, dtype, n, affine, rule, &opts);
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm");
     char *path = ln_source(ctx);
@@ -166,6 +190,7 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
             s = NULL;
         } else {
             s->module = m;
+            s->threads_rule = rule;
             __atomic_store_n(&ops->layernorm, s, __ATOMIC_RELEASE);
         }
     }
@@ -177,8 +202,10 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     return rc;
 }
 
-static int ln_get(struct jitop__layernorm_state *s, const char *name, ln_inst **out)
+/* The instance called name (is_new: 1 when this call got it first). */
+static int ln_get(struct jitop__layernorm_state *s, const char *name, ln_inst **out, int *is_new)
 {
+    *is_new = 0;
     int rc = JITOP_OK;
     pthread_mutex_lock(&s->lock);
     ln_inst *i = s->insts;
@@ -203,6 +230,7 @@ static int ln_get(struct jitop__layernorm_state *s, const char *name, ln_inst **
             i->smem = info.static_shared_bytes;
             i->next = s->insts;
             s->insts = i;
+            *is_new = 1;
         }
     }
     pthread_mutex_unlock(&s->lock);
@@ -289,24 +317,30 @@ static int ln_vec(int n, size_t es, const void *const *ptrs, size_t np)
  * for registers and the generic kernel takes it. A row of more than max_tpr
  * threads is split over a cluster of blocks of cluster_tpr threads. */
 static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int cluster_tpr,
-                    int max_cl, int *tpr, int *cl)
+                    int max_cl, int rule, int *tpr, int *cl)
 {
-    long long row_bytes = (long long)n * (long long)es, tt = 1, pow_nvec = 1;
-    while (tt * max_bytes < row_bytes)
-        tt *= 2;
-    while (pow_nvec < n / vec)
-        pow_nvec *= 2;
-    if (tt > pow_nvec)
-        tt = pow_nvec; /* no thread without a vector of the row */
+    const long long nvec = n / vec, vb = (long long)vec * (long long)es;
+    const long long per = max_bytes / vb > 0 ? max_bytes / vb : 1; /* vectors per thread */
+    const long long need = (nvec + per - 1) / per;
+    long long tt = 1;
+    if (rule == LN_THREADS_WARPS && need > 32) {
+        tt = (need + 31) / 32 * 32; /* whole warps: the kernel's ln_threads_per_row */
+    } else {
+        while (tt < need)
+            tt *= 2;
+    }
     if (tt <= max_tpr) {
         *tpr = (int)tt;
         *cl = 1;
         return 1;
     }
-    if (tt / cluster_tpr > max_cl)
+    long long c = 1;
+    while (c * cluster_tpr < tt)
+        c *= 2;
+    if (c > max_cl)
         return 0;
     *tpr = cluster_tpr;
-    *cl = (int)(tt / cluster_tpr);
+    *cl = (int)c;
     return 1;
 }
 
@@ -338,39 +372,75 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
  * for jitop_layernorm_prewarm, so that a prewarm builds what a call asks. */
 typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
+    int bulk;             /* backward: layernorm_bwd_bulk */
     size_t dyn;           /* backward: dynamic shared memory bytes of the instance */
     char name[128];
 } ln_plan;
-
-static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl)
-{
-    const size_t es = jitop_dtype_size(dtype);
-    p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, LN_FWD_MAX_TPR, max_cl,
-                          &p->tpr, &p->cl);
-    p->dyn = 0;
-    ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
-                     p->tpr, p->cl);
-}
 
 static int ln_rows_per_block(int tpr, int cl)
 {
     return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
 }
 
+/* One line on a plan, for JITOP_VERBOSE: which kernel, how the row is split
+ * (vectors per thread, idle lanes in the last pass), rows per block. */
+static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *out, size_t cap)
+{
+    const int bulk = p->bulk;
+    if (!p->special) {
+        snprintf(out, cap, "generic kernel (%d threads per row, row read from memory twice)",
+                 LN_GENERIC_THREADS);
+        return;
+    }
+    const long long vb = bulk ? 16 : (long long)vec * (long long)es;
+    const long long nvec = (long long)n * (long long)es / vb, tt = (long long)p->tpr * p->cl;
+    const long long vpt = (nvec + tt - 1) / tt;
+    const double idle = 100.0 * (1.0 - (double)nvec / (double)(tt * vpt));
+    char split[48];
+    if (p->cl > 1)
+        snprintf(split, sizeof split, "over a cluster of %d blocks", p->cl);
+    else
+        snprintf(split, sizeof split, "%d row%s per block", ln_rows_per_block(p->tpr, p->cl),
+                 ln_rows_per_block(p->tpr, p->cl) == 1 ? "" : "s");
+    snprintf(out, cap,
+             "%s, %lld threads per row (%s), %lld vectors of %lld B per thread, %.0f%% of lanes "
+             "idle in the last pass%s",
+             bulk ? "copy-engine cluster kernel" : p->cl > 1 ? "cluster kernel" : "register kernel",
+             tt, split, vpt, vb, idle,
+             bulk ? ", rows staged in shared memory" : p->dyn ? ", accumulators in shared memory" : "");
+}
+
+static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl,
+                        int rule)
+{
+    const size_t es = jitop_dtype_size(dtype);
+    p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, LN_FWD_MAX_TPR, max_cl,
+                          rule, &p->tpr, &p->cl);
+    p->dyn = 0;
+    p->bulk = 0;
+    ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
+                     p->tpr, p->cl);
+}
+
 /* layernorm_bwd_bulk's shape for a row of n elements of es bytes: the
  * fewest blocks (cl) whose share of the row fits LN_BULK_CHUNK_BYTES, split
- * in 16-byte vectors, with threads enough (a power of two, 32 to 1024) for
- * at most LN_BULK_ELEMS_PER_THREAD elements each; 0 when none fits. */
-static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
+ * in 16-byte vectors, with threads enough (whole warps, or a power of two
+ * under LN_THREADS_POW2, 32 to 1024) for at most LN_BULK_ELEMS_PER_THREAD
+ * elements each; 0 when none fits. */
+static int ln_bulk_shape(int n, size_t es, int max_cl, int rule, int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
         if (n % (c * vec) != 0 || (size_t)(n / c) * es > LN_BULK_CHUNK_BYTES)
             continue;
+        const int need = (n / c + LN_BULK_ELEMS_PER_THREAD - 1) / LN_BULK_ELEMS_PER_THREAD;
         int t = 32;
-        while (t < 1024 && t * LN_BULK_ELEMS_PER_THREAD < n / c)
-            t *= 2;
-        if (t * LN_BULK_ELEMS_PER_THREAD < n / c)
+        if (rule == LN_THREADS_WARPS)
+            t = need <= 32 ? 32 : (need + 31) / 32 * 32;
+        else
+            while (t < need)
+                t *= 2;
+        if (t > 1024)
             continue;
         *tpr = t;
         *cl = c;
@@ -379,20 +449,23 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
     return 0;
 }
 
-static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl)
+static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl,
+                        int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
     const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
                               ? LN_BWD_LONG_MAX_BYTES
                               : LN_BWD_MAX_BYTES;
     p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, LN_BWD_CLUSTER_TPR, max_cl,
-                          &p->tpr, &p->cl);
+                          rule, &p->tpr, &p->cl);
     int tpr, cl;
-    if (p->special && p->cl > 1 && (size_t)vec * es == 16 && ln_bulk_shape(n, es, max_cl, &tpr, &cl)) {
+    if (p->special && p->cl > 1 && (size_t)vec * es == 16 &&
+        ln_bulk_shape(n, es, max_cl, rule, &tpr, &cl)) {
         /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
          * gamma in float32 */
         p->tpr = tpr;
         p->cl = cl;
+        p->bulk = 1;
         p->dyn = (size_t)(n / cl) * (4 * es + 4);
         snprintf(p->name, sizeof p->name, "layernorm_bwd_bulk<%s, %d, %s, %d, %d>",
                  ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
@@ -400,6 +473,7 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
     }
     /* the register kernels' dgamma/dbeta accumulators (ln_bwd_smem_bytes) */
     p->dyn = 0;
+    p->bulk = 0;
     if (p->special && affine) {
         const long long tt = (long long)p->tpr * p->cl, nvec = n / vec;
         const size_t block = (size_t)p->tpr * (size_t)ln_rows_per_block(p->tpr, p->cl);
@@ -407,6 +481,15 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
     }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl);
+}
+
+/* JITOP_VERBOSE: the plan of a shape, once per context and instance. */
+static void ln_log_plan(const jitop_ctx *ctx, const char *pass, jitop_dtype dtype, int n, int vec,
+                        const ln_plan *p)
+{
+    char why[256];
+    ln_plan_describe(p, n, vec, jitop_dtype_size(dtype), why, sizeof why);
+    jitop__log(ctx, "layernorm %s %s N=%d: %s: %s", pass, ln_ctype(dtype), n, p->name, why);
 }
 
 /* The backward's dgamma/dbeta reduction (affine only). */
@@ -492,11 +575,14 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
             ptrs_nonnull[np++] = ptrs[k];
     const int vec = ln_vec(n, es, ptrs_nonnull, np);
     ln_plan plan;
-    ln_fwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx));
+    ln_fwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
-    if ((rc = ln_get(s, plan.name, &inst)) != JITOP_OK)
+    int fresh;
+    if ((rc = ln_get(s, plan.name, &inst, &fresh)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
+    if (fresh)
+        ln_log_plan(ctx, "forward", dtype, n, vec, &plan);
 
     long long m = rows;
     jitop_dim3 grid, block;
@@ -598,15 +684,18 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         all[np++] = gamma;
     const int vec = ln_vec(n, es, all, np);
     ln_plan plan;
-    ln_bwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx));
+    ln_bwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
-    if ((rc = ln_get(s, plan.name, &inst)) != JITOP_OK)
+    int fresh;
+    if ((rc = ln_get(s, plan.name, &inst, &fresh)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
+    if (fresh)
+        ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     if (affine) {
         char rname[64];
         ln_reduce_name(rname, sizeof rname, dtype);
-        if ((rc = ln_get(s, rname, &red)) != JITOP_OK)
+        if ((rc = ln_get(s, rname, &red, &fresh)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
     }
 
@@ -649,7 +738,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
  * n elements ask (the reduction too when affine), on buffers aligned as
  * cuMemAlloc aligns them (the prewarm's rule): a call on other pointers
  * may pick a narrower vector, whose instance is then compiled at its get. */
-static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
+static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
                            jitop__strv *opts)
 {
     const char *arch = NULL;
@@ -661,9 +750,9 @@ static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
     ln_plan plan;
     char red[64];
-    ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl);
+    ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
     rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
-    ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl);
+    ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
     if (rc == JITOP_OK)
         rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
     ln_reduce_name(red, sizeof red, dtype);
@@ -692,13 +781,18 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     const int n = (int)cols;
     const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
     const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
+    int rule;
+    if ((rc = ln_threads_rule(&rule)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "%s", fn);
     char names[5][128];
     ln_plan plan;
     for (int affine = 0; affine <= 1; affine++) {
-        ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl);
+        ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
         memcpy(names[affine * 2], plan.name, sizeof plan.name);
-        ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl);
+        ln_log_plan(ctx, "forward", dtype, n, vec, &plan);
+        ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
         memcpy(names[affine * 2 + 1], plan.name, sizeof plan.name);
+        ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     }
     ln_reduce_name(names[4], sizeof names[4], dtype);
     char *path = ln_source(ctx);

@@ -407,6 +407,43 @@ static void test_cluster_rows_reused(void **state)
     check_case(JITOP_FLOAT32, 200, 32768, 0, PLAIN);
 }
 
+/* A sample of bench/layernorm_bench.py --sweep's row lengths and hidden
+ * sizes of real models, chosen so that every kind of plan is checked: whole
+ * warps that are not a power of two (96 to 1024 threads per row, a row
+ * group's sums added in warp order), last passes with idle lanes, narrower
+ * vectors (N not a multiple of 8), cluster and copy-engine kernels of
+ * non-power-of-two blocks. M: enough rows that the backward's persistent
+ * blocks each take several, capped so that the float64 CPU reference stays
+ * quick; affine on, and off for every other N. */
+static void test_row_length_sweep(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    static const struct {
+        jitop_dtype dt;
+        int n;
+    } cases[] = {
+        {JITOP_FLOAT32, 1280},  {JITOP_FLOAT32, 2304},  {JITOP_FLOAT32, 4352},
+        {JITOP_FLOAT32, 5120},  {JITOP_FLOAT32, 6144},  {JITOP_FLOAT32, 9216},
+        {JITOP_FLOAT32, 18432}, {JITOP_FLOAT32, 40960}, {JITOP_FLOAT32, 1600},
+        {JITOP_FLOAT32, 12345}, {JITOP_FLOAT16, 1536},  {JITOP_FLOAT16, 2560},
+        {JITOP_FLOAT16, 3072},  {JITOP_FLOAT16, 4352},  {JITOP_FLOAT16, 5120},
+        {JITOP_FLOAT16, 6144},  {JITOP_FLOAT16, 10240}, {JITOP_FLOAT16, 14336},
+        {JITOP_FLOAT16, 20480}, {JITOP_FLOAT16, 40960}, {JITOP_FLOAT16, 7000},
+        {JITOP_FLOAT16, 30000}, {JITOP_BFLOAT16, 3072}, {JITOP_BFLOAT16, 5376},
+        {JITOP_BFLOAT16, 12288}, {JITOP_BFLOAT16, 49152}, {JITOP_BFLOAT16, 2500},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int n = cases[i].n;
+        int64_t m = (4 << 20) / n;
+        m = m < 3 ? 3 : m > 2053 ? 2053 : m;
+        check_case(cases[i].dt, m, n, 1, PLAIN);
+        if (i % 2 == 0)
+            check_case(cases[i].dt, m, n, 0, PLAIN);
+    }
+}
+
 /* L = sum(y * w) for a fixed w, in float64. */
 static double ref_loss(const double *x, const double *g, const double *b, const double *w,
                        int64_t m, int n)
@@ -624,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_inplace_unaligned),
         cmocka_unit_test(test_long_rows),
         cmocka_unit_test(test_cluster_rows_reused),
+        cmocka_unit_test(test_row_length_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
