@@ -73,6 +73,12 @@ char *jitop__url_redact(const char *url)
     const char *at = memrchr(host, '@', auth_end);
     const char *rest = at ? at + 1 : host;
     size_t keep = strcspn(rest, "?#");
+    /* An '@' after the host: a password with an unencoded '/' could be
+     * what follows it. The spec's parser refuses such a URL; this is the
+     * second line of defence: the path is not shown. */
+    size_t hostlen = strcspn(rest, "/?#");
+    if (memchr(rest + hostlen, '@', keep - hostlen))
+        return jitop__sprintf("%.*s%.*s/...", (int)(host - url), url, (int)hostlen, rest);
     return jitop__sprintf("%.*s%.*s", (int)(host - url), url, (int)keep, rest);
 }
 
@@ -129,7 +135,8 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     const char *why = NULL;
     CURL *h = NULL;
     struct curl_slist *hdrs = NULL;
-    char *url = NULL, *auth = NULL, *depth_hdr = NULL;
+    char *url = NULL, *auth = NULL, *login = NULL, *depth_hdr = NULL;
+    size_t login_size = 0; /* the bytes of login to wipe */
     char cerr[CURL_ERROR_SIZE] = "";
     struct sink sink = {.r = out};
     int rc = -1;
@@ -146,10 +153,31 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     }
     const char *token = nonempty("JITOP_REMOTE_CACHE_TOKEN");
     const char *user = nonempty("JITOP_REMOTE_CACHE_USER");
+    /* A token is sent as it is, every byte but the ones that would end the
+     * header (a line break would smuggle a header of its own into the
+     * request): those are refused, and the token is never shown. */
+    for (const char *p = token; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            snprintf(err, errcap, "$JITOP_REMOTE_CACHE_TOKEN holds a control byte (a line "
+                                  "break?), so it is not sent (not shown: it is a secret)");
+            goto out;
+        }
     if (token && !(auth = jitop__sprintf("Authorization: Bearer %s", token))) {
         snprintf(err, errcap, "out of memory");
         goto out;
     }
+    /* user:password split at the first ':' (a basic user name holds none),
+     * handed to curl apart: the password is sent as it is, every byte. */
+    if (!token && user) {
+        if (!(login = jitop__strdup(user))) {
+            snprintf(err, errcap, "out of memory");
+            goto out;
+        }
+        login_size = strlen(user);
+    }
+    char *password = login ? strchr(login, ':') : NULL;
+    if (password)
+        *password++ = '\0';
     if (depth && !(depth_hdr = jitop__sprintf("Depth: %s", depth))) {
         snprintf(err, errcap, "out of memory");
         goto out;
@@ -188,8 +216,10 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     SET(CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
     if (nonempty("NETRC"))
         SET(CURLOPT_NETRC_FILE, nonempty("NETRC"));
-    if (!token && user)
-        SET(CURLOPT_USERPWD, user);
+    if (login)
+        SET(CURLOPT_USERNAME, login);
+    if (password)
+        SET(CURLOPT_PASSWORD, password);
     if (head) {
         SET(CURLOPT_NOBODY, 1L);
     } else if (!get) {
@@ -226,6 +256,10 @@ out:
         /* The token does not outlive the request in our memory. */
         memset(auth, 0, strlen(auth));
         free(auth);
+    }
+    if (login) {
+        memset(login, 0, login_size);
+        free(login);
     }
     free(depth_hdr);
     free(url);
