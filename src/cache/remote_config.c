@@ -1,8 +1,8 @@
 /* The remote tier's configuration and state (remote_private.h): the
  * JITOP_REMOTE_CACHE spec parsed into servers and their attributes, the
  * secret loaded, the process-wide list of dead remotes with its one
- * warning per URL, and the verbose log. remote.c does the lookups and
- * pushes with what this file sets up. */
+ * warning per URL, the fork handlers, and the verbose log. remote.c does
+ * the lookups and pushes with what this file sets up. */
 #include "cache/remote_private.h"
 
 #include <errno.h>
@@ -14,15 +14,112 @@
  * ccache does): a new context does not ask a dead server again either. */
 static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
 static jitop__strv dead_urls;
+/* This process was forked while another thread was inside a request:
+ * every remote is dead here (remote_private.h says why); said once. */
+static bool forked_mid_request, forked_said;
 
 bool jitop__remote_is_dead(const jitop__remote_server *s)
 {
-    bool dead = false;
+    bool dead = false, say = false;
     pthread_mutex_lock(&dead_lock);
+    if (forked_mid_request) {
+        dead = true;
+        say = !forked_said;
+        forked_said = true;
+    }
     for (size_t i = 0; i < dead_urls.n && !dead; i++)
         dead = strcmp(dead_urls.v[i], s->url) == 0;
     pthread_mutex_unlock(&dead_lock);
+    if (say)
+        fprintf(stderr, "jitop: warning: remote cache not used by this process: it was forked "
+                        "while another thread was inside a request to a remote (what that "
+                        "thread held in libcurl or its TLS library stays held here); binaries "
+                        "are compiled locally\n");
     return dead;
+}
+
+/* The process's remotes, for the fork handlers. Lock order: fork_lock,
+ * then each remote's lock, then dead_lock; nothing takes fork_lock while
+ * holding either of the others. */
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct jitop__remote *fork_list;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static int fork_rc; /* pthread_atfork's answer */
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&fork_lock);
+    for (struct jitop__remote *r = fork_list; r; r = r->fork_next)
+        pthread_mutex_lock(&r->lock);
+    pthread_mutex_lock(&dead_lock);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&dead_lock);
+    for (struct jitop__remote *r = fork_list; r; r = r->fork_next)
+        pthread_mutex_unlock(&r->lock);
+    pthread_mutex_unlock(&fork_lock);
+}
+
+/* In the child, the only thread is the one that forked, holding every lock
+ * before_fork took. The parent's push thread does not exist here: its
+ * queue is the parent's to send (dropped here: sending it too would push
+ * twice), its pthread_t must never be joined, and a condition variable it
+ * waited on still counts it as a waiter (a signal could go to it and be
+ * lost), so both are made anew. Nothing here allocates or prints. */
+static void after_fork_child(void)
+{
+    if (jitop__remote_io_child())
+        forked_mid_request = true;
+    pthread_mutex_unlock(&dead_lock);
+    for (struct jitop__remote *r = fork_list; r; r = r->fork_next) {
+        for (struct push_item *it = r->head, *next; it; it = next) {
+            next = it->next;
+            free(it->data);
+            free(it);
+        }
+        r->head = r->tail = NULL;
+        r->started = r->busy = false;
+        memset(&r->thread, 0, sizeof r->thread);
+        /* Made anew rather than destroyed: glibc's destroy would wait for
+         * the waiter that no longer exists. Failure cannot happen for a
+         * default condition variable (glibc's init always succeeds). */
+        (void)pthread_cond_init(&r->wake, NULL);
+        (void)pthread_cond_init(&r->idle, NULL);
+        pthread_mutex_unlock(&r->lock);
+    }
+    pthread_mutex_unlock(&fork_lock);
+}
+
+static void fork_init(void)
+{
+    fork_rc = pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* Puts r on the process's list: false when the fork handlers cannot be
+ * installed (ENOMEM). */
+static bool fork_register(struct jitop__remote *r)
+{
+    pthread_once(&fork_once, fork_init);
+    if (fork_rc != 0)
+        return false;
+    pthread_mutex_lock(&fork_lock);
+    r->fork_next = fork_list;
+    fork_list = r;
+    pthread_mutex_unlock(&fork_lock);
+    return true;
+}
+
+static void fork_unregister(struct jitop__remote *r)
+{
+    pthread_mutex_lock(&fork_lock);
+    for (struct jitop__remote **p = &fork_list; *p; p = &(*p)->fork_next)
+        if (*p == r) {
+            *p = r->fork_next;
+            break;
+        }
+    pthread_mutex_unlock(&fork_lock);
 }
 
 void jitop__remote_mark_dead(const jitop__remote_server *s, const char *fmt, ...)
@@ -50,6 +147,7 @@ void jitop__remote_forget_dead(void)
 {
     pthread_mutex_lock(&dead_lock);
     jitop__strv_free(&dead_urls);
+    forked_mid_request = forked_said = false;
     pthread_mutex_unlock(&dead_lock);
 }
 
@@ -226,8 +324,8 @@ static bool url_shape(const char *host, const char **why)
         size_t hn = colon ? (size_t)(colon - host) : n;
         for (size_t i = 0; i < hn; i++) {
             char ch = host[i];
-            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '.' || ch == '-' || ch == '_' || ch == '%')) {
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_' || ch == '%')) {
                 *why = "a host name with a byte no host name holds (a user:password's blanks, "
                        "'/', '?' and '#' must be percent-encoded: %20, %2F, %3F, %23)";
                 return false;
@@ -294,7 +392,10 @@ static int parse_server(const char *item, const char *cred_end, const char *end,
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    const char *host = cred_end == item + sl + 3 ? s->url + sl + 3 : strchr(s->url + sl + 3, '@') + 1;
+    /* The credentials are encoded now: the first '@' ends them. */
+    const char *host = s->url + sl + 3;
+    if (cred_end != item + sl + 3)
+        host = strchr(host, '@') + 1;
     size_t un = strlen(s->url);
     while (un > (size_t)(host - s->url) && s->url[un - 1] == '/')
         s->url[--un] = '\0';
@@ -374,6 +475,7 @@ void jitop__remote_free(struct jitop__remote *r)
 {
     if (!r)
         return;
+    fork_unregister(r); /* first: a fork must not take a destroyed lock */
     for (size_t i = 0; i < r->n; i++)
         server_free(&r->servers[i]);
     free(r->servers);
@@ -381,6 +483,8 @@ void jitop__remote_free(struct jitop__remote *r)
         memset(r->secret, 0, r->secret_len);
         free(r->secret);
     }
+    free(r->pushed.v);
+    pthread_cond_destroy(&r->idle);
     pthread_cond_destroy(&r->wake);
     pthread_mutex_destroy(&r->lock);
     free(r);
@@ -399,6 +503,12 @@ static int remote_new(const char *spec, const char *secret_path, int verbose,
         return jitop__fail(JITOP_ENOMEM, "remote cache: cannot create a mutex");
     }
     if (pthread_cond_init(&r->wake, NULL) != 0) {
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+        return jitop__fail(JITOP_ENOMEM, "remote cache: cannot create a condition variable");
+    }
+    if (pthread_cond_init(&r->idle, NULL) != 0) {
+        pthread_cond_destroy(&r->wake);
         pthread_mutex_destroy(&r->lock);
         free(r);
         return jitop__fail(JITOP_ENOMEM, "remote cache: cannot create a condition variable");
@@ -423,6 +533,9 @@ static int remote_new(const char *spec, const char *secret_path, int verbose,
     }
     if (secret_path && *secret_path)
         status = jitop__remote_secret_load(secret_path, &r->secret, &r->secret_len);
+    if (status == JITOP_OK && r->n > 0 && !fork_register(r))
+        status = jitop__fail(JITOP_ENOMEM, "remote cache: cannot install its fork handlers "
+                                           "(pthread_atfork: out of memory)");
 out:
     if (status != JITOP_OK || r->n == 0) {
         jitop__remote_free(r);

@@ -8,6 +8,28 @@
 #include <curl/curl.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+
+/* Requests and signatures under way in this process, on any thread (for
+ * the fork handlers: remote_private.h). */
+static atomic_int io_count;
+
+void jitop__remote_io_begin(void)
+{
+    atomic_fetch_add(&io_count, 1);
+}
+
+void jitop__remote_io_end(void)
+{
+    atomic_fetch_sub(&io_count, 1);
+}
+
+bool jitop__remote_io_child(void)
+{
+    bool busy = atomic_load(&io_count) > 0;
+    atomic_store(&io_count, 0);
+    return busy;
+}
 
 static struct {
     pthread_once_t once;
@@ -141,8 +163,10 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     struct sink sink = {.r = out};
     int rc = -1;
     memset(out, 0, sizeof *out);
+    jitop__remote_io_begin();
     if (!jitop__http_open(&why)) {
         snprintf(err, errcap, "%s", why);
+        jitop__remote_io_end();
         return -1;
     }
     url = jitop__sprintf("%s%s", s->url, path);
@@ -263,5 +287,6 @@ out:
     }
     free(depth_hdr);
     free(url);
+    jitop__remote_io_end();
     return rc;
 }
