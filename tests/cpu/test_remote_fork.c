@@ -15,6 +15,7 @@
 
 #define NSRC 6
 
+
 /* A fresh remote path for a test: cache/<tag>-<pid>. */
 static char *fresh_tree(const char *tag)
 {
@@ -168,6 +169,15 @@ static void test_build_push_j1(void **state)
 static void test_fork_after_push_thread(void **state)
 {
     (void)state;
+#ifdef __SANITIZE_THREAD__
+    /* A child of a multi-threaded process that starts a thread (its own
+     * push thread: what is tested here) is what glibc allows and TSan does
+     * not follow: it still counts the parent's threads in the child and
+     * ends it ("dup thread with used id"). The plain and ASan runs test it. */
+    print_message("SKIP: under ThreadSanitizer (no thread may start after a multi-threaded "
+                  "fork)\n");
+    skip();
+#endif
     RS_NEED_SERVER();
     char *src[NSRC], key[NSRC][33], *tree = fresh_tree("lib"), *cache = jt_tmpdir();
     make_sources("lf", src, key);
