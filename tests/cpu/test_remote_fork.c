@@ -208,6 +208,12 @@ static void test_fork_after_push_thread(void **state)
                    res.cached;
         }
         jitop_ctx_destroy(ctx); /* drains the child's pushes */
+        /* The child's copies freed: valgrind checks a forked child's leaks. */
+        for (int i = 0; i < NSRC; i++)
+            free(src[i]);
+        free(spec);
+        free(tree);
+        free(cache);
         _exit(bad ? 3 : 0);
     }
     int st = 0;
@@ -275,7 +281,14 @@ static void test_fork_during_request(void **state)
         jitop_build_result res;
         int st = f ? jitop_build(ctx, src[1], NULL, NULL, 0, NULL, 0, &res) : -1;
         fflush(stderr);
-        _exit(st != JITOP_OK ? 3 : res.cached ? 4 : 0);
+        /* Ends by exec, not _exit: the memory of the request that was in
+         * flight on the other thread is unreachable here (that thread does
+         * not exist in the child), and valgrind would count it as leaked
+         * at an exit; it is the cost of a fork mid-request, one request's
+         * worth. */
+        const char *code = st != JITOP_OK ? "exit 3" : res.cached ? "exit 4" : "exit 0";
+        execl("/bin/sh", "sh", "-c", code, (char *)NULL);
+        _exit(5);
     }
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
