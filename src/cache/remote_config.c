@@ -67,7 +67,9 @@ static void after_fork_parent(void)
  * queue is the parent's to send (dropped here: sending it too would push
  * twice), its pthread_t must never be joined, and a condition variable it
  * waited on still counts it as a waiter (a signal could go to it and be
- * lost), so both are made anew. Nothing here allocates or prints. */
+ * lost), so both are made anew. Nothing here allocates or prints; it
+ * frees the dropped queue (glibc's fork makes malloc usable in a child's
+ * handler). */
 static void after_fork_child(void)
 {
     if (jitop__remote_io_child())
