@@ -285,8 +285,11 @@ JITOP_API int jitop_cache_clean(jitop_ctx *ctx);
 /* --------------------------------------------------- remote cache tier */
 
 /* Pushes the local entry under key (a jitop_build_result's key) to every
- * writable remote now, on the calling thread (jitop build --push). *pushed
- * (may be NULL) gets how many took it. JITOP_EINVAL when no remote is
+ * writable remote now, on the calling thread (jitop build --push). It first
+ * waits for this context's background pushes, and skips each remote that
+ * already took key from this process (a compile's own push): an entry is
+ * sent once. *pushed (may be NULL) gets how many remotes hold it from this
+ * process, those included. JITOP_EINVAL when no remote is
  * configured, JITOP_ENOTFOUND when the local cache holds no valid entry
  * under key, JITOP_EIO when no remote took it (each is read-only or down;
  * the warnings on stderr say why). */

@@ -31,7 +31,10 @@
  *                  that hits from the cache on the main thread (its time
  *                  covers its hashing), so that a no-op build starts no
  *                  worker process; jitop__build_before_fork, so that the
- *                  workers inherit the cache's once-only warnings as said
+ *                  workers inherit the cache's once-only warnings as said;
+ *                  jitop__build_worker_pushes / _note_pushed, so that a
+ *                  worker's pushes are sent before its _exit and --push
+ *                  sends each entry once
  *   cli_host.c     jitop__host_lib_build (host/host.h): host sources are one
  *                  shared object, built without loading it (no public call
  *                  builds host code without a module)

@@ -266,19 +266,24 @@ static void task_done(build_run *r, job *j)
 }
 
 /* In a worker process: the compile of one pending pair, its outcome sent
- * back as status, cached, warnings, ms, key, error, log. */
+ * back as status, cached, warnings, ms, key, the remotes it was pushed to,
+ * error, log. The push is done before the answer: the worker ends with
+ * _exit, which would drop it. */
 static void worker_task(void *user, size_t task, jitop_cli_buf *reply)
 {
     build_run *r = user;
     job *j = &r->jobs[r->todo[task]];
     int32_t v[3];
     build_job(r, j);
+    uint64_t pushed =
+        jitop__build_worker_pushes(r->ctx, j->status == JITOP_OK ? j->res.key : NULL);
     v[0] = j->status;
     v[1] = j->res.cached;
     v[2] = j->res.warnings;
     jitop_cli_buf_put(reply, v, sizeof v);
     jitop_cli_buf_put(reply, &j->res.ms, sizeof j->res.ms);
     jitop_cli_buf_put(reply, j->res.key, sizeof j->res.key);
+    jitop_cli_buf_put(reply, &pushed, sizeof pushed);
     jitop_cli_buf_put_str(reply, j->error);
     jitop_cli_buf_put_str(reply, j->log);
     /* sent: this worker's copies are not needed again */
@@ -295,9 +300,11 @@ static void worker_done(void *user, size_t task, const void *data, size_t len, c
     job *j = &r->jobs[r->todo[task]];
     const char *p = data, *end = p ? p + len : NULL;
     int32_t v[3];
+    uint64_t pushed = 0;
     if (!died && (jitop_cli_buf_get(&p, end, v, sizeof v) != 0 ||
                   jitop_cli_buf_get(&p, end, &j->res.ms, sizeof j->res.ms) != 0 ||
                   jitop_cli_buf_get(&p, end, j->res.key, sizeof j->res.key) != 0 ||
+                  jitop_cli_buf_get(&p, end, &pushed, sizeof pushed) != 0 ||
                   jitop_cli_buf_get_str(&p, end, &j->error) != 0 ||
                   jitop_cli_buf_get_str(&p, end, &j->log) != 0 || p != end ||
                   j->res.key[sizeof j->res.key - 1] != '\0'))
@@ -319,6 +326,8 @@ static void worker_done(void *user, size_t task, const void *data, size_t len, c
         j->status = v[0];
         j->res.cached = v[1];
         j->res.warnings = v[2];
+        if (j->status == JITOP_OK && pushed)
+            jitop__build_note_pushed(r->ctx, j->res.key, pushed);
     }
     task_done(r, j);
 }

@@ -116,8 +116,16 @@ void jitop__built_free(jitop__built *b);
 
 /* Before forking processes that build through ctx: the cache's once-per-
  * cache warnings (no file locks here) said now, so that the workers inherit
- * them as said. */
+ * them as said; and the pushes this process queued sent, so that no push
+ * is in flight on its push thread when it forks. */
 void jitop__build_before_fork(jitop_ctx *ctx);
+/* In a forked worker, after a build and before it answers (it ends with
+ * _exit, which would drop a queued push): its pushes sent, and the remotes
+ * that took key from it (jitop__cache_pushed's bits; 0 for a NULL key). */
+uint64_t jitop__build_worker_pushes(jitop_ctx *ctx, const char *key);
+/* In the parent: what a worker said it pushed, so that --push
+ * (jitop_remote_push) sends each entry once. */
+void jitop__build_note_pushed(jitop_ctx *ctx, const char *key, uint64_t mask);
 
 /* -------------------------------------------------------------- pch.c */
 

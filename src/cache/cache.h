@@ -113,6 +113,18 @@ enum { JITOP__REMOTE_NONE, JITOP__REMOTE_HIT, JITOP__REMOTE_MISS, JITOP__REMOTE_
  * *where the (redacted) URL that answered, DOWN when none answered, NONE
  * when no remote is configured. Nothing is stored locally. */
 int jitop__cache_remote_probe(jitop__cache *c, const char key[33], int *state, char **where);
+/* Waits until every push this process queued has been sent or has failed
+ * (each PUT is bounded by its remote's put-timeout). A process that ends
+ * with _exit (a forked build worker) calls it first: _exit would drop the
+ * queue. */
+void jitop__cache_push_flush(jitop__cache *c);
+/* The writable remotes that took key from this process: bit i for the
+ * spec's i-th remote (i < 64); 0 with no remote. jitop_remote_push skips
+ * them. */
+uint64_t jitop__cache_pushed(jitop__cache *c, const char key[33]);
+/* Records that another process (a forked worker, which said so) pushed key
+ * to the remotes in mask, so that jitop_remote_push here skips them. */
+void jitop__cache_note_pushed(jitop__cache *c, const char key[33], uint64_t mask);
 /* Forgets which remotes this process found broken (tests only). */
 void jitop__remote_forget_dead(void);
 

@@ -203,17 +203,74 @@ static bool sign_body(struct jitop__remote *r, const jitop__remote_server *s,
     return !b->oom;
 }
 
-/* PUTs one entry file (data, len bytes) to every live writable remote.
- * Returns how many took it. */
+/* The slot of key in the pushed set (r->lock held): its own, or the empty
+ * one where it would go; NULL when the set has no room (none allocated). */
+static struct pushed_slot *pushed_slot(struct pushed_set *p, const char key[33])
+{
+    if (p->cap == 0)
+        return NULL;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the hex key */
+    for (int i = 0; i < 32; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ull;
+    for (size_t i = (size_t)h & (p->cap - 1);; i = (i + 1) & (p->cap - 1))
+        if (!p->v[i].key[0] || memcmp(p->v[i].key, key, 33) == 0)
+            return &p->v[i];
+}
+
+/* The remotes (bits) that took key from this process; r->lock held. */
+static uint64_t pushed_mask(struct jitop__remote *r, const char key[33])
+{
+    struct pushed_slot *s = pushed_slot(&r->pushed, key);
+    return s && s->key[0] ? s->mask : 0;
+}
+
+/* Records that the remotes in mask took key (r->lock held). Out of memory
+ * only forgets it: the entry is then pushed again, never lost. */
+static void note_pushed(struct jitop__remote *r, const char key[33], uint64_t mask)
+{
+    struct pushed_set *p = &r->pushed;
+    if (!mask)
+        return;
+    if ((p->n + 1) * 2 > p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        struct pushed_slot *v = calloc(cap, sizeof *v);
+        if (!v)
+            return;
+        struct pushed_set grown = {v, cap, 0};
+        for (size_t i = 0; i < p->cap; i++)
+            if (p->v[i].key[0]) {
+                *pushed_slot(&grown, p->v[i].key) = p->v[i];
+                grown.n++;
+            }
+        free(p->v);
+        *p = grown;
+    }
+    struct pushed_slot *s = pushed_slot(p, key);
+    if (!s->key[0]) {
+        memcpy(s->key, key, 33);
+        p->n++;
+    }
+    s->mask |= mask;
+}
+
+static uint64_t server_bit(size_t i)
+{
+    return i < 64 ? (uint64_t)1 << i : 0;
+}
+
+/* PUTs one entry file (data, len bytes) to every live writable remote
+ * whose bit is not in skip. Returns how many took it; *took gets their
+ * bits. */
 static int push_one(struct jitop__remote *r, const char key[33], const unsigned char *data,
-                    size_t len)
+                    size_t len, uint64_t skip, uint64_t *took)
 {
     char path[64], err[CURL_ERR_CAP];
     int pushed = 0;
+    *took = 0;
     snprintf(path, sizeof path, "/v%d/%.2s/%s", JITOP__FORMAT_VERSION, key, key);
     for (size_t i = 0; i < r->n; i++) {
         const jitop__remote_server *s = &r->servers[i];
-        if (s->read_only || jitop__remote_is_dead(s))
+        if (s->read_only || (skip & server_bit(i)) || jitop__remote_is_dead(s))
             continue;
         struct jitop__wbuf b = {0};
         jitop__wb_bytes(&b, data, len);
@@ -233,6 +290,7 @@ static int push_one(struct jitop__remote *r, const char key[33], const unsigned 
                                     rep.status);
         } else {
             pushed++;
+            *took |= server_bit(i);
             jitop__remote_log(r, "remote cache %s: pushed %s (%zu bytes, %.1f ms)", s->shown,
                               key, b.n, jitop__now_ms() - t0);
         }
@@ -276,12 +334,20 @@ static void *push_thread(void *arg)
         r->head = it->next;
         if (!r->head)
             r->tail = NULL;
+        r->busy = true;
         pthread_mutex_unlock(&r->lock);
-        (void)push_one(r, it->key, it->data, it->len);
+        uint64_t took = 0;
+        (void)push_one(r, it->key, it->data, it->len, 0, &took);
+        pthread_mutex_lock(&r->lock);
+        note_pushed(r, it->key, took);
+        r->busy = false;
+        if (!r->head)
+            pthread_cond_broadcast(&r->idle);
         free(it->data);
         free(it);
-        pthread_mutex_lock(&r->lock);
     }
+    r->busy = false;
+    pthread_cond_broadcast(&r->idle);
     pthread_mutex_unlock(&r->lock);
     return NULL;
 }
@@ -320,10 +386,50 @@ static void push_later(struct jitop__remote *r, const char key[33], struct jitop
     }
     pthread_mutex_unlock(&r->lock);
     if (it) {
-        (void)push_one(r, it->key, it->data, it->len);
+        uint64_t took = 0;
+        (void)push_one(r, it->key, it->data, it->len, 0, &took);
+        pthread_mutex_lock(&r->lock);
+        note_pushed(r, it->key, took);
+        pthread_mutex_unlock(&r->lock);
         free(it->data);
         free(it);
     }
+}
+
+/* Waits until the push thread has sent (or failed) everything queued. */
+static void flush(struct jitop__remote *r)
+{
+    pthread_mutex_lock(&r->lock);
+    while (r->started && (r->head || r->busy))
+        pthread_cond_wait(&r->idle, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void jitop__cache_push_flush(jitop__cache *c)
+{
+    if (c && c->remote)
+        flush(c->remote);
+}
+
+uint64_t jitop__cache_pushed(jitop__cache *c, const char key[33])
+{
+    struct jitop__remote *r = c ? c->remote : NULL;
+    if (!r)
+        return 0;
+    pthread_mutex_lock(&r->lock);
+    uint64_t mask = pushed_mask(r, key);
+    pthread_mutex_unlock(&r->lock);
+    return mask;
+}
+
+void jitop__cache_note_pushed(jitop__cache *c, const char key[33], uint64_t mask)
+{
+    struct jitop__remote *r = c ? c->remote : NULL;
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    note_pushed(r, key, mask);
+    pthread_mutex_unlock(&r->lock);
 }
 
 int jitop__cache_put(jitop__cache *c, const char key[33], const jitop__entry *e)
@@ -421,7 +527,17 @@ int jitop_remote_push(jitop_ctx *ctx, const char *key, int *pushed)
     status = jitop__cache_entry_serialize(key, &e, &b);
     jitop__entry_free(&e);
     if (status == JITOP_OK) {
-        int n = push_one(r, key, b.p, b.n);
+        /* What this process (or a worker that said so) already sent is not
+         * sent again: the background push of a compile, then --push. */
+        flush(r);
+        pthread_mutex_lock(&r->lock);
+        uint64_t had = pushed_mask(r, key), took = 0;
+        pthread_mutex_unlock(&r->lock);
+        int n = push_one(r, key, b.p, b.n, had, &took);
+        pthread_mutex_lock(&r->lock);
+        note_pushed(r, key, took);
+        pthread_mutex_unlock(&r->lock);
+        n += __builtin_popcountll(had);
         if (pushed)
             *pushed = n;
         if (n == 0)

@@ -8,6 +8,28 @@
 #include <curl/curl.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+
+/* Requests and signatures under way in this process, on any thread (for
+ * the fork handlers: remote_private.h). */
+static atomic_int io_count;
+
+void jitop__remote_io_begin(void)
+{
+    atomic_fetch_add(&io_count, 1);
+}
+
+void jitop__remote_io_end(void)
+{
+    atomic_fetch_sub(&io_count, 1);
+}
+
+bool jitop__remote_io_child(void)
+{
+    bool busy = atomic_load(&io_count) > 0;
+    atomic_store(&io_count, 0);
+    return busy;
+}
 
 static struct {
     pthread_once_t once;
@@ -73,6 +95,12 @@ char *jitop__url_redact(const char *url)
     const char *at = memrchr(host, '@', auth_end);
     const char *rest = at ? at + 1 : host;
     size_t keep = strcspn(rest, "?#");
+    /* An '@' after the host: a password with an unencoded '/' could be
+     * what follows it. The spec's parser refuses such a URL; this is the
+     * second line of defence: the path is not shown. */
+    size_t hostlen = strcspn(rest, "/?#");
+    if (memchr(rest + hostlen, '@', keep - hostlen))
+        return jitop__sprintf("%.*s%.*s/...", (int)(host - url), url, (int)hostlen, rest);
     return jitop__sprintf("%.*s%.*s", (int)(host - url), url, (int)keep, rest);
 }
 
@@ -129,13 +157,16 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     const char *why = NULL;
     CURL *h = NULL;
     struct curl_slist *hdrs = NULL;
-    char *url = NULL, *auth = NULL, *depth_hdr = NULL;
+    char *url = NULL, *auth = NULL, *login = NULL, *depth_hdr = NULL;
+    size_t login_size = 0; /* the bytes of login to wipe */
     char cerr[CURL_ERROR_SIZE] = "";
     struct sink sink = {.r = out};
     int rc = -1;
     memset(out, 0, sizeof *out);
+    jitop__remote_io_begin();
     if (!jitop__http_open(&why)) {
         snprintf(err, errcap, "%s", why);
+        jitop__remote_io_end();
         return -1;
     }
     url = jitop__sprintf("%s%s", s->url, path);
@@ -146,10 +177,31 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     }
     const char *token = nonempty("JITOP_REMOTE_CACHE_TOKEN");
     const char *user = nonempty("JITOP_REMOTE_CACHE_USER");
+    /* A token is sent as it is, every byte but the ones that would end the
+     * header (a line break would smuggle a header of its own into the
+     * request): those are refused, and the token is never shown. */
+    for (const char *p = token; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            snprintf(err, errcap, "$JITOP_REMOTE_CACHE_TOKEN holds a control byte (a line "
+                                  "break?), so it is not sent (not shown: it is a secret)");
+            goto out;
+        }
     if (token && !(auth = jitop__sprintf("Authorization: Bearer %s", token))) {
         snprintf(err, errcap, "out of memory");
         goto out;
     }
+    /* user:password split at the first ':' (a basic user name holds none),
+     * handed to curl apart: the password is sent as it is, every byte. */
+    if (!token && user) {
+        if (!(login = jitop__strdup(user))) {
+            snprintf(err, errcap, "out of memory");
+            goto out;
+        }
+        login_size = strlen(user);
+    }
+    char *password = login ? strchr(login, ':') : NULL;
+    if (password)
+        *password++ = '\0';
     if (depth && !(depth_hdr = jitop__sprintf("Depth: %s", depth))) {
         snprintf(err, errcap, "out of memory");
         goto out;
@@ -188,8 +240,10 @@ int jitop__http_request(const jitop__remote_server *s, const char *method, const
     SET(CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
     if (nonempty("NETRC"))
         SET(CURLOPT_NETRC_FILE, nonempty("NETRC"));
-    if (!token && user)
-        SET(CURLOPT_USERPWD, user);
+    if (login)
+        SET(CURLOPT_USERNAME, login);
+    if (password)
+        SET(CURLOPT_PASSWORD, password);
     if (head) {
         SET(CURLOPT_NOBODY, 1L);
     } else if (!get) {
@@ -227,7 +281,12 @@ out:
         memset(auth, 0, strlen(auth));
         free(auth);
     }
+    if (login) {
+        memset(login, 0, login_size);
+        free(login);
+    }
     free(depth_hdr);
     free(url);
+    jitop__remote_io_end();
     return rc;
 }

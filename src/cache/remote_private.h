@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define JITOP__REMOTE_SIG_MAGIC "JITOPSIG"
 #define JITOP__REMOTE_MAC_SIZE 32
@@ -106,6 +107,19 @@ struct push_item {
     size_t len;
 };
 
+/* Which remotes took a key from this process (or from a forked worker that
+ * said so): bit i for the spec's i-th remote, i < 64 (a remote past the
+ * 64th is never recorded, so it is pushed to again rather than skipped).
+ * An open-addressed table under the remote's lock; 48 bytes an entry. */
+struct pushed_slot {
+    char key[33];
+    uint64_t mask;
+};
+struct pushed_set {
+    struct pushed_slot *v;
+    size_t cap, n; /* cap: 0 or a power of two */
+};
+
 struct jitop__remote {
     jitop__remote_server *servers;
     size_t n;
@@ -114,9 +128,11 @@ struct jitop__remote {
     int verbose;
 
     pthread_mutex_t lock; /* guards everything below */
-    pthread_cond_t wake;
+    pthread_cond_t wake;  /* the push thread: an item queued, or stop */
+    pthread_cond_t idle;  /* flushers: the queue is empty and no push runs */
     struct push_item *head, *tail;
     bool started, stop;
+    bool busy; /* the push thread is sending an item it dequeued */
     pthread_t thread;
     double drain_until; /* jitop__now_ms() deadline once stop is set */
     struct {
@@ -124,7 +140,29 @@ struct jitop__remote {
         double at;
     } misses[JITOP__REMOTE_MISS_MEMO_N];
     unsigned next_miss;
+    struct pushed_set pushed;
+
+    /* The process's list of remotes, for its fork handlers (remote_config.c):
+     * guarded by the list's own lock, not by lock above. */
+    struct jitop__remote *fork_next;
 };
+
+/* Fork safety (remote_config.c). Every remote is on a process-wide list
+ * that pthread_atfork handlers walk: before a fork they take the list's
+ * lock, every remote's lock and the dead list's lock, so the child gets
+ * each in a consistent state; in the child, each remote forgets the
+ * parent's push thread and queue (the parent sends those) and gets fresh
+ * condition variables, so the child's first push starts a thread of its
+ * own. A request in flight on another thread at the fork (inside curl,
+ * its resolver or its TLS library, whose locks that thread may hold and
+ * never release in the child) turns the tier off in the child: every
+ * remote is dead there, said once. jitop__remote_io_begin/_end
+ * (remote_http.c) bracket each request and signature so that the handlers
+ * can tell; jitop__remote_io_child, in the child's handler, says whether
+ * one was under way and starts the child's count at 0. */
+void jitop__remote_io_begin(void);
+void jitop__remote_io_end(void);
+bool jitop__remote_io_child(void);
 
 /* Set-up and state (remote_config.c). */
 void jitop__remote_free(struct jitop__remote *r);

@@ -47,13 +47,14 @@ bool jitop__remote_mac(const unsigned char *key, size_t klen, const unsigned cha
     if (crypto.why)
         return false;
     unsigned int outlen = 0;
+    jitop__remote_io_begin(); /* libcrypto may hold its own locks meanwhile */
     const EVP_MD *md = crypto.sha256();
-    if (!md || klen > INT32_MAX || !crypto.hmac(md, key, (int)klen, data, n, mac, &outlen) ||
-        outlen != JITOP__REMOTE_MAC_SIZE) {
+    bool ok = md && klen <= INT32_MAX && crypto.hmac(md, key, (int)klen, data, n, mac, &outlen) &&
+              outlen == JITOP__REMOTE_MAC_SIZE;
+    jitop__remote_io_end();
+    if (!ok)
         *why = "HMAC-SHA256 failed in libcrypto";
-        return false;
-    }
-    return true;
+    return ok;
 }
 
 bool jitop__remote_mac_equal(const unsigned char *a, const unsigned char *b)

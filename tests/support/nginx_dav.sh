@@ -14,6 +14,9 @@
 #   /err500/  every request answers 500
 #   /slow/    DIR/www/cache at 1 byte per second (a timeout)
 #   /auth/    DIR/www/cache for "Bearer jitop-test-token" or basic u:pw only
+#   /auth2/   DIR/www/cache for the hairy credentials below only: a user and
+#             a password, and a bearer token, holding the bytes that are
+#             separators elsewhere (tests/cpu/test_remote_creds.c has the same)
 set -euo pipefail
 cmd=${1:?usage: nginx_dav.sh start|stop DIR}
 dir=${2:?usage: nginx_dav.sh start|stop DIR}
@@ -45,6 +48,12 @@ for m in /usr/lib/nginx/modules/ngx_http_dav_ext_module.so /usr/share/nginx/modu
 done
 # Workers run as the user who started nginx; as root nginx would switch to
 # nobody, who could not write the temporary root.
+# The password: every byte from 0x01 to 0xff (blanks, ',', '|', ':', '@',
+# '%', '/', '?', '#', quotes, backslash, control bytes, non-ASCII). The user
+# name: no ':' (HTTP basic forbids it), but ',' '|' '@' and a blank.
+hairy_user='c i,|@x'
+hairy_basic=$( { printf '%s:' "$hairy_user"; for i in $(seq 1 255); do printf "\\$(printf %03o "$i")"; done; } | base64 -w0)
+hairy_token='tok,en|with space;and=%41+/~'
 user=
 [ "$(id -u)" = 0 ] && user="user root;"
 for try in $(seq 20); do
@@ -80,6 +89,16 @@ http {
         location /auth/ {
             alias $dir/www/cache/;
             if (\$http_authorization !~ "^(Bearer jitop-test-token|Basic dTpwdw==)\$") { return 401; }
+        }
+        location /auth2/ {
+            alias $dir/www/cache/;
+            dav_methods PUT;
+            create_full_put_path on;
+            dav_access user:rw;
+            set \$ok 0;
+            if (\$http_authorization = "Basic $hairy_basic") { set \$ok 1; }
+            if (\$http_authorization = "Bearer $hairy_token") { set \$ok 1; }
+            if (\$ok = 0) { return 401; }
         }
     }
 }
