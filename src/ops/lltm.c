@@ -23,9 +23,9 @@
  * loads the module and gets the instance under ctx->lock. */
 #include "build/build.h"
 #include "load/driver.h"
+#include "ops/cublas_dl.h"
 #include "ops/ops_state.h"
 
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -106,12 +106,8 @@ static const int lltm_bwd_tiles[2][2][4] = {
 
 enum lltm_path { PATH_AUTO, PATH_FUSED, PATH_CUBLAS };
 
-/* cuBLAS through dlopen; only what the products need. Handles and streams
- * are pointers; enums are ints (CUBLAS_OP_N 0, CUBLAS_OP_T 1). */
-typedef int (*cublas_create_fn)(void **handle);
-typedef int (*cublas_destroy_fn)(void *handle);
-typedef int (*cublas_set_stream_fn)(void *handle, void *stream);
-typedef int (*cublas_set_int_fn)(void *handle, int mode);
+/* cuBLAS's products (cublas_dl.h has the handle); enums are ints
+ * (CUBLAS_OP_N 0, CUBLAS_OP_T 1). */
 typedef int (*cublas_sgemm_fn)(void *h, int ta, int tb, int m, int n, int k, const float *alpha,
                                const float *a, int lda, const float *b, int ldb,
                                const float *beta, float *c, int ldc);
@@ -129,10 +125,7 @@ typedef int (*cublas_dgemm_strided_fn)(void *h, int ta, int tb, int m, int n, in
                                        int count);
 
 typedef struct lltm_cublas {
-    void *lib;
-    void *handle;
-    cublas_destroy_fn destroy;
-    cublas_set_stream_fn set_stream;
+    jitop__cublas blas; /* first: jitop__cublas_open allocates the whole */
     cublas_sgemm_fn sgemm;
     cublas_dgemm_fn dgemm;
     cublas_sgemm_strided_fn sgemm_strided;
@@ -155,13 +148,9 @@ static void lltm_state_destroy(jitop_ctx *ctx)
     if (st != NULL && st->cublas != NULL) {
         const jitop__driver *d = jitop__driver_of(ctx);
         /* The handle belongs to the context: destroy it with that current. */
-        if (d != NULL && jitop__driver_make_current(d) == JITOP_OK &&
-            st->cublas->destroy(st->cublas->handle) != 0)
-            jitop__log(ctx, "lltm: cublasDestroy failed");
+        const bool live = d != NULL && jitop__driver_make_current(d) == JITOP_OK;
         pthread_mutex_destroy(&st->cublas->lock);
-        if (dlclose(st->cublas->lib) != 0)
-            jitop__log(ctx, "lltm: dlclose(libcublas): %s", dlerror());
-        free(st->cublas);
+        jitop__cublas_close(ctx, "lltm", &st->cublas->blas, live);
     }
     free(st);
     if (ctx->ops != NULL)
@@ -284,60 +273,26 @@ static int lltm_run(struct jitop__lltm_state *st, int t, enum lltm_slot slot, ji
     return jitop_launch_ex(op, &lc, args, NULL, nargs);
 }
 
-static void *lltm_sym(void *lib, const char *name, int *missing)
-{
-    void *p = dlsym(lib, name);
-    if (p == NULL)
-        *missing = 1;
-    return p;
-}
-
-/* Opens libcublas.so.13 (by soname, then $CUDA_HOME/lib64, then
- * /usr/local/cuda/lib64) and makes a handle in ctx's CUDA context. NULL when
- * any step fails. */
+/* cuBLAS (see jitop__cublas_open) with the products' entry points and the
+ * lock; NULL, with the reason logged, when any step fails. */
 static lltm_cublas *lltm_cublas_load(jitop_ctx *ctx)
 {
-    lltm_cublas *cb = calloc(1, sizeof *cb);
-    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    const char *home = getenv("CUDA_HOME");
-    char path[4096];
-    if (lib == NULL && home != NULL &&
-        snprintf(path, sizeof path, "%s/lib64/libcublas.so.13", home) < (int)sizeof path)
-        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    int missing = 0, ok = 0;
-    const jitop__driver *d = jitop__driver_of(ctx);
-    if (cb != NULL && lib != NULL && d != NULL) {
-        cublas_create_fn create = (cublas_create_fn)lltm_sym(lib, "cublasCreate_v2", &missing);
-        cublas_set_int_fn math = (cublas_set_int_fn)lltm_sym(lib, "cublasSetMathMode", &missing);
-        cublas_set_int_fn ptr = (cublas_set_int_fn)lltm_sym(lib, "cublasSetPointerMode_v2", &missing);
-        cb->destroy = (cublas_destroy_fn)lltm_sym(lib, "cublasDestroy_v2", &missing);
-        cb->set_stream = (cublas_set_stream_fn)lltm_sym(lib, "cublasSetStream_v2", &missing);
-        cb->sgemm = (cublas_sgemm_fn)lltm_sym(lib, "cublasSgemm_v2", &missing);
-        cb->dgemm = (cublas_dgemm_fn)lltm_sym(lib, "cublasDgemm_v2", &missing);
-        cb->sgemm_strided =
-            (cublas_sgemm_strided_fn)lltm_sym(lib, "cublasSgemmStridedBatched", &missing);
-        cb->dgemm_strided =
-            (cublas_dgemm_strided_fn)lltm_sym(lib, "cublasDgemmStridedBatched", &missing);
-        /* 0: CUBLAS_DEFAULT_MATH (full fp32, no TF32); 0: host pointer mode. */
-        if (!missing && jitop__driver_make_current(d) == JITOP_OK && create(&cb->handle) == 0) {
-            ok = math(cb->handle, 0) == 0 && ptr(cb->handle, 0) == 0 &&
-                 pthread_mutex_init(&cb->lock, NULL) == 0;
-            if (!ok && cb->destroy(cb->handle) != 0)
-                jitop__log(ctx, "lltm: cublasDestroy failed");
-        }
+    static const char *const names[] = {"cublasSgemm_v2", "cublasDgemm_v2",
+                                        "cublasSgemmStridedBatched", "cublasDgemmStridedBatched"};
+    static const char fallback[] = "; the fused kernels run every size";
+    void *fns[4];
+    lltm_cublas *cb = jitop__cublas_open(ctx, "lltm", fallback, sizeof *cb, names, fns, 4);
+    if (cb == NULL)
+        return NULL;
+    if (pthread_mutex_init(&cb->lock, NULL) != 0) {
+        jitop__cublas_close(ctx, "lltm", &cb->blas, true);
+        jitop__log(ctx, "lltm: cuBLAS not available (setup failed)%s", fallback);
+        return NULL;
     }
-    if (ok) {
-        cb->lib = lib;
-    } else {
-        jitop__log(ctx, "lltm: cuBLAS not available (%s); the fused kernels run every size",
-                   lib == NULL ? "libcublas.so.13 not found" : "setup failed");
-        if (lib != NULL && dlclose(lib) != 0)
-            jitop__log(ctx, "lltm: dlclose(libcublas): %s", dlerror());
-        free(cb);
-        cb = NULL;
-    }
+    cb->sgemm = (cublas_sgemm_fn)fns[0];
+    cb->dgemm = (cublas_dgemm_fn)fns[1];
+    cb->sgemm_strided = (cublas_sgemm_strided_fn)fns[2];
+    cb->dgemm_strided = (cublas_dgemm_strided_fn)fns[3];
     return cb;
 }
 
@@ -429,19 +384,20 @@ typedef struct lltm_product {
 
 static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
 {
+    void *h = cb->blas.handle;
     int r;
     if (t == 0) {
         const float one = 1.0f, zero = 0.0f;
-        r = p->count == 1 ? cb->sgemm(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
+        r = p->count == 1 ? cb->sgemm(h, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
                                       p->lda, p->b, p->ldb, &zero, p->c, p->ldc)
-                          : cb->sgemm_strided(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one,
+                          : cb->sgemm_strided(h, p->ta, p->tb, p->m, p->n, p->k, &one,
                                               p->a, p->lda, p->sa, p->b, p->ldb, p->sb, &zero,
                                               p->c, p->ldc, p->sc, p->count);
     } else {
         const double one = 1.0, zero = 0.0;
-        r = p->count == 1 ? cb->dgemm(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
+        r = p->count == 1 ? cb->dgemm(h, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
                                       p->lda, p->b, p->ldb, &zero, p->c, p->ldc)
-                          : cb->dgemm_strided(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one,
+                          : cb->dgemm_strided(h, p->ta, p->tb, p->m, p->n, p->k, &one,
                                               p->a, p->lda, p->sa, p->b, p->ldb, p->sb, &zero,
                                               p->c, p->ldc, p->sc, p->count);
     }
@@ -552,7 +508,7 @@ static int lltm_forward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int
         p.sc = (long long)B * 3 * S;
     }
     pthread_mutex_lock(&cb->lock);
-    if (cb->set_stream(cb->handle, stream) != 0)
+    if (cb->blas.set_stream(cb->blas.handle, stream) != 0)
         status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
     if (status == JITOP_OK)
         status = lltm_gemm(cb, t, &p);
@@ -640,7 +596,7 @@ static int lltm_backward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, in
      * the col-major 3S x B transposed). */
     lltm_product dw = {0, 1, K, 3 * S, B, X, K, 0, G, 3 * S, 0, d_weights, K, 0, 1};
     pthread_mutex_lock(&cb->lock);
-    if (cb->set_stream(cb->handle, stream) != 0)
+    if (cb->blas.set_stream(cb->blas.handle, stream) != 0)
         status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
     for (int i = 0; status == JITOP_OK && i < ndx; i++)
         status = lltm_gemm(cb, t, &dx[i]);
