@@ -61,9 +61,9 @@ typedef struct lltm_kernel {
  * (K + 1 = 161, 3S = 384) the fp32 kernels take one round of k tiles with
  * short chains: the forward 11 tiles of 16 over 16 groups, the backward's
  * d_X 24 tiles of 16 over 24 groups (its d_W blocks, 3 groups of 256
- * threads, reduce over B). Against 8 and 16 groups of 32 this measured 8.8
- * instead of 10.3 us per forward + backward from C, and the forward is 14 KB
- * of code instead of 35 (bench/lltm_NOTES.md). */
+ * threads, reduce over B). Against 8 and 16 groups of 32 this is a faster
+ * forward + backward and a forward of less than half the code (figures in
+ * bench/lltm_NOTES.md, run 9). */
 /* The fused forward's BM, BN per dtype (must match the names below). */
 static const unsigned lltm_fwd_tile[2][2] = {{8, 4}, {16, 8}};
 static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
@@ -99,8 +99,9 @@ static const int lltm_bwd_tiles[2][2][4] = {
 
 /* Sizes (B * 3S * K multiply-adds) from which cuBLAS runs the products, and
  * from which the fused backward's recomputation of d_gates per tile costs
- * more than a second launch. Measured on an H100: B16 I32 S128 (1.0e6) is
- * fastest fused, B64 I256 S1024 (2.5e8) with cuBLAS (bench/lltm_NOTES.md). */
+ * more than a second launch. They sit between the tutorial's size, B16 I32
+ * S128 (1.0e6), fastest fused, and B64 I256 S1024 (2.5e8), fastest with
+ * cuBLAS (bench/lltm_NOTES.md). */
 #define LLTM_CUBLAS_FROM 16000000.0
 #define LLTM_SPLIT_BWD_FROM 4000000.0
 
@@ -412,12 +413,12 @@ static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
  * fill the GPU (B = 64 rows), and cuBLAS runs each tile's whole k on one
  * block. Slices of k, each its own product in one batched call, give about
  * four tiles per SM; the slices are summed by the kernel that reads the
- * result next. Measured on an H100 (bench/lltm_NOTES.md, B64 I256 S1024):
- * d_X 35 us as one product, 18.1 us in 12 slices (16: 19.4, 24: 17.5 but
- * twice the partials to sum; backward from C 44.5 us with 12, 45.1 with
- * 16); the forward's gates 23 us, 18.2 in 8 (16: 20.7). cuBLASLt's own
- * split-K and every algorithm it offers for these shapes were slower
- * (22.7 and 23.3 us at best). 1: no split (large sizes fill the GPU). */
+ * result next. At B64 I256 S1024 that nearly halves d_X's product (12
+ * slices: 24 are no faster over the whole backward, with twice the partials
+ * to sum) and cuts the forward's gates by a fifth (8 slices); cuBLASLt's
+ * own split-K and every algorithm it offers for these shapes were slower
+ * (figures in bench/lltm_NOTES.md, run 8). 1: no split (large sizes fill
+ * the GPU). */
 static int lltm_split_k(const jitop__driver *d, int out_rows, int out_cols, int k)
 {
     /* At most LLTM_MAX_SLICES (kernels/lltm.cu), which the kernels that sum
