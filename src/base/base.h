@@ -78,6 +78,11 @@ char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 
 /* Reads a whole file, NUL-terminated (the NUL is not counted in *len). */
 int jitop__read_file(const char *path, char **data, size_t *len);
+/* Reads from fd into buf until size bytes are in or the end of the file
+ * (a file may shrink or grow while it is read), retrying when a signal
+ * interrupts. *got: the bytes read, also on failure. 0, or -1 with errno
+ * set by the failed read. */
+int jitop__read_upto(int fd, void *buf, size_t size, size_t *got);
 /* Opens path for reading if it is a regular file, with *st its fstat. A
  * FIFO, device, socket or directory is refused (JITOP_EIO naming it and its
  * type) without blocking: opening a FIFO for reading would wait for a
