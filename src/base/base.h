@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -121,6 +122,22 @@ double jitop__now_ms(void);
 
 /* 128-bit content hashes (XXH3-128) as 32 lowercase hex digits + NUL. */
 void jitop__hash_hex(XXH128_hash_t h, char out[33]);
+/* A key's fields (cache keys, host objects' keys): a string goes in
+ * length-prefixed, so that ("ab", "c") and ("a", "bc") never hash alike
+ * (NULL as ""); a number as its 8 bytes. Inline: out of line, GCC inlines
+ * xxHash's update into key.c's one direct call and reports a false
+ * -Warray-bounds there. */
+static inline void jitop__hash_u64(XXH3_state_t *st, uint64_t v)
+{
+    XXH3_128bits_update(st, &v, sizeof v);
+}
+static inline void jitop__hash_str(XXH3_state_t *st, const char *s)
+{
+    uint64_t n = s ? strlen(s) : 0;
+    jitop__hash_u64(st, n);
+    if (n)
+        XXH3_128bits_update(st, s, n);
+}
 
 /* ------------------------------------------------------------ context.c */
 
