@@ -55,6 +55,9 @@ void jitop__clear_error(void);
 
 /* Verbose output (JITOP_VERBOSE / config.verbose) goes through this. */
 void jitop__log(const jitop_ctx *ctx, const char *fmt, ...) JITOP__PRINTF(2, 3);
+/* Writes one verbose line ("jitop: " and the message) to stderr, for a
+ * room's own log that decides itself whether to speak. */
+void jitop__vlog(const char *fmt, va_list ap) JITOP__PRINTF(1, 0);
 
 /* A growable list of owned strings. */
 typedef struct jitop__strv {

@@ -86,15 +86,20 @@ void jitop__clear_error(void)
     errmsg[0] = '\0';
 }
 
+void jitop__vlog(const char *fmt, va_list ap)
+{
+    fputs("jitop: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void jitop__log(const jitop_ctx *ctx, const char *fmt, ...)
 {
     if (ctx && !ctx->verbose)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("jitop: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    jitop__vlog(fmt, ap);
     va_end(ap);
 }
 
