@@ -67,8 +67,12 @@ static void expect_unavailable(const char *text)
         fail_msg("logged '%s'", text);
 }
 
-static jitop_ctx *verbose_ctx(const char *cache, int compile_only)
+/* A verbose context, with the driver open on the fake or compile-only (no
+ * driver at all): jitop__cublas_open must fail there and log why. */
+static void expect_open_fails(int compile_only)
 {
+    char *dir = jt_tmpdir();
+    char *cache = jt_path(dir, "cache");
     jitop_config cfg;
     jitop_config_init(&cfg);
     cfg.cache_dir = cache;
@@ -78,42 +82,29 @@ static jitop_ctx *verbose_ctx(const char *cache, int compile_only)
     jitop_ctx *ctx = NULL;
     if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK)
         fail_msg("jitop_ctx_create: %s", jitop_errmsg(NULL));
-    return ctx;
+    if (!compile_only)
+        assert_int_equal(jitop_ctx_cuda(ctx, NULL, NULL), JITOP_OK);
+    assert_true((jitop__driver_of(ctx) == NULL) == compile_only);
+    void *cb = (void *)1;
+    char *text = open_logged(ctx, &cb);
+    assert_null(cb);
+    expect_unavailable(text);
+    free(text);
+    jitop_ctx_destroy(ctx);
+    free(cache);
+    free(dir);
 }
 
 static void test_no_handle_on_the_fake_driver(void **state)
 {
     (void)state;
-    char *dir = jt_tmpdir();
-    char *cache = jt_path(dir, "cache");
-    jitop_ctx *ctx = verbose_ctx(cache, 0);
-    assert_int_equal(jitop_ctx_cuda(ctx, NULL, NULL), JITOP_OK); /* the driver is open */
-    assert_non_null(jitop__driver_of(ctx));
-    void *cb = (void *)1;
-    char *text = open_logged(ctx, &cb);
-    assert_null(cb);
-    expect_unavailable(text);
-    free(text);
-    jitop_ctx_destroy(ctx);
-    free(cache);
-    free(dir);
+    expect_open_fails(0);
 }
 
 static void test_no_driver_in_a_compile_only_context(void **state)
 {
     (void)state;
-    char *dir = jt_tmpdir();
-    char *cache = jt_path(dir, "cache");
-    jitop_ctx *ctx = verbose_ctx(cache, 1);
-    assert_null(jitop__driver_of(ctx));
-    void *cb = (void *)1;
-    char *text = open_logged(ctx, &cb);
-    assert_null(cb);
-    expect_unavailable(text);
-    free(text);
-    jitop_ctx_destroy(ctx);
-    free(cache);
-    free(dir);
+    expect_open_fails(1);
 }
 
 int main(int argc, char **argv)
