@@ -45,13 +45,7 @@ void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33])
      * load NVRTC (8-10 ms) on every hit, and the file already tells one
      * release from another (see jitop__nvrtc_identity in compile.h). */
     jitop__hash_str(&st, jitop__nvrtc_identity());
-    jitop__hash_u64(&st, d->n);
-    for (size_t i = 0; i < d->n; i++) {
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, d->v[i].hash);
-        jitop__hash_str(&st, d->v[i].path);
-        XXH3_128bits_update(&st, c.digest, sizeof c.digest);
-    }
+    jitop__deps_hash(&st, d);
     key_finish(&st, key);
 }
 

@@ -133,13 +133,7 @@ static void obj_key(const jitop__host_unit *u, const jitop__host_cc *cc, const j
     XXH3_INITSTATE(&st);
     XXH3_128bits_reset(&st);
     h_unit(&st, "jitop host object key", u, cc);
-    jitop__hash_u64(&st, d->n);
-    for (size_t i = 0; i < d->n; i++) {
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, d->v[i].hash);
-        jitop__hash_str(&st, d->v[i].path);
-        XXH3_128bits_update(&st, c.digest, sizeof c.digest);
-    }
+    jitop__deps_hash(&st, d);
     jitop__hash_hex(XXH3_128bits_digest(&st), key);
 }
 
