@@ -232,8 +232,8 @@ __device__ __forceinline__ void ln_unpack_gamma(const T *__restrict__ gamma, int
 // used for one row before the row is split over a cluster. The defaults of
 // the short names (layernorm_fwd<T, N, AFFINE>) follow the same rule as
 // src/ops/layernorm.c.
-// Measured on an H100 (bench/layernorm_NOTES.md): the more bytes each thread
-// keeps in flight the better, up to what the registers hold.
+// The more bytes each thread keeps in flight the better, up to what the
+// registers hold (bench/layernorm_NOTES.md).
 #ifndef LN_FWD_MAX_BYTES
 #define LN_FWD_MAX_BYTES 128
 #endif
@@ -606,10 +606,10 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 // this one's reduction and output, so that memory stays busy across the
 // block-wide reduction. It holds a second set of row registers, so PF
 // kernels ask for registers for LN_BWD_PF_THREADS_PER_SM threads per SM.
-// Measured on an H100 (bench/layernorm_NOTES.md, run 3): 16-bit rows of
-// 4096 and 8192 went from 69-73% to 81-84% of copy bandwidth; float32 and
-// the cluster kernels lost (float32 N = 32768: 78% -> 54%), short rows
-// moved within noise: PF is for 16-bit rows of 8 KiB or more on one block.
+// It lifts 16-bit rows of 4096 and 8192 elements by about a tenth of copy
+// bandwidth; float32 and the cluster kernels lose (float32 N = 32768 by
+// nearly a third), short rows move within noise (bench/layernorm_NOTES.md,
+// run 3): PF is for 16-bit rows of 8 KiB or more on one block.
 #ifndef LN_BWD_PF_THREADS_PER_SM
 #define LN_BWD_PF_THREADS_PER_SM 512
 #endif
@@ -1044,8 +1044,9 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         // copy issued was waited for), so that a warp's stores are 512
         // contiguous bytes: stored straight from the registers, a lane's
         // columns are VEC apart, each store instruction touched 32 sectors,
-        // and the kernel's warps stalled on the store queue (ncu, 16-bit
-        // N = 32768: 3.6 cycles per instruction, against 0.03 without them).
+        // and the kernel's warps stalled on the store queue (ncu: two orders
+        // of magnitude more throttle stalls than without them;
+        // bench/layernorm_NOTES.md, run 6).
         float4 *acc = reinterpret_cast<float4 *>(ln_stage); // [2][CHUNK / 4]
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
@@ -1079,8 +1080,9 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 // 32 x R (R = 1 ... 32, ln_reduce_rows in src/ops/layernorm.c: about P / 16):
 // 32 columns, each summed by R threads that issue eight loads at a time
 // before adding, then across the R (32 x 32 threads left each with two or
-// three dependent loads at P ~ 66, and took 14 us for N = 32768 on an H200;
-// 32 x 8 took 10). Grid (ceil(N / 32), 2). Either output may be NULL.
+// three dependent loads at P ~ 66, and ran about 40% longer than 32 x 8;
+// bench/layernorm_NOTES.md, run 6). Grid (ceil(N / 32), 2). Either output
+// may be NULL.
 template <typename T>
 __global__ void __launch_bounds__(1024)
     layernorm_bwd_reduce(const float *__restrict__ part, long long P, int N, T *__restrict__ dgamma,

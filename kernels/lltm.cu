@@ -214,8 +214,8 @@ __device__ __forceinline__ bool lltm_mainloop(const P &p, int m0, int n0, int kr
         // One call site each for the loads, the tile product and the stores
         // (the next tile's loads still overlap this tile's FMAs): every site
         // is unrolled code, and the second copy of the loads made the
-        // forward 27 KB of SASS instead of 14, which the driver pays for in
-        // every load of the module (about 3.5 us per KB on an H100;
+        // forward twice the SASS, which the driver pays for in every load
+        // of the module (its load time grows with the cubin's size;
         // bench/lltm_NOTES.md, run 9).
 #pragma unroll 1
         for (int r = 0; r <= rounds; r++) {
@@ -232,10 +232,10 @@ __device__ __forceinline__ bool lltm_mainloop(const P &p, int m0, int n0, int kr
         }
     } else {
         // The first tile's loads peeled off the loop: twice the load code
-        // (the fused backward's d_gates are computed in its loads: 52 KB
-        // of SASS instead of 30), but in the form above that backward
-        // measured 0.1 us slower per call at the tutorial's size (0.3 with
-        // its earlier tiling; bench/lltm_NOTES.md, run 9).
+        // (the fused backward's d_gates are computed in its loads: nearly
+        // twice the SASS), but in the form above that backward ran
+        // slower per call at the tutorial's size (bench/lltm_NOTES.md,
+        // run 9).
         lltm_load<L>(p, tid, m0, n0, grp * L::BK, ra, rb);
         lltm_store<L, P>(mine, tid, ra, rb);
         __syncthreads();

@@ -353,26 +353,6 @@ static PyObject *module_subscript(PyObject *self, PyObject *name)
     return module_lookup((pj_module *)self, name);
 }
 
-static PyObject *info_dict(const jitop_op_info *info)
-{
-    PyObject *params = PyList_New((Py_ssize_t)info->nparams);
-    for (size_t i = 0; params && i < info->nparams; i++) {
-        PyObject *t = Py_BuildValue("{s:n,s:n}", "offset", (Py_ssize_t)info->param_offset[i],
-                                    "size", (Py_ssize_t)info->param_size[i]);
-        if (!t) {
-            Py_CLEAR(params);
-            break;
-        }
-        PyList_SET_ITEM(params, (Py_ssize_t)i, t);
-    }
-    if (!params)
-        return NULL;
-    return Py_BuildValue("{s:s,s:s,s:N,s:i,s:i,s:n}", "name", info->name, "lowered",
-                         info->lowered, "params", params, "max_threads_per_block",
-                         info->max_threads_per_block, "num_regs", info->num_regs,
-                         "static_shared_bytes", (Py_ssize_t)info->static_shared_bytes);
-}
-
 static PyObject *module_ops(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -395,7 +375,7 @@ static PyObject *module_ops(PyObject *self, PyObject *unused)
         got = n; /* a reload in between added kernels: list what was read */
     list = PyList_New((Py_ssize_t)got);
     for (size_t i = 0; list && i < got; i++) {
-        PyObject *d = info_dict(&infos[i]);
+        PyObject *d = pj_op_info_dict(&infos[i]);
         if (!d) {
             Py_CLEAR(list);
             break;

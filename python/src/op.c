@@ -737,6 +737,26 @@ out:
     return ret;
 }
 
+PyObject *pj_op_info_dict(const jitop_op_info *info)
+{
+    PyObject *params = PyList_New((Py_ssize_t)info->nparams);
+    for (size_t i = 0; params && i < info->nparams; i++) {
+        PyObject *t = Py_BuildValue("{s:n,s:n}", "offset", (Py_ssize_t)info->param_offset[i],
+                                    "size", (Py_ssize_t)info->param_size[i]);
+        if (!t) {
+            Py_CLEAR(params);
+            break;
+        }
+        PyList_SET_ITEM(params, (Py_ssize_t)i, t);
+    }
+    if (!params)
+        return NULL;
+    return Py_BuildValue("{s:s,s:s,s:N,s:i,s:i,s:n}", "name", info->name, "lowered",
+                         info->lowered, "params", params, "max_threads_per_block",
+                         info->max_threads_per_block, "num_regs", info->num_regs,
+                         "static_shared_bytes", (Py_ssize_t)info->static_shared_bytes);
+}
+
 /* op.info(): the kernel's description (jitop_op_info_get). */
 static PyObject *op_info(PyObject *self, PyObject *unused)
 {
@@ -746,22 +766,7 @@ static PyObject *op_info(PyObject *self, PyObject *unused)
     int status = jitop_op_info_get(op->op, &info);
     if (status != JITOP_OK)
         return pj_raise(status, NULL);
-    PyObject *params = PyList_New((Py_ssize_t)info.nparams);
-    for (size_t i = 0; params && i < info.nparams; i++) {
-        PyObject *t = Py_BuildValue("{s:n,s:n}", "offset", (Py_ssize_t)info.param_offset[i],
-                                    "size", (Py_ssize_t)info.param_size[i]);
-        if (!t) {
-            Py_CLEAR(params);
-            break;
-        }
-        PyList_SET_ITEM(params, (Py_ssize_t)i, t);
-    }
-    if (!params)
-        return NULL;
-    return Py_BuildValue("{s:s,s:s,s:N,s:i,s:i,s:n}", "name", info.name, "lowered", info.lowered,
-                         "params", params, "max_threads_per_block", info.max_threads_per_block,
-                         "num_regs", info.num_regs, "static_shared_bytes",
-                         (Py_ssize_t)info.static_shared_bytes);
+    return pj_op_info_dict(&info);
 }
 
 /* op.occupancy(shared_mem=0) -> (block_size, min_grid). */

@@ -93,6 +93,10 @@ extern PyObject *pj_not_found_error;
  * (and `what` in front when not NULL). Returns NULL. */
 PyObject *pj_raise(int status, const char *what);
 
+/* An op's description as op.info() and mod.ops() give it: a dict of name,
+ * lowered, params (offset and size each), max_threads_per_block, num_regs
+ * and static_shared_bytes; NULL with an exception set (op.c). */
+PyObject *pj_op_info_dict(const jitop_op_info *info);
 /* Creates an Op for op (op.c). */
 PyObject *pj_op_new(pj_module *owner, jitop_op *op, PyObject *name);
 /* Resolves the stream argument (None: torch's current stream or 0) (op.c). */

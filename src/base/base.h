@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -54,6 +55,9 @@ void jitop__clear_error(void);
 
 /* Verbose output (JITOP_VERBOSE / config.verbose) goes through this. */
 void jitop__log(const jitop_ctx *ctx, const char *fmt, ...) JITOP__PRINTF(2, 3);
+/* Writes one verbose line ("jitop: " and the message) to stderr, for a
+ * room's own log that decides itself whether to speak. */
+void jitop__vlog(const char *fmt, va_list ap) JITOP__PRINTF(1, 0);
 
 /* A growable list of owned strings. */
 typedef struct jitop__strv {
@@ -78,6 +82,11 @@ char *jitop__sprintf(const char *fmt, ...) JITOP__PRINTF(1, 2);
 
 /* Reads a whole file, NUL-terminated (the NUL is not counted in *len). */
 int jitop__read_file(const char *path, char **data, size_t *len);
+/* Reads from fd into buf until size bytes are in or the end of the file
+ * (a file may shrink or grow while it is read), retrying when a signal
+ * interrupts. *got: the bytes read, also on failure. 0, or -1 with errno
+ * set by the failed read. */
+int jitop__read_upto(int fd, void *buf, size_t size, size_t *got);
 /* Opens path for reading if it is a regular file, with *st its fstat. A
  * FIFO, device, socket or directory is refused (JITOP_EIO naming it and its
  * type) without blocking: opening a FIFO for reading would wait for a
@@ -116,6 +125,22 @@ double jitop__now_ms(void);
 
 /* 128-bit content hashes (XXH3-128) as 32 lowercase hex digits + NUL. */
 void jitop__hash_hex(XXH128_hash_t h, char out[33]);
+/* A key's fields (cache keys, host objects' keys): a string goes in
+ * length-prefixed, so that ("ab", "c") and ("a", "bc") never hash alike
+ * (NULL as ""); a number as its 8 bytes. Inline: out of line, GCC inlines
+ * xxHash's update into key.c's one direct call and reports a false
+ * -Warray-bounds there. */
+static inline void jitop__hash_u64(XXH3_state_t *st, uint64_t v)
+{
+    XXH3_128bits_update(st, &v, sizeof v);
+}
+static inline void jitop__hash_str(XXH3_state_t *st, const char *s)
+{
+    uint64_t n = s ? strlen(s) : 0;
+    jitop__hash_u64(st, n);
+    if (n)
+        XXH3_128bits_update(st, s, n);
+}
 
 /* ------------------------------------------------------------ context.c */
 

@@ -86,15 +86,20 @@ void jitop__clear_error(void)
     errmsg[0] = '\0';
 }
 
+void jitop__vlog(const char *fmt, va_list ap)
+{
+    fputs("jitop: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void jitop__log(const jitop_ctx *ctx, const char *fmt, ...)
 {
     if (ctx && !ctx->verbose)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("jitop: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    jitop__vlog(fmt, ap);
     va_end(ap);
 }
 
@@ -259,6 +264,22 @@ int jitop__open_regular(const char *path, int *fd, struct stat *st)
     return status;
 }
 
+int jitop__read_upto(int fd, void *buf, size_t size, size_t *got)
+{
+    *got = 0;
+    while (*got < size) {
+        ssize_t r = read(fd, (char *)buf + *got, size - *got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
 int jitop__read_file(const char *path, char **data, size_t *len)
 {
     int status = JITOP_OK, fd = -1;
@@ -275,17 +296,9 @@ int jitop__read_file(const char *path, char **data, size_t *len)
     }
     /* The file may shrink or grow while it is read (an editor saving): read
      * what is there now and stop at the end. */
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            status = jitop__fail(JITOP_EIO, "%s: read: %s", path, strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
+    if (jitop__read_upto(fd, buf, size, &got) != 0) {
+        status = jitop__fail(JITOP_EIO, "%s: read: %s", path, strerror(errno));
+        goto out;
     }
     buf[got] = '\0';
     *data = buf;

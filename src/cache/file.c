@@ -471,17 +471,9 @@ int jitop__cache_read_checked(jitop__cache *c, const char *path, const char *mag
         status = jitop__fail(JITOP_ENOMEM, "cache: out of memory reading %s", path);
         goto out;
     }
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            status = jitop__fail(JITOP_EIO, "cache: read %s: %s", path, strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
+    if (jitop__read_upto(fd, buf, size, &got) != 0) {
+        status = jitop__fail(JITOP_EIO, "cache: read %s: %s", path, strerror(errno));
+        goto out;
     }
     const char *why = jitop__file_check(buf, got, magic, file_flags);
     if (why) {

@@ -5,37 +5,24 @@
 #include <limits.h>
 #include <unistd.h>
 
-/* Every field is length-prefixed, so that ("ab", "c") and ("a", "bc") never
- * hash alike; lists are prefixed by their count. */
-static void key_str(XXH3_state_t *st, const char *s)
-{
-    uint64_t n = s ? strlen(s) : 0;
-    XXH3_128bits_update(st, &n, sizeof n);
-    if (n)
-        XXH3_128bits_update(st, s, n);
-}
-
-static void key_u64(XXH3_state_t *st, uint64_t v)
-{
-    XXH3_128bits_update(st, &v, sizeof v);
-}
-
+/* Every field is length-prefixed (jitop__hash_str); lists are prefixed by
+ * their count. */
 static void key_strv(XXH3_state_t *st, const jitop__strv *sv)
 {
-    key_u64(st, sv->n);
+    jitop__hash_u64(st, sv->n);
     for (size_t i = 0; i < sv->n; i++)
-        key_str(st, sv->v[i]);
+        jitop__hash_str(st, sv->v[i]);
 }
 
 static void key_unit(XXH3_state_t *st, const char *kind, const jitop__unit *u)
 {
-    key_str(st, kind);
-    key_u64(st, JITOP__FORMAT_VERSION);
-    key_str(st, u->arch);
-    key_str(st, u->source_name);
-    key_str(st, u->source_path);
-    key_u64(st, u->inline_text != NULL);
-    key_str(st, u->inline_text);
+    jitop__hash_str(st, kind);
+    jitop__hash_u64(st, JITOP__FORMAT_VERSION);
+    jitop__hash_str(st, u->arch);
+    jitop__hash_str(st, u->source_name);
+    jitop__hash_str(st, u->source_path);
+    jitop__hash_u64(st, u->inline_text != NULL);
+    jitop__hash_str(st, u->inline_text);
     key_strv(st, &u->options);
     /* The include folders, the toolkit's included (they are no option): a
      * header found in one, or __has_include of one, depends on them. */
@@ -57,14 +44,8 @@ void jitop__cache_key(const jitop__unit *u, const jitop__deps *d, char key[33])
     /* The NVRTC library's file name and size, not nvrtcVersion: that would
      * load NVRTC (8-10 ms) on every hit, and the file already tells one
      * release from another (see jitop__nvrtc_identity in compile.h). */
-    key_str(&st, jitop__nvrtc_identity());
-    key_u64(&st, d->n);
-    for (size_t i = 0; i < d->n; i++) {
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, d->v[i].hash);
-        key_str(&st, d->v[i].path);
-        XXH3_128bits_update(&st, c.digest, sizeof c.digest);
-    }
+    jitop__hash_str(&st, jitop__nvrtc_identity());
+    jitop__deps_hash(&st, d);
     key_finish(&st, key);
 }
 
@@ -74,14 +55,14 @@ void jitop__link_key(const char *arch, const jitop__strv *options, const char *c
     XXH3_state_t st;
     XXH3_INITSTATE(&st);
     XXH3_128bits_reset(&st);
-    key_str(&st, "jitop link key");
-    key_u64(&st, JITOP__FORMAT_VERSION);
-    key_str(&st, arch);
+    jitop__hash_str(&st, "jitop link key");
+    jitop__hash_u64(&st, JITOP__FORMAT_VERSION);
+    jitop__hash_str(&st, arch);
     key_strv(&st, options);
-    key_str(&st, jitop__nvjitlink_identity());
-    key_u64(&st, n);
+    jitop__hash_str(&st, jitop__nvjitlink_identity());
+    jitop__hash_u64(&st, n);
     for (size_t i = 0; i < n; i++)
-        key_str(&st, keys[i]);
+        jitop__hash_str(&st, keys[i]);
     key_finish(&st, key);
 }
 
@@ -98,7 +79,7 @@ void jitop__manifest_id(const jitop__unit *u, char id[33])
     key_unit(&st, "jitop manifest id", u);
     if (!u->source_path) {
         char cwd[PATH_MAX];
-        key_str(&st, getcwd(cwd, sizeof cwd) ? cwd : "");
+        jitop__hash_str(&st, getcwd(cwd, sizeof cwd) ? cwd : "");
     }
     key_finish(&st, id);
 }

@@ -159,9 +159,7 @@ void jitop__remote_log(const struct jitop__remote *r, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("jitop: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    jitop__vlog(fmt, ap);
     va_end(ap);
 }
 

@@ -99,16 +99,11 @@ int jitop__remote_secret_load(const char *path, unsigned char **key, size_t *len
         goto out;
     }
     size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            status = jitop__fail(JITOP_EIO, "JITOP_REMOTE_CACHE_SECRET: read %s: %s", path,
-                                 r < 0 ? strerror(errno) : "file shrank");
-            goto out;
-        }
-        got += (size_t)r;
+    int failed = jitop__read_upto(fd, buf, (size_t)st.st_size, &got);
+    if (failed || got < (size_t)st.st_size) {
+        status = jitop__fail(JITOP_EIO, "JITOP_REMOTE_CACHE_SECRET: read %s: %s", path,
+                             failed ? strerror(errno) : "file shrank");
+        goto out;
     }
     if (got > 0 && buf[got - 1] == '\n')
         got--;

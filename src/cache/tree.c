@@ -158,20 +158,28 @@ static int open_dir_at(int dfd, const char *name)
     return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* A stream over the directory fd (a copy of fd: fd stays the caller's). */
+static int open_listing(int fd, const char *shown, DIR **out)
+{
+    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    *out = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (*out)
+        return JITOP_OK;
+    int status = jitop__fail(JITOP_EIO, "cache: read directory %s: %s", shown, strerror(errno));
+    if (dup_fd >= 0 && close(dup_fd) != 0)
+        jitop__cache_vlog(NULL, "cache: close %s failed", shown);
+    return status;
+}
+
 /* The names in a directory (fd stays the caller's). Collected before
  * anything is renamed or removed there, which readdir does not promise to
  * survive. */
 static int list_dir(int fd, const char *shown, jitop__strv *names)
 {
-    int status = JITOP_OK;
-    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    if (!d) {
-        status = jitop__fail(JITOP_EIO, "cache: read directory %s: %s", shown, strerror(errno));
-        if (dup_fd >= 0 && close(dup_fd) != 0)
-            jitop__cache_vlog(NULL, "cache: close %s failed", shown);
+    DIR *d = NULL;
+    int status = open_listing(fd, shown, &d);
+    if (status != JITOP_OK)
         return status;
-    }
     struct dirent *de;
     while (status == JITOP_OK && (de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -188,16 +196,11 @@ static int list_dir(int fd, const char *shown, jitop__strv *names)
  * jitop's). Names that vanish meanwhile are skipped. */
 static int find_foreign(int fd, enum level level, const char *shown, char **foreign)
 {
-    int status = JITOP_OK;
     *foreign = NULL;
-    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    if (!d) {
-        status = jitop__fail(JITOP_EIO, "cache: read directory %s: %s", shown, strerror(errno));
-        if (dup_fd >= 0 && close(dup_fd) != 0)
-            jitop__cache_vlog(NULL, "cache: close %s failed", shown);
+    DIR *d = NULL;
+    int status = open_listing(fd, shown, &d);
+    if (status != JITOP_OK)
         return status;
-    }
     struct dirent *de;
     while (status == JITOP_OK && !*foreign && (de = readdir(d)) != NULL) {
         const char *n = de->d_name;

@@ -393,6 +393,19 @@ extern int64_t jitop__recent_window_ns;
 /* The dep of d whose path is path, NULL when none (deps.c). */
 const jitop__dep *jitop__deps_find(const jitop__deps *d, const char *path);
 
+/* d into a key (the cache's and the host objects'): the count, then each
+ * file's path and content hash. */
+static inline void jitop__deps_hash(XXH3_state_t *st, const jitop__deps *d)
+{
+    jitop__hash_u64(st, d->n);
+    for (size_t i = 0; i < d->n; i++) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, d->v[i].hash);
+        jitop__hash_str(st, d->v[i].path);
+        XXH3_128bits_update(st, c.digest, sizeof c.digest);
+    }
+}
+
 /* After a compile: did any file change since it was scanned, or appear
  * where an include name was not found? NVRTC read the files itself, so a
  * header saved during the compile may be in the binary while the key holds

@@ -76,16 +76,15 @@ int jitop__dep_read(const char *path, jitop__dep *dep, char **data, size_t *len)
             }
             buf = p;
         }
-        ssize_t got = read(fd, buf + n, cap - 1 - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
+        size_t got = 0;
+        int failed = jitop__read_upto(fd, buf + n, cap - 1 - n, &got);
+        n += got;
+        if (failed) {
             status = jitop__fail(JITOP_EIO, "%s: read: %s", path, strerror(errno));
             goto out;
         }
-        if (got == 0)
-            break;
-        n += (size_t)got;
+        if (n + 1 < cap)
+            break; /* the end of the file */
     }
     buf[n] = '\0';
     dep->size = (int64_t)st.st_size;

@@ -97,31 +97,18 @@ static int unit_flags(const jitop__host_unit *u, const jitop__host_cc *cc, jitop
     return status;
 }
 
-static void h_str(XXH3_state_t *st, const char *s)
-{
-    uint64_t n = s ? strlen(s) : 0;
-    XXH3_128bits_update(st, &n, sizeof n);
-    if (n)
-        XXH3_128bits_update(st, s, n);
-}
-
-static void h_u64(XXH3_state_t *st, uint64_t v)
-{
-    XXH3_128bits_update(st, &v, sizeof v);
-}
-
 static void h_unit(XXH3_state_t *st, const char *tag, const jitop__host_unit *u,
                    const jitop__host_cc *cc)
 {
-    h_str(st, tag);
-    h_u64(st, JITOP__FORMAT_VERSION);
-    h_str(st, u->path);
-    h_u64(st, u->cxx);
-    h_u64(st, cc->argv0.n + u->flags.n);
+    jitop__hash_str(st, tag);
+    jitop__hash_u64(st, JITOP__FORMAT_VERSION);
+    jitop__hash_str(st, u->path);
+    jitop__hash_u64(st, u->cxx);
+    jitop__hash_u64(st, cc->argv0.n + u->flags.n);
     for (size_t i = 1; i < cc->argv0.n; i++)
-        h_str(st, cc->argv0.v[i]);
+        jitop__hash_str(st, cc->argv0.v[i]);
     for (size_t i = 0; i < u->flags.n; i++)
-        h_str(st, u->flags.v[i]);
+        jitop__hash_str(st, u->flags.v[i]);
 }
 
 void jitop__host_obj_id(const jitop__host_unit *u, const jitop__host_cc *cc, char id[33])
@@ -132,8 +119,8 @@ void jitop__host_obj_id(const jitop__host_unit *u, const jitop__host_cc *cc, cha
     h_unit(&st, "jitop host manifest id", u, cc);
     /* The variable as asked (not the file found): another PATH may find
      * another compiler, which the compiler record then tells apart. */
-    h_str(&st, cc->var);
-    h_str(&st, cc->asked);
+    jitop__hash_str(&st, cc->var);
+    jitop__hash_str(&st, cc->asked);
     jitop__hash_hex(XXH3_128bits_digest(&st), id);
 }
 
@@ -146,13 +133,7 @@ static void obj_key(const jitop__host_unit *u, const jitop__host_cc *cc, const j
     XXH3_INITSTATE(&st);
     XXH3_128bits_reset(&st);
     h_unit(&st, "jitop host object key", u, cc);
-    h_u64(&st, d->n);
-    for (size_t i = 0; i < d->n; i++) {
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, d->v[i].hash);
-        h_str(&st, d->v[i].path);
-        XXH3_128bits_update(&st, c.digest, sizeof c.digest);
-    }
+    jitop__deps_hash(&st, d);
     jitop__hash_hex(XXH3_128bits_digest(&st), key);
 }
 

@@ -312,20 +312,28 @@ struct jitop_fn {
     struct jitop_fn *next;
 };
 
+/* A handle and every record it holds. Accepts NULL. */
+static void fn_free(jitop_fn *f)
+{
+    if (!f)
+        return;
+    for (fnrec *r = atomic_load(&f->rec), *o; r; r = o) {
+        o = r->older;
+        free(r->why);
+        free(r);
+    }
+    free(f->name);
+    free(f->asked);
+    free(f->sig.params);
+    free(f->atypes);
+    free(f);
+}
+
 static void fns_free(jitop_module *m)
 {
     for (jitop_fn *f = m->host->fns, *next; f; f = next) {
         next = f->next;
-        for (fnrec *r = atomic_load(&f->rec), *o; r; r = o) {
-            o = r->older;
-            free(r->why);
-            free(r);
-        }
-        free(f->name);
-        free(f->asked);
-        free(f->sig.params);
-        free(f->atypes);
-        free(f);
+        fn_free(f);
     }
     m->host->fns = NULL;
 }
@@ -514,18 +522,7 @@ int jitop_fn_get(jitop_module *m, const char *name, const char *signature, jitop
     f = NULL;
 out:
     pthread_mutex_unlock(&m->lock);
-    if (f) {
-        for (fnrec *r = atomic_load(&f->rec), *o; r; r = o) {
-            o = r->older;
-            free(r->why);
-            free(r);
-        }
-        free(f->name);
-        free(f->asked);
-        free(f->sig.params);
-        free(f->atypes);
-        free(f);
-    }
+    fn_free(f);
     return status;
 }
 

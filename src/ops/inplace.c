@@ -24,9 +24,9 @@
  * handle, and the scratch is in use until the enqueue is done.
  */
 #include "load/driver.h"
+#include "ops/cublas_dl.h"
 #include "ops/ops_state.h"
 
-#include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -72,21 +72,16 @@ enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG };
  * leading dimensions and counts. */
 #define IP_MAX_N (1 << 20)
 
-/* cuBLAS entry points (cublasGemmEx and the handle); enums as ints:
+/* cuBLAS's cublasGemmEx (cublas_dl.h has the handle); enums as ints:
  * CUBLAS_OP_N 0 / T 1, CUDA_R_32F 0 / 16F 2 / 16BF 14, CUBLAS_COMPUTE_32F 68
  * / 32F_FAST_TF32 77, CUBLAS_GEMM_DEFAULT -1. */
-typedef int (*ip_cublas_create_fn)(void **handle);
-typedef int (*ip_cublas_destroy_fn)(void *handle);
-typedef int (*ip_cublas_set_stream_fn)(void *handle, void *stream);
 typedef int (*ip_cublas_gemm_ex_fn)(void *h, int ta, int tb, int m, int n, int k,
                                     const void *alpha, const void *a, int atype, int lda,
                                     const void *b, int btype, int ldb, const void *beta, void *c,
                                     int ctype, int ldc, int compute, int algo);
 
 typedef struct ip_cublas {
-    void *lib, *handle;
-    ip_cublas_destroy_fn destroy;
-    ip_cublas_set_stream_fn set_stream;
+    jitop__cublas blas; /* first: jitop__cublas_open allocates the whole */
     ip_cublas_gemm_ex_fn gemm_ex;
 } ip_cublas;
 
@@ -161,13 +156,8 @@ static void ip_state_destroy(jitop_ctx *ctx)
         n = i->next;
         free(i);
     }
-    if (s->cublas != NULL) {
-        if (live && s->cublas->destroy(s->cublas->handle) != 0)
-            jitop__log(ctx, "inplace: cublasDestroy failed");
-        if (dlclose(s->cublas->lib) != 0)
-            jitop__log(ctx, "inplace: dlclose(libcublas): %s", dlerror());
-        free(s->cublas);
-    }
+    if (s->cublas != NULL)
+        jitop__cublas_close(ctx, "inplace", &s->cublas->blas, live);
     pthread_mutex_destroy(&s->lock);
     free(s);
     ctx->ops->inplace = NULL;
@@ -271,55 +261,16 @@ static int ip_get(struct jitop__inplace_state *s, const char *name, jitop_op **o
     return rc;
 }
 
-static void *ip_sym(void *lib, const char *name, int *missing)
-{
-    void *p = dlsym(lib, name);
-    if (p == NULL)
-        *missing = 1;
-    return p;
-}
-
-/* Opens libcublas.so.13 (by soname, then $CUDA_HOME/lib64, then
- * /usr/local/cuda/lib64) and makes a handle in ctx's CUDA context, with
- * CUBLAS_DEFAULT_MATH (no TF32 unless a call's compute type asks) and host
- * pointer mode. NULL, with the reason logged, when a step fails. */
+/* cuBLAS (see jitop__cublas_open) with cublasGemmEx; NULL, with the
+ * reason logged, when a step fails. */
 static ip_cublas *ip_cublas_load(jitop_ctx *ctx)
 {
-    ip_cublas *cb = calloc(1, sizeof *cb);
-    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    const char *home = getenv("CUDA_HOME");
-    char path[4096];
-    if (lib == NULL && home != NULL &&
-        snprintf(path, sizeof path, "%s/lib64/libcublas.so.13", home) < (int)sizeof path)
-        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    int missing = 0, ok = 0;
-    const jitop__driver *d = jitop__driver_of(ctx);
-    if (cb != NULL && lib != NULL && d != NULL) {
-        ip_cublas_create_fn create = (ip_cublas_create_fn)ip_sym(lib, "cublasCreate_v2", &missing);
-        typedef int (*set_int_fn)(void *, int);
-        set_int_fn math = (set_int_fn)ip_sym(lib, "cublasSetMathMode", &missing);
-        set_int_fn ptr = (set_int_fn)ip_sym(lib, "cublasSetPointerMode_v2", &missing);
-        cb->destroy = (ip_cublas_destroy_fn)ip_sym(lib, "cublasDestroy_v2", &missing);
-        cb->set_stream = (ip_cublas_set_stream_fn)ip_sym(lib, "cublasSetStream_v2", &missing);
-        cb->gemm_ex = (ip_cublas_gemm_ex_fn)ip_sym(lib, "cublasGemmEx", &missing);
-        if (!missing && jitop__driver_make_current(d) == JITOP_OK && create(&cb->handle) == 0) {
-            ok = math(cb->handle, 0) == 0 && ptr(cb->handle, 0) == 0;
-            if (!ok && cb->destroy(cb->handle) != 0)
-                jitop__log(ctx, "inplace: cublasDestroy failed");
-        }
-    }
-    if (ok) {
-        cb->lib = lib;
-        return cb;
-    }
-    jitop__log(ctx, "inplace: cuBLAS not available (%s)",
-               lib == NULL ? "libcublas.so.13 not found" : "setup failed");
-    if (lib != NULL && dlclose(lib) != 0)
-        jitop__log(ctx, "inplace: dlclose(libcublas): %s", dlerror());
-    free(cb);
-    return NULL;
+    static const char *const names[] = {"cublasGemmEx"};
+    void *fns[1];
+    ip_cublas *cb = jitop__cublas_open(ctx, "inplace", "", sizeof *cb, names, fns, 1);
+    if (cb != NULL)
+        cb->gemm_ex = (ip_cublas_gemm_ex_fn)fns[0];
+    return cb;
 }
 
 /* The caller stream's scratch, at least bytes long; with aux, its second
@@ -527,8 +478,8 @@ static int ip_gemm(ip_cublas *cb, jitop_dtype dtype, int tf32, int n, int rows, 
     const float one = 1.0f, zero = 0.0f;
     const int t = ip_cuda_type(dtype);
     const int compute = dtype == JITOP_FLOAT32 && tf32 ? 77 : 68;
-    int r = cb->gemm_ex(cb->handle, trans ? 1 : 0, 0, n, rows, n, &one, w, t, n, a, t, n, &zero, c,
-                        t, n, compute, -1);
+    int r = cb->gemm_ex(cb->blas.handle, trans ? 1 : 0, 0, n, rows, n, &one, w, t, n, a, t, n,
+                        &zero, c, t, n, compute, -1);
     if (r != 0)
         return jitop__fail(JITOP_ECUDA, "inplace: cublasGemmEx (%d x %d x %d) failed with status %d",
                            rows, n, n, r);
@@ -573,7 +524,7 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
     pthread_mutex_lock(&s->lock);
     ip_ws *ws = NULL;
     rc = ip_workspace(ctx, s, stream, two ? 2 * chunk : chunk, two, &ws);
-    if (rc == JITOP_OK && cb->set_stream(cb->handle, stream) != 0)
+    if (rc == JITOP_OK && cb->blas.set_stream(cb->blas.handle, stream) != 0)
         rc = jitop__fail(JITOP_ECUDA, "inplace: cublasSetStream failed");
     CUstream st = (CUstream)stream;
     int last_copy = -1; /* the buffer whose copy-back was recorded last */

@@ -5,9 +5,9 @@
  *
  * Per-context state (ctx->ops->layernorm): the loaded module, the instances
  * already got (a short list searched under a mutex: one uncontended lock and
- * a few string compares per call, next to a ~3 us launch), and the float32
- * workspace for the backward's dgamma/dbeta partial rows, one per stream so
- * that backward calls on different streams never share it.
+ * a few string compares per call, small next to a launch's microseconds),
+ * and the float32 workspace for the backward's dgamma/dbeta partial rows,
+ * one per stream so that backward calls on different streams never share it.
  *
  * The launch-shape rule is the one documented at the top of layernorm.cu;
  * bench/layernorm_dev.py holds the same rule for the register kernels (not
@@ -26,7 +26,7 @@
 
 /* Bytes of a row each thread holds per tensor, and the largest block for one
  * row, in the forward and the backward (as kernels/layernorm.cu's defaults;
- * measured on an H100: the forward gains up to 128 bytes per thread; the
+ * bench/layernorm_NOTES.md: the forward gains up to 128 bytes per thread; the
  * backward holds two tensors in at most 64 registers per thread, so that
  * 1024 threads per SM stay resident, and keeps its accumulators in shared
  * memory; for 16-bit rows of 8 KiB or more it also holds the next rows, in
@@ -35,26 +35,26 @@
 #define LN_FWD_MAX_TPR 1024
 #define LN_BWD_MAX_BYTES 32
 #define LN_BWD_MAX_TPR 1024
-/* float32 rows over 64 KiB: 64 bytes per thread (a 2-block cluster for
- * N = 32768 ran at 78% of copy, the 4-block one at 49%). 16-bit rows stay at
+/* float32 rows over 64 KiB: 64 bytes per thread (at N = 32768 a 2-block
+ * cluster is much faster than a 4-block one: bench/layernorm_NOTES.md, run
+ * 2). 16-bit rows stay at
  * 32 bytes so that the shared-memory accumulators (2 floats per element held)
  * fit in a block's 227 KiB. */
 #define LN_BWD_LONG_ROW_BYTES 65536
 #define LN_BWD_LONG_MAX_BYTES 64
 /* Block size of the backward's cluster kernels. Smaller blocks (more of
  * them per SM, so that one block's reduction overlaps another's loads)
- * measured worse on an H100 at N = 32768: 512 (clusters of 4) 63% of copy
- * for float32 and 43-46% for 16-bit, 256 (clusters of 8) 65-66% and
- * 45-48%, against 78-79% and 59% for 1024 (bench/layernorm_NOTES.md). */
+ * are slower: each cluster barrier per row costs more than the overlap
+ * gives (bench/layernorm_NOTES.md, run 4). */
 #ifndef LN_BWD_CLUSTER_TPR
 #define LN_BWD_CLUSTER_TPR 1024
 #endif
 #define LN_GENERIC_THREADS 512
 /* The backward for rows that need a cluster, on sm_90 with 16-byte aligned
  * rows: layernorm_bwd_bulk (rows brought in by the copy engine), each block
- * taking at most 32 KiB of each row and 16 elements per thread. Measured
- * on an H100 at N = 32768 (bench/layernorm_NOTES.md): 16-bit 82% of
- * copy against 78% for layernorm_bwd_cluster, float32 89% against 87%. */
+ * taking at most 32 KiB of each row and 16 elements per thread: faster
+ * there than layernorm_bwd_cluster, for 16-bit rows most (figures in
+ * bench/layernorm_NOTES.md, run 6). */
 #define LN_BULK_CHUNK_BYTES 32768
 #define LN_BULK_ELEMS_PER_THREAD 16
 #define LN_MAX_CLUSTER 8
@@ -630,8 +630,8 @@ static int ln_bwd_check(const char *fn, const void *dy, const void *x, const flo
 /* The backward's grid, in groups of rpb rows (a group is a cluster of
  * `clusters` blocks when clusters > 1): a persistent grid of one wave, and
  * no more groups than rows need. Clusters: as many as the device holds at
- * once, which is fewer than SMs / cluster size (30 clusters of 4 on an
- * H100's 132 SMs): a 33rd ran as a second wave, at half the speed. */
+ * once, which can be fewer than SMs / cluster size: one more makes a
+ * second wave, at about half the speed (bench/layernorm_NOTES.md, run 6). */
 static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, int clusters,
                          int rpb, int64_t rows, long long *out)
 {

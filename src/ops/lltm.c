@@ -23,9 +23,9 @@
  * loads the module and gets the instance under ctx->lock. */
 #include "build/build.h"
 #include "load/driver.h"
+#include "ops/cublas_dl.h"
 #include "ops/ops_state.h"
 
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,9 +61,9 @@ typedef struct lltm_kernel {
  * (K + 1 = 161, 3S = 384) the fp32 kernels take one round of k tiles with
  * short chains: the forward 11 tiles of 16 over 16 groups, the backward's
  * d_X 24 tiles of 16 over 24 groups (its d_W blocks, 3 groups of 256
- * threads, reduce over B). Against 8 and 16 groups of 32 this measured 8.8
- * instead of 10.3 us per forward + backward from C, and the forward is 14 KB
- * of code instead of 35 (bench/lltm_NOTES.md). */
+ * threads, reduce over B). Against 8 and 16 groups of 32 this is a faster
+ * forward + backward and a forward of less than half the code (figures in
+ * bench/lltm_NOTES.md, run 9). */
 /* The fused forward's BM, BN per dtype (must match the names below). */
 static const unsigned lltm_fwd_tile[2][2] = {{8, 4}, {16, 8}};
 static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
@@ -99,19 +99,16 @@ static const int lltm_bwd_tiles[2][2][4] = {
 
 /* Sizes (B * 3S * K multiply-adds) from which cuBLAS runs the products, and
  * from which the fused backward's recomputation of d_gates per tile costs
- * more than a second launch. Measured on an H100: B16 I32 S128 (1.0e6) is
- * fastest fused, B64 I256 S1024 (2.5e8) with cuBLAS (bench/lltm_NOTES.md). */
+ * more than a second launch. They sit between the tutorial's size, B16 I32
+ * S128 (1.0e6), fastest fused, and B64 I256 S1024 (2.5e8), fastest with
+ * cuBLAS (bench/lltm_NOTES.md). */
 #define LLTM_CUBLAS_FROM 16000000.0
 #define LLTM_SPLIT_BWD_FROM 4000000.0
 
 enum lltm_path { PATH_AUTO, PATH_FUSED, PATH_CUBLAS };
 
-/* cuBLAS through dlopen; only what the products need. Handles and streams
- * are pointers; enums are ints (CUBLAS_OP_N 0, CUBLAS_OP_T 1). */
-typedef int (*cublas_create_fn)(void **handle);
-typedef int (*cublas_destroy_fn)(void *handle);
-typedef int (*cublas_set_stream_fn)(void *handle, void *stream);
-typedef int (*cublas_set_int_fn)(void *handle, int mode);
+/* cuBLAS's products (cublas_dl.h has the handle); enums are ints
+ * (CUBLAS_OP_N 0, CUBLAS_OP_T 1). */
 typedef int (*cublas_sgemm_fn)(void *h, int ta, int tb, int m, int n, int k, const float *alpha,
                                const float *a, int lda, const float *b, int ldb,
                                const float *beta, float *c, int ldc);
@@ -129,10 +126,7 @@ typedef int (*cublas_dgemm_strided_fn)(void *h, int ta, int tb, int m, int n, in
                                        int count);
 
 typedef struct lltm_cublas {
-    void *lib;
-    void *handle;
-    cublas_destroy_fn destroy;
-    cublas_set_stream_fn set_stream;
+    jitop__cublas blas; /* first: jitop__cublas_open allocates the whole */
     cublas_sgemm_fn sgemm;
     cublas_dgemm_fn dgemm;
     cublas_sgemm_strided_fn sgemm_strided;
@@ -155,13 +149,9 @@ static void lltm_state_destroy(jitop_ctx *ctx)
     if (st != NULL && st->cublas != NULL) {
         const jitop__driver *d = jitop__driver_of(ctx);
         /* The handle belongs to the context: destroy it with that current. */
-        if (d != NULL && jitop__driver_make_current(d) == JITOP_OK &&
-            st->cublas->destroy(st->cublas->handle) != 0)
-            jitop__log(ctx, "lltm: cublasDestroy failed");
+        const bool live = d != NULL && jitop__driver_make_current(d) == JITOP_OK;
         pthread_mutex_destroy(&st->cublas->lock);
-        if (dlclose(st->cublas->lib) != 0)
-            jitop__log(ctx, "lltm: dlclose(libcublas): %s", dlerror());
-        free(st->cublas);
+        jitop__cublas_close(ctx, "lltm", &st->cublas->blas, live);
     }
     free(st);
     if (ctx->ops != NULL)
@@ -284,60 +274,26 @@ static int lltm_run(struct jitop__lltm_state *st, int t, enum lltm_slot slot, ji
     return jitop_launch_ex(op, &lc, args, NULL, nargs);
 }
 
-static void *lltm_sym(void *lib, const char *name, int *missing)
-{
-    void *p = dlsym(lib, name);
-    if (p == NULL)
-        *missing = 1;
-    return p;
-}
-
-/* Opens libcublas.so.13 (by soname, then $CUDA_HOME/lib64, then
- * /usr/local/cuda/lib64) and makes a handle in ctx's CUDA context. NULL when
- * any step fails. */
+/* cuBLAS (see jitop__cublas_open) with the products' entry points and the
+ * lock; NULL, with the reason logged, when any step fails. */
 static lltm_cublas *lltm_cublas_load(jitop_ctx *ctx)
 {
-    lltm_cublas *cb = calloc(1, sizeof *cb);
-    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    const char *home = getenv("CUDA_HOME");
-    char path[4096];
-    if (lib == NULL && home != NULL &&
-        snprintf(path, sizeof path, "%s/lib64/libcublas.so.13", home) < (int)sizeof path)
-        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
-    int missing = 0, ok = 0;
-    const jitop__driver *d = jitop__driver_of(ctx);
-    if (cb != NULL && lib != NULL && d != NULL) {
-        cublas_create_fn create = (cublas_create_fn)lltm_sym(lib, "cublasCreate_v2", &missing);
-        cublas_set_int_fn math = (cublas_set_int_fn)lltm_sym(lib, "cublasSetMathMode", &missing);
-        cublas_set_int_fn ptr = (cublas_set_int_fn)lltm_sym(lib, "cublasSetPointerMode_v2", &missing);
-        cb->destroy = (cublas_destroy_fn)lltm_sym(lib, "cublasDestroy_v2", &missing);
-        cb->set_stream = (cublas_set_stream_fn)lltm_sym(lib, "cublasSetStream_v2", &missing);
-        cb->sgemm = (cublas_sgemm_fn)lltm_sym(lib, "cublasSgemm_v2", &missing);
-        cb->dgemm = (cublas_dgemm_fn)lltm_sym(lib, "cublasDgemm_v2", &missing);
-        cb->sgemm_strided =
-            (cublas_sgemm_strided_fn)lltm_sym(lib, "cublasSgemmStridedBatched", &missing);
-        cb->dgemm_strided =
-            (cublas_dgemm_strided_fn)lltm_sym(lib, "cublasDgemmStridedBatched", &missing);
-        /* 0: CUBLAS_DEFAULT_MATH (full fp32, no TF32); 0: host pointer mode. */
-        if (!missing && jitop__driver_make_current(d) == JITOP_OK && create(&cb->handle) == 0) {
-            ok = math(cb->handle, 0) == 0 && ptr(cb->handle, 0) == 0 &&
-                 pthread_mutex_init(&cb->lock, NULL) == 0;
-            if (!ok && cb->destroy(cb->handle) != 0)
-                jitop__log(ctx, "lltm: cublasDestroy failed");
-        }
+    static const char *const names[] = {"cublasSgemm_v2", "cublasDgemm_v2",
+                                        "cublasSgemmStridedBatched", "cublasDgemmStridedBatched"};
+    static const char fallback[] = "; the fused kernels run every size";
+    void *fns[4];
+    lltm_cublas *cb = jitop__cublas_open(ctx, "lltm", fallback, sizeof *cb, names, fns, 4);
+    if (cb == NULL)
+        return NULL;
+    if (pthread_mutex_init(&cb->lock, NULL) != 0) {
+        jitop__cublas_close(ctx, "lltm", &cb->blas, true);
+        jitop__log(ctx, "lltm: cuBLAS not available (setup failed)%s", fallback);
+        return NULL;
     }
-    if (ok) {
-        cb->lib = lib;
-    } else {
-        jitop__log(ctx, "lltm: cuBLAS not available (%s); the fused kernels run every size",
-                   lib == NULL ? "libcublas.so.13 not found" : "setup failed");
-        if (lib != NULL && dlclose(lib) != 0)
-            jitop__log(ctx, "lltm: dlclose(libcublas): %s", dlerror());
-        free(cb);
-        cb = NULL;
-    }
+    cb->sgemm = (cublas_sgemm_fn)fns[0];
+    cb->dgemm = (cublas_dgemm_fn)fns[1];
+    cb->sgemm_strided = (cublas_sgemm_strided_fn)fns[2];
+    cb->dgemm_strided = (cublas_dgemm_strided_fn)fns[3];
     return cb;
 }
 
@@ -429,19 +385,20 @@ typedef struct lltm_product {
 
 static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
 {
+    void *h = cb->blas.handle;
     int r;
     if (t == 0) {
         const float one = 1.0f, zero = 0.0f;
-        r = p->count == 1 ? cb->sgemm(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
+        r = p->count == 1 ? cb->sgemm(h, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
                                       p->lda, p->b, p->ldb, &zero, p->c, p->ldc)
-                          : cb->sgemm_strided(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one,
+                          : cb->sgemm_strided(h, p->ta, p->tb, p->m, p->n, p->k, &one,
                                               p->a, p->lda, p->sa, p->b, p->ldb, p->sb, &zero,
                                               p->c, p->ldc, p->sc, p->count);
     } else {
         const double one = 1.0, zero = 0.0;
-        r = p->count == 1 ? cb->dgemm(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
+        r = p->count == 1 ? cb->dgemm(h, p->ta, p->tb, p->m, p->n, p->k, &one, p->a,
                                       p->lda, p->b, p->ldb, &zero, p->c, p->ldc)
-                          : cb->dgemm_strided(cb->handle, p->ta, p->tb, p->m, p->n, p->k, &one,
+                          : cb->dgemm_strided(h, p->ta, p->tb, p->m, p->n, p->k, &one,
                                               p->a, p->lda, p->sa, p->b, p->ldb, p->sb, &zero,
                                               p->c, p->ldc, p->sc, p->count);
     }
@@ -456,12 +413,12 @@ static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
  * fill the GPU (B = 64 rows), and cuBLAS runs each tile's whole k on one
  * block. Slices of k, each its own product in one batched call, give about
  * four tiles per SM; the slices are summed by the kernel that reads the
- * result next. Measured on an H100 (bench/lltm_NOTES.md, B64 I256 S1024):
- * d_X 35 us as one product, 18.1 us in 12 slices (16: 19.4, 24: 17.5 but
- * twice the partials to sum; backward from C 44.5 us with 12, 45.1 with
- * 16); the forward's gates 23 us, 18.2 in 8 (16: 20.7). cuBLASLt's own
- * split-K and every algorithm it offers for these shapes were slower
- * (22.7 and 23.3 us at best). 1: no split (large sizes fill the GPU). */
+ * result next. At B64 I256 S1024 that nearly halves d_X's product (12
+ * slices: 24 are no faster over the whole backward, with twice the partials
+ * to sum) and cuts the forward's gates by a fifth (8 slices); cuBLASLt's
+ * own split-K and every algorithm it offers for these shapes were slower
+ * (figures in bench/lltm_NOTES.md, run 8). 1: no split (large sizes fill
+ * the GPU). */
 static int lltm_split_k(const jitop__driver *d, int out_rows, int out_cols, int k)
 {
     /* At most LLTM_MAX_SLICES (kernels/lltm.cu), which the kernels that sum
@@ -552,7 +509,7 @@ static int lltm_forward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, int
         p.sc = (long long)B * 3 * S;
     }
     pthread_mutex_lock(&cb->lock);
-    if (cb->set_stream(cb->handle, stream) != 0)
+    if (cb->blas.set_stream(cb->blas.handle, stream) != 0)
         status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
     if (status == JITOP_OK)
         status = lltm_gemm(cb, t, &p);
@@ -640,7 +597,7 @@ static int lltm_backward_cublas(jitop_ctx *ctx, struct jitop__lltm_state *st, in
      * the col-major 3S x B transposed). */
     lltm_product dw = {0, 1, K, 3 * S, B, X, K, 0, G, 3 * S, 0, d_weights, K, 0, 1};
     pthread_mutex_lock(&cb->lock);
-    if (cb->set_stream(cb->handle, stream) != 0)
+    if (cb->blas.set_stream(cb->blas.handle, stream) != 0)
         status = jitop__fail(JITOP_ECUDA, "lltm: cublasSetStream failed");
     for (int i = 0; status == JITOP_OK && i < ndx; i++)
         status = lltm_gemm(cb, t, &dx[i]);

@@ -8,7 +8,8 @@
  * include load/driver.h: the driver table and the context's device, for the
  * device memory some paths need (layernorm's workspace, lltm's split-K
  * scratch), the SM count, and the current context cuBLAS runs in, without
- * linking libcuda.
+ * linking libcuda. cublas_dl.h (cublas_dl.c): the cuBLAS that lltm.c and
+ * inplace.c open at run time.
  * May include: every room below.
  *
  * ctx->ops: each part defines and owns its own struct, creates it on first

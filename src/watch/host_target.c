@@ -8,26 +8,14 @@
 #include <string.h>
 
 typedef struct host_target {
-    jitop_ctx *ctx;
     jitop__strv sources, cflags, ldflags;
-    pthread_mutex_t lock;  /* key and files: prepare (watch thread) vs commit */
-    char key[33];          /* "" until the first success */
-    bool cached;
-    uint64_t generation;
-    jitop__strv files;
-    jitop__unit_report_fn fn;
-    void *user;
+    jitop__built_state st;
 } host_target;
 
 static int host_files(void *self, jitop__strv *out)
 {
     host_target *t = self;
-    int rc = JITOP_OK;
-    pthread_mutex_lock(&t->lock);
-    for (size_t i = 0; rc == JITOP_OK && i < t->files.n; i++)
-        rc = jitop__strv_push(out, t->files.v[i]);
-    pthread_mutex_unlock(&t->lock);
-    return rc;
+    return jitop__built_state_files(&t->st, out);
 }
 
 static int host_prepare(void *self, void **next)
@@ -37,7 +25,7 @@ static int host_prepare(void *self, void **next)
     jitop__host_lib *lib = calloc(1, sizeof *lib);
     if (!lib)
         return jitop__fail(JITOP_ENOMEM, "watch: out of memory");
-    int rc = jitop__host_lib_build(t->ctx, "jitop watch", &t->sources, &t->cflags, &t->ldflags,
+    int rc = jitop__host_lib_build(t->st.ctx, "jitop watch", &t->sources, &t->cflags, &t->ldflags,
                                    lib);
     if (rc != JITOP_OK) {
         /* The sources stay watched: a fix of one of them rebuilds. */
@@ -55,16 +43,10 @@ static int host_prepare(void *self, void **next)
         if (!dup)
             rc = jitop__strv_push(&files, lib->deps.v[i].path);
     }
-    pthread_mutex_lock(&t->lock);
-    bool same = strcmp(t->key, lib->key) == 0;
-    if (rc == JITOP_OK) {
-        jitop__strv swap = t->files;
-        t->files = files;
-        files = swap;
-    }
-    pthread_mutex_unlock(&t->lock);
-    jitop__strv_free(&files); /* the old list (or the new one on ENOMEM) */
-    if (same) {
+    if (rc == JITOP_OK)
+        jitop__built_state_set_files(&t->st, &files);
+    jitop__strv_free(&files); /* on ENOMEM: keep watching the earlier list */
+    if (jitop__built_state_same(&t->st, lib->key)) {
         jitop__host_lib_free(lib);
         free(lib);
     } else {
@@ -77,11 +59,7 @@ static int host_commit(void *self, void *next)
 {
     host_target *t = self;
     jitop__host_lib *lib = next;
-    pthread_mutex_lock(&t->lock);
-    memcpy(t->key, lib->key, sizeof t->key);
-    t->cached = lib->cached;
-    t->generation++;
-    pthread_mutex_unlock(&t->lock);
+    jitop__built_state_commit(&t->st, lib->key, lib->cached);
     jitop__host_lib_free(lib);
     free(lib);
     return JITOP_OK;
@@ -97,18 +75,7 @@ static void host_discard(void *self, void *next)
 static void host_report(void *self, const jitop__reload_report *r)
 {
     host_target *t = self;
-    jitop__unit_report ur = {.r = r, .path = t->sources.v[0], .arch = "host"};
-    char key[33];
-    pthread_mutex_lock(&t->lock);
-    memcpy(key, t->key, sizeof key);
-    ur.cached = t->cached;
-    ur.generation = t->generation;
-    pthread_mutex_unlock(&t->lock);
-    ur.key = key;
-    if (r->stopped)
-        jitop__log(t->ctx, "watch %s: %s", t->sources.v[0], r->message);
-    if (t->fn)
-        t->fn(t->user, &ur);
+    jitop__built_state_report(&t->st, r, t->sources.v[0], "host");
 }
 
 static void host_target_free(void *self)
@@ -117,8 +84,7 @@ static void host_target_free(void *self)
     jitop__strv_free(&t->sources);
     jitop__strv_free(&t->cflags);
     jitop__strv_free(&t->ldflags);
-    jitop__strv_free(&t->files);
-    pthread_mutex_destroy(&t->lock);
+    jitop__built_state_fini(&t->st);
     free(t);
 }
 
@@ -140,13 +106,10 @@ int jitop__watch_host(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode,
     host_target *t = calloc(1, sizeof *t);
     if (!t)
         return jitop__fail(JITOP_ENOMEM, "watch: out of memory");
-    if (pthread_mutex_init(&t->lock, NULL) != 0) {
+    if (jitop__built_state_init(&t->st, ctx, fn, user) != 0) {
         free(t);
         return jitop__fail(JITOP_ENOMEM, "watch: cannot create a mutex");
     }
-    t->ctx = ctx;
-    t->fn = fn;
-    t->user = user;
     jitop__strv device = {0};
     int rc = jitop__host_split_options(options, noptions, &device, &t->cflags, &t->ldflags);
     jitop__strv_free(&device);
@@ -154,7 +117,7 @@ int jitop__watch_host(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode,
         char *abs = jitop__abspath(paths[i]);
         rc = abs ? jitop__strv_push(&t->sources, abs) : jitop__fail_abspath(paths[i]);
         if (rc == JITOP_OK)
-            rc = jitop__strv_push(&t->files, abs);
+            rc = jitop__strv_push(&t->st.files, abs);
         free(abs);
     }
     if (rc != JITOP_OK) {

@@ -851,26 +851,14 @@ int jitop_poll(jitop_ctx *ctx, int *swapped)
 /* ------------------------------------------- one unit built into the cache */
 
 typedef struct unit_target {
-    jitop_ctx *ctx;
     jitop__unit unit;
-    pthread_mutex_t lock;  /* key and files: prepare (watch thread) vs commit (poll) */
-    char key[33];          /* "" until the first success */
-    bool cached;
-    uint64_t generation;
-    jitop__strv files;     /* what the latest build read */
-    jitop__unit_report_fn fn;
-    void *user;
+    jitop__built_state st;
 } unit_target;
 
 static int unit_files(void *self, jitop__strv *out)
 {
     unit_target *t = self;
-    int rc = JITOP_OK;
-    pthread_mutex_lock(&t->lock);
-    for (size_t i = 0; rc == JITOP_OK && i < t->files.n; i++)
-        rc = jitop__strv_push(out, t->files.v[i]);
-    pthread_mutex_unlock(&t->lock);
-    return rc;
+    return jitop__built_state_files(&t->st, out);
 }
 
 static void unit_set_files(unit_target *t, const jitop__deps *d)
@@ -880,15 +868,9 @@ static void unit_set_files(unit_target *t, const jitop__deps *d)
     for (size_t i = 0; rc == JITOP_OK && i < d->n; i++)
         if (strcmp(d->v[i].path, t->unit.source_path) != 0)
             rc = jitop__strv_push(&files, d->v[i].path);
-    if (rc != JITOP_OK) {
-        jitop__strv_free(&files); /* keep watching the earlier list */
-        return;
-    }
-    pthread_mutex_lock(&t->lock);
-    jitop__strv swap = t->files;
-    t->files = files;
-    pthread_mutex_unlock(&t->lock);
-    jitop__strv_free(&swap);
+    if (rc == JITOP_OK)
+        jitop__built_state_set_files(&t->st, &files);
+    jitop__strv_free(&files); /* on ENOMEM: keep watching the earlier list */
 }
 
 static int unit_prepare(void *self, void **next)
@@ -898,7 +880,7 @@ static int unit_prepare(void *self, void **next)
     jitop__built *b = calloc(1, sizeof *b);
     if (!b)
         return jitop__fail(JITOP_ENOMEM, "watch %s: out of memory", t->unit.source_path);
-    int rc = jitop__build_unit(t->ctx, &t->unit, b);
+    int rc = jitop__build_unit(t->st.ctx, &t->unit, b);
     if (rc != JITOP_OK) {
         free(b);
         /* A failed build returns no file list, yet the save that broke it
@@ -918,10 +900,7 @@ static int unit_prepare(void *self, void **next)
         return rc;
     }
     unit_set_files(t, &b->deps);
-    pthread_mutex_lock(&t->lock);
-    bool same = strcmp(t->key, b->key) == 0;
-    pthread_mutex_unlock(&t->lock);
-    if (same) {
+    if (jitop__built_state_same(&t->st, b->key)) {
         jitop__built_free(b);
         free(b);
     } else {
@@ -934,11 +913,7 @@ static int unit_commit(void *self, void *next)
 {
     unit_target *t = self;
     jitop__built *b = next;
-    pthread_mutex_lock(&t->lock);
-    memcpy(t->key, b->key, sizeof t->key);
-    t->cached = b->cached;
-    t->generation++;
-    pthread_mutex_unlock(&t->lock);
+    jitop__built_state_commit(&t->st, b->key, b->cached);
     jitop__built_free(b);
     free(b);
     return JITOP_OK;
@@ -954,26 +929,14 @@ static void unit_discard(void *self, void *next)
 static void unit_report(void *self, const jitop__reload_report *r)
 {
     unit_target *t = self;
-    jitop__unit_report ur = {.r = r, .path = t->unit.source_path, .arch = t->unit.arch};
-    pthread_mutex_lock(&t->lock);
-    char key[33];
-    memcpy(key, t->key, sizeof key);
-    ur.cached = t->cached;
-    ur.generation = t->generation;
-    pthread_mutex_unlock(&t->lock);
-    ur.key = key;
-    if (r->stopped)
-        jitop__log(t->ctx, "watch %s: %s", t->unit.source_path, r->message);
-    if (t->fn)
-        t->fn(t->user, &ur);
+    jitop__built_state_report(&t->st, r, t->unit.source_path, t->unit.arch);
 }
 
 static void unit_target_free(void *self)
 {
     unit_target *t = self;
     jitop__unit_free(&t->unit);
-    jitop__strv_free(&t->files);
-    pthread_mutex_destroy(&t->lock);
+    jitop__built_state_fini(&t->st);
     free(t);
 }
 
@@ -1000,17 +963,14 @@ int jitop__watch_unit(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode, c
     unit_target *t = calloc(1, sizeof *t);
     if (!t)
         return jitop__fail(JITOP_ENOMEM, "watch %s: out of memory", path);
-    int err = pthread_mutex_init(&t->lock, NULL);
+    int err = jitop__built_state_init(&t->st, ctx, fn, user);
     if (err) {
         free(t);
         return jitop__fail(JITOP_ENOMEM, "watch %s: pthread_mutex_init: %s", path, strerror(err));
     }
-    t->ctx = ctx;
-    t->fn = fn;
-    t->user = user;
     rc = jitop__unit_init(&t->unit, path, NULL, options, noptions, names, nnames, arch);
     if (rc == JITOP_OK)
-        rc = jitop__strv_push(&t->files, t->unit.source_path);
+        rc = jitop__strv_push(&t->st.files, t->unit.source_path);
     if (rc != JITOP_OK) {
         unit_target_free(t);
         return rc;

@@ -15,6 +15,8 @@
  * leaves them for jitop_poll. A target is a loaded module (prepare/commit of
  * the loader) or one unit built into the cache (what `jitop watch` prints),
  * so everything but the driver is testable on a machine with no GPU.
+ * host_target.c: the target of host sources; built_state.c: the key and
+ * files both build-only targets (unit, host) keep, and their report.
  */
 #ifndef JITOP_WATCH_H
 #define JITOP_WATCH_H
@@ -220,6 +222,41 @@ int jitop__watch_unit(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode, c
 int jitop__watch_host(jitop__watch *w, jitop_ctx *ctx, jitop_reload_mode mode,
                       const char *const *paths, size_t npaths, const char *const *options,
                       size_t noptions, jitop__unit_report_fn fn, void *user, uint64_t *id);
+
+/* ---------------------------------------------------------- built_state.c */
+
+/* What the unit and host targets keep between rebuilds: the key in place
+ * and the files its build read (the lock guards both: prepare on the watch
+ * thread vs commit in jitop_poll), and whom to report to. */
+typedef struct jitop__built_state {
+    jitop_ctx *ctx;
+    pthread_mutex_t lock;
+    char key[33];          /* "" until the first success */
+    bool cached;
+    uint64_t generation;
+    jitop__strv files;     /* what the latest build read */
+    jitop__unit_report_fn fn;
+    void *user;
+} jitop__built_state;
+
+/* Inits a zeroed state; returns pthread_mutex_init's error (0: done), for
+ * the caller to word. */
+int jitop__built_state_init(jitop__built_state *s, jitop_ctx *ctx, jitop__unit_report_fn fn,
+                            void *user);
+/* Frees the file list and the lock. */
+void jitop__built_state_fini(jitop__built_state *s);
+/* The target's files op: appends the files to out. */
+int jitop__built_state_files(jitop__built_state *s, jitop__strv *out);
+/* Takes *files (left empty) as the list to watch, freeing the earlier one. */
+void jitop__built_state_set_files(jitop__built_state *s, jitop__strv *files);
+/* Whether key is the key in place (a rebuild that changed nothing). */
+bool jitop__built_state_same(jitop__built_state *s, const char key[33]);
+/* The target's commit: key, built or cached, is now in place. */
+void jitop__built_state_commit(jitop__built_state *s, const char key[33], bool cached);
+/* The target's report: the unit report for path and arch to fn, and the
+ * failure that stopped the watch to the context's log. */
+void jitop__built_state_report(jitop__built_state *s, const jitop__reload_report *r,
+                               const char *path, const char *arch);
 
 /* The context's teardown of the watch (registered with jitop__ctx_on_destroy
  * at the first jitop_watch, so it runs before the loader unloads modules). */
