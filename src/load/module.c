@@ -67,12 +67,20 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
     if (status != JITOP_OK)
         goto out;
     if (mu->unit.names.n > 0) {
-        if (built.entry.bin.lowered.n < 1 || !built.entry.bin.lowered.v[0]) {
+        /* The binary may hold other names too (a binary of its source's
+         * lists, jitop__build_unit_known): the lowered name of this one. */
+        size_t k = 0;
+        while (k < built.entry.bin.names.n &&
+               strcmp(built.entry.bin.names.v[k], mu->unit.names.v[0]) != 0)
+            k++;
+        if (k == built.entry.bin.names.n)
+            k = 0;
+        if (built.entry.bin.lowered.n <= k || !built.entry.bin.lowered.v[k]) {
             status = jitop__fail(JITOP_ENVRTC, "module %s: NVRTC gave no lowered name for %s",
                                  m->name, mu->unit.names.v[0]);
             goto out;
         }
-        if (!(mu->lowered = jitop__strdup(built.entry.bin.lowered.v[0]))) {
+        if (!(mu->lowered = jitop__strdup(built.entry.bin.lowered.v[k]))) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             goto out;
         }
