@@ -340,13 +340,26 @@ size_t jitop__fold_max(jitop_ctx *ctx)
 }
 
 /* The names a compile of the source folds in (build.h's rule), sorted so
- * that one set of names is one key whatever order it was asked in: every
- * name the caller brings, asked and built while they fit in cap; over it
- * the caller's names alone, or with none, the cap most recent asked. */
-static int fold_target(const struct fold *f, jitop__strv *out)
+ * that one set of names is one key whatever order it was asked in. The
+ * caller's names, alone while the files are those of the lists (changed
+ * false: every other name is in a binary of them already). Else, or with
+ * no names of the caller's (jitop_build), the caller's, asked and built
+ * while they fit in cap; over it the caller's alone, or with none, the cap
+ * most recent asked. */
+static int fold_target(const struct fold *f, bool changed, jitop__strv *out)
 {
     jitop__strv all = {0};
     memset(out, 0, sizeof *out);
+    bool own = f->extra && f->extra->n > 0;
+    if (own && !changed) {
+        if (strv_union(out, f->extra) != JITOP_OK) {
+            jitop__strv_free(out);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+        if (out->n > 1)
+            qsort(out->v, out->n, sizeof *out->v, cmp_str);
+        return JITOP_OK;
+    }
     int rc = strv_union(&all, f->extra);
     if (rc == JITOP_OK)
         rc = strv_union(&all, &f->lists.asked);
@@ -355,7 +368,7 @@ static int fold_target(const struct fold *f, jitop__strv *out)
     if (rc == JITOP_OK && all.n <= f->cap) {
         *out = all;
         memset(&all, 0, sizeof all);
-    } else if (rc == JITOP_OK && f->extra && f->extra->n > 0) {
+    } else if (rc == JITOP_OK && own) {
         rc = strv_union(out, f->extra);
     } else {
         for (size_t i = 0; rc == JITOP_OK && i < f->lists.asked.n && out->n < f->cap; i++)
@@ -372,13 +385,15 @@ static int fold_target(const struct fold *f, jitop__strv *out)
     return JITOP_OK;
 }
 
-/* The binary of the manifest's lists a build takes without compiling:
- * with all, the first of built and the bins that holds target; else the
- * first that holds the caller's names, or built (a name it lacks is then
- * compiled at its get, build.h). NULL: none will do. */
+/* The binary of the manifest's lists a build takes without compiling: the
+ * first of built and the bins that holds the caller's names (a prewarm's
+ * shape is prewarmed once a binary holds it, whatever else was asked
+ * since), or with all and no such names, the fold's (target). Else, but
+ * with all, built (a name it lacks is then compiled at its get, build.h).
+ * NULL: none will do. */
 static const jitop__strv *fold_pick(const struct fold *f, const jitop__strv *target)
 {
-    const jitop__strv *want = f->all ? target : f->extra;
+    const jitop__strv *want = f->extra && f->extra->n > 0 ? f->extra : f->all ? target : NULL;
     if (strv_covers(&f->lists.built, want))
         return &f->lists.built;
     for (size_t i = 0; i < f->lists.nbins; i++)
@@ -454,19 +469,14 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
     char *text = NULL, *changed = NULL;
     bool found = false;
     double t_compile = 0;
-    /* fset: what a compile of a source folds in (fold_target); uc: u with
-     * those names. */
+    /* fset: what a compile of a source folds in (fold_target, planned once
+     * the first scan says whether the files changed since the manifest);
+     * uc: u with those names. */
     jitop__strv fset = {0};
     jitop__instlist lists = {0};
-    if (f && f->on && (status = fold_target(f, &fset)) != JITOP_OK)
-        goto out;
-    /* A binary of the manifest's lists that will do, looked up for the
-     * files as they are before anything is compiled (a touch, a save of the
-     * same bytes, a prewarm's shape in a bin). */
-    const jitop__strv *pick = f && f->on ? fold_pick(f, &fset) : NULL;
-    bool try_built = pick != NULL;
-    bool fell_back = false;
-    jitop__unit uc = f && f->on ? unit_named(u, &fset) : *u;
+    const jitop__strv *pick = NULL;
+    bool try_built = false, fell_back = false, planned = !(f && f->on);
+    jitop__unit uc = *u;
     const jitop__strv *used = &fset; /* the names of the binary found or compiled */
     for (int attempt = 1;; attempt++) {
         status = jitop__deps_scan(u, &deps, &text);
@@ -476,6 +486,18 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             jitop__after_scan_hook(u->source_name);
         if (deps.note && attempt == 1)
             jitop__log(ctx, "%s: %s", u->source_name, deps.note);
+        if (!planned) {
+            planned = true;
+            status = fold_target(f, !same_files(mdeps, &deps), &fset);
+            if (status != JITOP_OK)
+                goto out;
+            uc = unit_named(u, &fset);
+            /* A binary of the manifest's lists that will do, looked up for
+             * the files as they are before anything is compiled (a touch, a
+             * save of the same bytes, a prewarm's shape in a bin). */
+            pick = fold_pick(f, &fset);
+            try_built = pick != NULL;
+        }
         /* A source whose binary of the manifest's lists is cached for these
          * files takes it: names asked since wait for the next compile (the
          * fold rule). */
@@ -663,7 +685,7 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
          * that folds them in is another key: the slow path looks for it
          * (and writes the manifest that names it) or compiles it. */
         jitop__strv target = {0};
-        if (f.all && (status = fold_target(&f, &target)) != JITOP_OK)
+        if (f.all && (status = fold_target(&f, false, &target)) != JITOP_OK)
             goto out;
         pick = fold_pick(&f, &target);
         jitop__strv_free(&target);
@@ -889,7 +911,7 @@ static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
     const jitop__strv *pick = NULL;
     if (status == JITOP_OK && folds) {
         struct fold f = {.on = true, .all = true, .cap = jitop__fold_max(ctx), .lists = p->lists};
-        status = fold_target(&f, &p->names);
+        status = fold_target(&f, !p->fresh, &p->names);
         pick = status == JITOP_OK ? fold_pick(&f, &p->names) : NULL;
         if (pick && pick->n > 0) {
             jitop__strv_free(&p->names);
