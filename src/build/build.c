@@ -391,15 +391,22 @@ static int fold_target(const struct fold *f, bool changed, jitop__strv *out)
  * since), or with all and no such names, the fold's (target). Else, but
  * with all, built (a name it lacks is then compiled at its get, build.h).
  * NULL: none will do. */
-static const jitop__strv *fold_pick(const struct fold *f, const jitop__strv *target)
+static int fold_pick(struct fold *f, const jitop__strv *target, const jitop__strv **pick)
 {
     const jitop__strv *want = f->extra && f->extra->n > 0 ? f->extra : f->all ? target : NULL;
+    *pick = &f->lists.built;
     if (strv_covers(&f->lists.built, want))
-        return &f->lists.built;
-    for (size_t i = 0; i < f->lists.nbins; i++)
-        if (strv_covers(&f->lists.bins[i], want))
-            return &f->lists.bins[i];
-    return f->all ? NULL : &f->lists.built;
+        return JITOP_OK;
+    /* Decoded only now: the warm path that built does is spared it. */
+    int status = jitop__instlist_bins(&f->lists);
+    for (size_t i = 0; status == JITOP_OK && i < f->lists.nbins; i++) {
+        if (strv_covers(&f->lists.bins[i], want)) {
+            *pick = &f->lists.bins[i];
+            return JITOP_OK;
+        }
+    }
+    *pick = f->all ? NULL : &f->lists.built;
+    return status;
 }
 
 /* Whether two scans found the same files with the same contents (what a
@@ -418,10 +425,12 @@ static bool same_files(const jitop__deps *a, const jitop__deps *b)
  * binary of used: asked with the caller's names first, capped; the bins
  * the old built list and the old bins, for the same files only, less any
  * that used or a more recent bin holds, at most JITOP__FOLD_BINS_MAX. */
-static int fold_lists_after(const struct fold *f, const jitop__strv *used, bool same,
+static int fold_lists_after(struct fold *f, const jitop__strv *used, bool same,
                             jitop__instlist *out)
 {
     memset(out, 0, sizeof *out);
+    if (same && jitop__instlist_bins(&f->lists) != JITOP_OK)
+        return JITOP_ENOMEM;
     int rc = strv_copy(&out->built, used);
     for (size_t i = 0; rc == JITOP_OK && f->extra && i < f->extra->n && out->asked.n < f->cap;
          i++)
@@ -461,7 +470,7 @@ static jitop__unit unit_named(const jitop__unit *u, const jitop__strv *names)
  * f: a source's fold (build.h's rule), or NULL. */
 static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
                       const char id[33], const jitop__deps *mdeps, const char *mkey,
-                      const struct fold *f, jitop__built *out)
+                      struct fold *f, jitop__built *out)
 {
     int status = JITOP_OK, lock_fd = -1;
     jitop__deps deps = {0};
@@ -495,7 +504,9 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             /* A binary of the manifest's lists that will do, looked up for
              * the files as they are before anything is compiled (a touch, a
              * save of the same bytes, a prewarm's shape in a bin). */
-            pick = fold_pick(f, &fset);
+            status = fold_pick(f, &fset, &pick);
+            if (status != JITOP_OK)
+                goto out;
             try_built = pick != NULL;
         }
         /* A source whose binary of the manifest's lists is cached for these
@@ -687,8 +698,11 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         jitop__strv target = {0};
         if (f.all && (status = fold_target(&f, false, &target)) != JITOP_OK)
             goto out;
-        pick = fold_pick(&f, &target);
+        if (status == JITOP_OK)
+            status = fold_pick(&f, &target, &pick);
         jitop__strv_free(&target);
+        if (status != JITOP_OK)
+            goto out;
         fresh = pick != NULL;
     }
     if (fresh) {
@@ -818,6 +832,8 @@ static int known_in_lists(jitop_ctx *ctx, const jitop__unit *u, const jitop__dep
         return JITOP_OK;
     jitop__manifest_id(&src, id);
     int status = jitop__manifest_get_lists(ctx->cache, id, &md, mkey, &l, &mfound);
+    if (status == JITOP_OK && mfound)
+        status = jitop__instlist_bins(&l);
     for (size_t i = 0; status == JITOP_OK && mfound && !*found && i <= l.nbins; i++) {
         const jitop__strv *c = i == 0 ? &l.built : &l.bins[i - 1];
         /* A list of the name alone is the key already looked up. */
@@ -909,10 +925,13 @@ static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
     /* What jitop_build would build: the fold's names (fold_target), or a
      * binary of the lists that holds them all (fold_pick). */
     const jitop__strv *pick = NULL;
+    if (status == JITOP_OK && folds)
+        status = jitop__instlist_bins(&p->lists); /* f below is a shallow copy */
     if (status == JITOP_OK && folds) {
         struct fold f = {.on = true, .all = true, .cap = jitop__fold_max(ctx), .lists = p->lists};
         status = fold_target(&f, !p->fresh, &p->names);
-        pick = status == JITOP_OK ? fold_pick(&f, &p->names) : NULL;
+        if (status == JITOP_OK)
+            status = fold_pick(&f, &p->names, &pick);
         if (pick && pick->n > 0) {
             jitop__strv_free(&p->names);
             status = strv_copy(&p->names, pick);

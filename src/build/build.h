@@ -85,9 +85,10 @@ size_t jitop__fold_max(jitop_ctx *ctx);
  * when it must be compiled (a reload: its module's instances in use). */
 int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__strv *extra,
                            jitop__built *out);
-/* jitop_build of a source with names folded in now, beside every name
- * asked of it (a prewarm of what the ops will ask: the binary a load then
- * finds through the manifest, with no compile). names may be NULL. A name
+/* jitop_build of a source with names folded in now (a prewarm of what the
+ * ops will ask: the binary a load then finds through the manifest, with no
+ * compile; with others asked only as the rule above says). A binary of the
+ * lists that holds them all already is a hit. names may be NULL. A name
  * a fold that fell back left out is built alone (what a get of it then
  * finds); one that does not build fails the call with its own error. */
 int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
@@ -95,10 +96,12 @@ int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
                       jitop_build_result *result);
 /* jitop__build_unit (defer: jitop__build_unit_deferred) of a source with
  * the instances declared at its load (jitop_load's -instance=) folded in
- * when it must be compiled, after every name asked of it: a cold load
- * compiles them with the source, one program, and their gets compile
- * nothing. A binary the stat fast path (or a touch) finds is taken as it
- * is: a name declared since joins at its first get, as any instance. */
+ * when it must be compiled (with others asked as the rule above says): a
+ * cold load compiles them with the source, one program, and their gets
+ * compile nothing. A binary of the lists that holds them is taken (a shape
+ * prewarmed before); with none, the built list's binary is taken as it is:
+ * a name declared since is then compiled at its first get, as any
+ * instance (its own binary, or a bin's that holds it). */
 int jitop__build_unit_declared(jitop_ctx *ctx, const jitop__unit *u, bool defer,
                                const jitop__strv *declared, jitop__built *out);
 /* Adds name (canonical) to the asked list of source u's manifest, unless

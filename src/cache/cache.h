@@ -79,10 +79,19 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
 typedef struct jitop__instlist {
     jitop__strv built;
     jitop__strv asked;
+    /* nbins lists: decoded in bins (NULL until jitop__instlist_bins), or
+     * still the manifest's bytes in bins_raw (a read keeps them so, checked
+     * but not decoded: the warm path needs them only when built will not
+     * do; 64 lists of 5 names decoded cost ~40 us). A write takes bins when
+     * decoded, else bins_raw as read. */
     jitop__strv *bins;
     size_t nbins;
+    unsigned char *bins_raw;
+    size_t bins_raw_len;
 } jitop__instlist;
 void jitop__instlist_free(jitop__instlist *l);
+/* Decodes l's bins (nothing when decoded already or none). */
+int jitop__instlist_bins(jitop__instlist *l);
 /* jitop__manifest_get / _put with the lists (lists may be NULL: read
  * nothing / write none). A manifest without lists reads as empty ones. */
 int jitop__manifest_get_lists(jitop__cache *c, const char id[33], jitop__deps *deps,

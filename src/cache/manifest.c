@@ -119,16 +119,24 @@ int jitop__manifest_parse_lists(const unsigned char *data, size_t len, jitop__de
             jitop__rb_strv(&r, &l.asked);
     }
     if ((flags & MANIFEST_FLAG_BINS) && !r.bad) {
+        /* Checked here, decoded on demand (jitop__instlist_bins). */
         uint32_t n = jitop__rb_u32(&r);
-        /* Each list takes at least its 4-byte count. */
-        if (r.bad || n == 0 || n > (r.n - r.off) / 4) {
-            r.bad = true;
-        } else if (!(l.bins = calloc(n, sizeof *l.bins))) {
-            status = jitop__fail(JITOP_ENOMEM, "out of memory");
-            goto out;
+        size_t from = r.off;
+        r.bad = r.bad || n == 0;
+        for (uint32_t i = 0; i < n && !r.bad; i++) {
+            uint32_t m = jitop__rb_u32(&r);
+            for (uint32_t j = 0; j < m && !r.bad; j++)
+                jitop__rb_take(&r, jitop__rb_u32(&r));
         }
-        for (uint32_t i = 0; i < n && !r.bad; i++, l.nbins++)
-            jitop__rb_strv(&r, &l.bins[i]);
+        if (!r.bad) {
+            l.nbins = n;
+            l.bins_raw_len = r.off - from;
+            if (!(l.bins_raw = malloc(l.bins_raw_len ? l.bins_raw_len : 1))) {
+                status = jitop__fail(JITOP_ENOMEM, "out of memory");
+                goto out;
+            }
+            memcpy(l.bins_raw, data + from, l.bins_raw_len);
+        }
     }
     if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32 || !note)
         goto out;
@@ -258,8 +266,12 @@ int jitop__manifest_put_lists(jitop__cache *c, const char id[33], const jitop__d
     }
     if (bins) {
         jitop__wb_u32(&b, (uint32_t)lists->nbins);
-        for (size_t i = 0; i < lists->nbins; i++)
-            jitop__wb_strv(&b, &lists->bins[i]);
+        if (lists->bins) {
+            for (size_t i = 0; i < lists->nbins; i++)
+                jitop__wb_strv(&b, &lists->bins[i]);
+        } else {
+            jitop__wb_bytes(&b, lists->bins_raw, lists->bins_raw_len);
+        }
     }
     jitop__file_seal(&b);
     if (b.oom) {
@@ -296,9 +308,35 @@ void jitop__instlist_free(jitop__instlist *l)
         return;
     jitop__strv_free(&l->built);
     jitop__strv_free(&l->asked);
-    for (size_t i = 0; i < l->nbins; i++)
+    for (size_t i = 0; l->bins && i < l->nbins; i++)
         jitop__strv_free(&l->bins[i]);
     free(l->bins);
+    free(l->bins_raw);
     l->bins = NULL;
-    l->nbins = 0;
+    l->bins_raw = NULL;
+    l->nbins = l->bins_raw_len = 0;
+}
+
+int jitop__instlist_bins(jitop__instlist *l)
+{
+    if (l->bins || l->nbins == 0)
+        return JITOP_OK;
+    jitop__strv *v = calloc(l->nbins, sizeof *v);
+    if (!v)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    /* The bytes were checked when read: a failure here is memory. */
+    struct jitop__rbuf r = {l->bins_raw, l->bins_raw_len, 0, false};
+    for (size_t i = 0; i < l->nbins && !r.bad; i++)
+        jitop__rb_strv(&r, &v[i]);
+    if (r.bad) {
+        for (size_t i = 0; i < l->nbins; i++)
+            jitop__strv_free(&v[i]);
+        free(v);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    l->bins = v;
+    free(l->bins_raw);
+    l->bins_raw = NULL;
+    l->bins_raw_len = 0;
+    return JITOP_OK;
 }

@@ -23,6 +23,7 @@
 #include "jitop.h"
 #include "jitop_ops.h"
 #include "build/build.h"
+#include "cache/cache_private.h"
 #include "load/load.h"
 #include "testutil.h"
 
@@ -117,6 +118,7 @@ static void lists_of(const setup *s, jitop__instlist *lists, size_t *held)
     assert_int_equal(jitop__manifest_get_lists(ctx->cache, id, &deps, mkey, lists, &found),
                      JITOP_OK);
     assert_true(found);
+    assert_int_equal(jitop__instlist_bins(lists), JITOP_OK);
     size_t n = 0;
     for (size_t i = 0; i <= lists->nbins; i++) {
         jitop__strv *names = i == 0 ? &lists->built : &lists->bins[i - 1];
@@ -410,6 +412,83 @@ static void test_edit_folds_asked_while_they_fit(void **state)
     setup_close(&s);
 }
 
+/* The bins in a manifest's bytes: read back as written (also when passed
+ * on undecoded), and a count the bytes do not hold, or zero, makes the
+ * manifest malformed (ignored: one hashing pass), never a read past it. */
+static void test_manifest_bins_bytes(void **state)
+{
+    (void)state;
+    setup s;
+    setup_open(&s, "4");
+    jitop_ctx *ctx = jt_ctx(s.cache, s.arch);
+    jitop__deps deps = {0};
+    jitop__instlist w = {0}, r = {0}, again = {0};
+    char key[33], got[33], id[33];
+    memset(key, 'a', 32);
+    key[32] = '\0';
+    memset(id, 'b', 32);
+    id[32] = '\0';
+    assert_int_equal(jitop__strv_push(&w.built, "t<1>"), JITOP_OK);
+    w.bins = calloc(1, sizeof *w.bins);
+    assert_non_null(w.bins);
+    w.nbins = 1;
+    assert_int_equal(jitop__strv_push(&w.bins[0], "x"), JITOP_OK);
+    assert_int_equal(jitop__manifest_put_lists(ctx->cache, id, &deps, key, &w), JITOP_OK);
+    bool found = false;
+    assert_int_equal(jitop__manifest_get_lists(ctx->cache, id, &deps, got, &r, &found), JITOP_OK);
+    assert_true(found);
+    assert_int_equal(r.nbins, 1);
+    assert_null(r.bins); /* not decoded yet */
+    /* Written back undecoded (a join), then read and decoded. */
+    assert_int_equal(jitop__manifest_put_lists(ctx->cache, id, &deps, key, &r), JITOP_OK);
+    assert_int_equal(jitop__manifest_get_lists(ctx->cache, id, &deps, got, &again, &found),
+                     JITOP_OK);
+    assert_true(found);
+    assert_int_equal(jitop__instlist_bins(&again), JITOP_OK);
+    assert_int_equal(again.nbins, 1);
+    assert_true(is_set(&again.bins[0], "x", NULL));
+    assert_true(is_set(&again.built, "t<1>", NULL));
+
+    /* The file's bytes, the bins' count (13 bytes from the end: count, the
+     * list's count, the name's length, "x") changed. */
+    char *path = NULL;
+    assert_true(asprintf(&path, "%s/v%d/manifests/%.2s/%s", s.cache, JITOP__FORMAT_VERSION, id,
+                         id) > 0);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    unsigned char buf[4096];
+    size_t len = fread(buf, 1, sizeof buf, fp);
+    assert_int_equal(fclose(fp), 0);
+    assert_true(len > 13 && len < sizeof buf);
+    static const uint32_t counts[] = {0, 2, 0x7fffffff};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        unsigned char bad[4096];
+        memcpy(bad, buf, len);
+        for (int b = 0; b < 4; b++)
+            bad[len - 13 + b] = (unsigned char)(counts[i] >> (8 * b));
+        jitop__deps d;
+        jitop__instlist l;
+        bool valid = true;
+        assert_int_equal(jitop__manifest_parse_lists(bad, len, &d, got, &l, &valid), JITOP_OK);
+        assert_false(valid);
+    }
+    jitop__deps d;
+    jitop__instlist l;
+    bool valid = false;
+    assert_int_equal(jitop__manifest_parse_lists(buf, len, &d, got, &l, &valid), JITOP_OK);
+    assert_true(valid);
+    assert_int_equal(l.nbins, 1);
+    jitop__instlist_free(&l);
+    jitop__deps_free(&d);
+    free(path);
+    jitop__instlist_free(&w);
+    jitop__instlist_free(&r);
+    jitop__instlist_free(&again);
+    jitop__deps_free(&deps);
+    jitop_ctx_destroy(ctx);
+    setup_close(&s);
+}
+
 /* JITOP_FOLD_MAX=0: nothing but the caller's names is ever compiled in,
  * and no list is kept; bad values fall back to the default. */
 static void test_cap_zero_and_bad_values(void **state)
@@ -498,6 +577,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_prewarm_sweep_compiles_each_shape_once),
         cmocka_unit_test(test_edit_drops_the_bins),
         cmocka_unit_test(test_edit_folds_asked_while_they_fit),
+        cmocka_unit_test(test_manifest_bins_bytes),
         cmocka_unit_test(test_cap_zero_and_bad_values),
         cmocka_unit_test(test_layernorm_two_shapes_prewarmed),
     };
