@@ -466,6 +466,9 @@ static jitop__unit unit_named(const jitop__unit *u, const jitop__strv *names)
     return v;
 }
 
+static int known_in_lists(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
+                          jitop__built *out, bool *found);
+
 /* The slow path: scan, key, cache, then lock, check again, compile, store.
  * f: a source's fold (build.h's rule), or NULL. */
 static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
@@ -548,6 +551,15 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                 jitop__log(ctx, "%s: files touched but unchanged: cache hit %s", u->source_name,
                            out->key);
             break;
+        }
+        /* An instance a module rebuilds (a reload's): a binary of its
+         * source's lists that holds it, before a compile of its own. */
+        if ((mode == BUILD_FULL || mode == BUILD_DEFER) && !(f && f->on) && !deps.uncacheable) {
+            status = known_in_lists(ctx, u, &deps, out, &found);
+            if (status != JITOP_OK)
+                goto out;
+            if (found)
+                break;
         }
         if (mode == BUILD_CACHED_ONLY)
             goto out; /* a miss: out->cached stays false, nothing is built */
@@ -840,16 +852,19 @@ static int known_in_lists(jitop_ctx *ctx, const jitop__unit *u, const jitop__dep
         if (c->n < 2 || !strv_has(c, u->names.v[0]))
             continue;
         jitop__unit uc = unit_named(&src, c);
-        jitop__cache_key(&uc, known, out->key);
-        status = jitop__cache_get(ctx->cache, out->key, &out->entry, found);
+        char key[33];
+        jitop__cache_key(&uc, known, key);
+        status = jitop__cache_get(ctx->cache, key, &out->entry, found);
         if (status == JITOP_OK && *found && out->entry.bin.unresolved) {
             jitop__entry_free(&out->entry);
             memset(&out->entry, 0, sizeof out->entry);
             *found = false;
         }
-        if (status == JITOP_OK && *found)
+        if (status == JITOP_OK && *found) {
+            memcpy(out->key, key, sizeof key);
             jitop__log(ctx, "%s: %s is in the binary %s of %zu instances (no compile)",
-                       u->source_name, u->names.v[0], out->key, c->n);
+                       u->source_name, u->names.v[0], key, c->n);
+        }
     }
     jitop__deps_free(&md);
     jitop__instlist_free(&l);

@@ -321,6 +321,39 @@ static void test_prewarm_sweep_compiles_each_shape_once(void **state)
     setup_close(&s);
 }
 
+/* A module running two prewarmed shapes (one its source's binary, one a
+ * bin's), reloaded after a save that changed no byte: every instance is
+ * found again in a binary of the lists, nothing compiles, each op runs. */
+static void test_reload_of_unchanged_files_compiles_nothing(void **state)
+{
+    (void)state;
+    setup s;
+    setup_open(&s, "4");
+    prewarm(&s, "t<1>", "t<2>", NULL);
+    prewarm(&s, "t<3>", "t<4>", NULL);
+    assert_int_equal(g_compiles, 2);
+    jitop_ctx *ctx = jt_ctx_driver(s.cache);
+    jitop_module *m = NULL;
+    jitop_op *op[3];
+    const char *sources[] = {s.src};
+    const char *opts[] = {"-instance=t<1>", "-instance=t<2>"};
+    assert_int_equal(jitop_load(ctx, "touch", sources, 1, opts, 2, &m), JITOP_OK);
+    static const char *const names[] = {"t<1>", "t<2>", "t<3>"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(jitop_op_get(m, names[i], &op[i]), JITOP_OK);
+    assert_int_equal(g_compiles, 2);
+    jt_touch(s.src, 5);
+    assert_int_equal(jitop_module_reload(m), JITOP_OK);
+    assert_int_equal(g_compiles, 2);
+    int out = 0, *pout = &out;
+    void *args[] = {&pout};
+    const jitop_dim3 one = {1, 1, 1};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(jitop_launch(op[i], one, one, 0, NULL, args, NULL, 1), JITOP_OK);
+    jitop_ctx_destroy(ctx);
+    setup_close(&s);
+}
+
 /* An edit: the bins were binaries of the old files; the first build of the
  * new ones keeps none, and no get takes old code through them. */
 static void test_edit_drops_the_bins(void **state)
@@ -575,6 +608,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_asked_list_most_recent_first_and_capped),
         cmocka_unit_test(test_prewarm_sweep_compiles_each_shape_once),
+        cmocka_unit_test(test_reload_of_unchanged_files_compiles_nothing),
         cmocka_unit_test(test_edit_drops_the_bins),
         cmocka_unit_test(test_edit_folds_asked_while_they_fit),
         cmocka_unit_test(test_manifest_bins_bytes),
