@@ -457,6 +457,21 @@ static int fold_lists_after(struct fold *f, const jitop__strv *used, bool same,
     return JITOP_OK;
 }
 
+/* l without its bins: what jitop__built.inst hands on (its callers take
+ * built and asked, and clear the struct). */
+static void drop_bins(jitop__instlist *l)
+{
+    jitop__instlist bins = {0};
+    bins.bins = l->bins;
+    bins.nbins = l->nbins;
+    bins.bins_raw = l->bins_raw;
+    bins.bins_raw_len = l->bins_raw_len;
+    jitop__instlist_free(&bins);
+    l->bins = NULL;
+    l->bins_raw = NULL;
+    l->nbins = l->bins_raw_len = 0;
+}
+
 /* u with names as its name expressions: a view (no copy) for keys and the
  * compile, never freed. */
 static jitop__unit unit_named(const jitop__unit *u, const jitop__strv *names)
@@ -657,6 +672,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                              f && f->on ? &lists : NULL, out);
     }
     if (status == JITOP_OK && f && f->on) {
+        drop_bins(&lists);
         out->inst = lists;
         memset(&lists, 0, sizeof lists);
     }
@@ -744,6 +760,7 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                     f.lists.bins[i] = t;
                 }
             }
+            drop_bins(&f.lists);
             out->inst = f.lists;
             memset(&f.lists, 0, sizeof f.lists);
             goto out;

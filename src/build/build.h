@@ -30,8 +30,8 @@ typedef struct jitop__built {
     jitop__entry entry;
     /* A source (see the fold rule below): built, the name expressions
      * compiled into this binary (its unit's names, so in out->key); asked,
-     * every one asked of the source, as its manifest now says. Empty for
-     * any other unit. */
+     * every one asked of the source, as its manifest now says (no bins).
+     * Empty for any other unit. */
     jitop__instlist inst;
 } jitop__built;
 

@@ -472,11 +472,13 @@ static void test_manifest_bins_bytes(void **state)
     assert_true(found);
     assert_int_equal(r.nbins, 1);
     assert_null(r.bins); /* not decoded yet */
+    jitop__deps_free(&deps);
     /* Written back undecoded (a join), then read and decoded. */
     assert_int_equal(jitop__manifest_put_lists(ctx->cache, id, &deps, key, &r), JITOP_OK);
     assert_int_equal(jitop__manifest_get_lists(ctx->cache, id, &deps, got, &again, &found),
                      JITOP_OK);
     assert_true(found);
+    jitop__deps_free(&deps);
     assert_int_equal(jitop__instlist_bins(&again), JITOP_OK);
     assert_int_equal(again.nbins, 1);
     assert_true(is_set(&again.bins[0], "x", NULL));
