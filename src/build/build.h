@@ -104,8 +104,9 @@ int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
  * instance (its own binary, or a bin's that holds it). */
 int jitop__build_unit_declared(jitop_ctx *ctx, const jitop__unit *u, bool defer,
                                const jitop__strv *declared, jitop__built *out);
-/* Adds name (canonical) to the asked list of source u's manifest, unless
- * it is there (or u has no manifest: never built through the cache). A
+/* Puts name (canonical) first in the asked list of source u's manifest
+ * (most recent first; the oldest past the cap drop out), unless it is
+ * first already (or u has no manifest: never built through the cache). A
  * failure costs only speed: logged, not returned (but ENOMEM). */
 int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name);
 /* Whether u is a unit the fold rule applies to. */
