@@ -2,6 +2,7 @@
  * and the explanation of why a build would (not) hit the cache. */
 #include "build/build.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,9 +282,10 @@ bool jitop__unit_folds(const jitop__unit *u)
  * build.h): the manifest's lists and the caller's extra names. */
 struct fold {
     bool on;                   /* u is a source */
-    /* Every name asked is wanted in the binary now (jitop_build, the CLI's
-     * hit pass, a prewarm): no binary of the built list alone will do. */
+    /* The fold's names are wanted in the binary now (jitop_build, the CLI's
+     * hit pass, a prewarm): only a binary that holds them all will do. */
     bool all;
+    size_t cap;                /* jitop__fold_max */
     jitop__instlist lists;     /* as its manifest has them */
     const jitop__strv *extra;  /* NULL: none */
 };
@@ -307,6 +309,169 @@ static int strv_copy(jitop__strv *dst, const jitop__strv *src)
     return rc;
 }
 
+/* Whether every string of b is in a. */
+static bool strv_covers(const jitop__strv *a, const jitop__strv *b)
+{
+    for (size_t i = 0; b && i < b->n; i++)
+        if (!strv_has(a, b->v[i]))
+            return false;
+    return true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t jitop__fold_max(jitop_ctx *ctx)
+{
+    const char *s = getenv("JITOP_FOLD_MAX");
+    if (!s || !*s)
+        return JITOP__FOLD_MAX_DEFAULT;
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || s[0] == '-' || v > JITOP__FOLD_MAX_LIMIT) {
+        jitop__log(ctx, "JITOP_FOLD_MAX=%s is not a count of names from 0 to %d: %d is used",
+                   s, JITOP__FOLD_MAX_LIMIT, JITOP__FOLD_MAX_DEFAULT);
+        return JITOP__FOLD_MAX_DEFAULT;
+    }
+    return (size_t)v;
+}
+
+/* The names a compile of the source folds in (build.h's rule), sorted so
+ * that one set of names is one key whatever order it was asked in. The
+ * caller's names, alone while the files are those of the lists (changed
+ * false: every other name is in a binary of them already). Else, or with
+ * no names of the caller's (jitop_build), the caller's, asked and built
+ * while they fit in cap; over it the caller's alone, or with none, the cap
+ * most recent asked. */
+static int fold_target(const struct fold *f, bool changed, jitop__strv *out)
+{
+    jitop__strv all = {0};
+    memset(out, 0, sizeof *out);
+    bool own = f->extra && f->extra->n > 0;
+    if (own && !changed) {
+        if (strv_union(out, f->extra) != JITOP_OK) {
+            jitop__strv_free(out);
+            return jitop__fail(JITOP_ENOMEM, "out of memory");
+        }
+        if (out->n > 1)
+            qsort(out->v, out->n, sizeof *out->v, cmp_str);
+        return JITOP_OK;
+    }
+    int rc = strv_union(&all, f->extra);
+    if (rc == JITOP_OK)
+        rc = strv_union(&all, &f->lists.asked);
+    if (rc == JITOP_OK)
+        rc = strv_union(&all, &f->lists.built);
+    if (rc == JITOP_OK && all.n <= f->cap) {
+        *out = all;
+        memset(&all, 0, sizeof all);
+    } else if (rc == JITOP_OK && own) {
+        rc = strv_union(out, f->extra);
+    } else {
+        for (size_t i = 0; rc == JITOP_OK && i < f->lists.asked.n && out->n < f->cap; i++)
+            if (!strv_has(out, f->lists.asked.v[i]))
+                rc = jitop__strv_push(out, f->lists.asked.v[i]);
+    }
+    jitop__strv_free(&all);
+    if (rc != JITOP_OK) {
+        jitop__strv_free(out);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    return JITOP_OK;
+}
+
+/* The binary of the manifest's lists a build takes without compiling: the
+ * first of built and the bins that holds the caller's names (a prewarm's
+ * shape is prewarmed once a binary holds it, whatever else was asked
+ * since), or with all and no such names, the fold's (target). Else, but
+ * with all, built (a name it lacks is then compiled at its get, build.h).
+ * NULL: none will do. */
+static int fold_pick(struct fold *f, const jitop__strv *target, const jitop__strv **pick)
+{
+    const jitop__strv *want = f->extra && f->extra->n > 0 ? f->extra : f->all ? target : NULL;
+    *pick = &f->lists.built;
+    if (strv_covers(&f->lists.built, want))
+        return JITOP_OK;
+    /* Decoded only now: the warm path that built does is spared it. */
+    int status = jitop__instlist_bins(&f->lists);
+    for (size_t i = 0; status == JITOP_OK && i < f->lists.nbins; i++) {
+        if (strv_covers(&f->lists.bins[i], want)) {
+            *pick = &f->lists.bins[i];
+            return JITOP_OK;
+        }
+    }
+    *pick = f->all ? NULL : &f->lists.built;
+    return status;
+}
+
+/* Whether two scans found the same files with the same contents (what a
+ * key reads of them): the manifest's bins stay valid. */
+static bool same_files(const jitop__deps *a, const jitop__deps *b)
+{
+    if (!a || !b || a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->v[i].path, b->v[i].path) != 0 || !XXH128_isEqual(a->v[i].hash, b->v[i].hash))
+            return false;
+    return true;
+}
+
+/* The lists the manifest keeps after a build that took or compiled the
+ * binary of used: asked with the caller's names first, capped; the bins
+ * the old built list and the old bins, for the same files only, less any
+ * that used or a more recent bin holds, at most JITOP__FOLD_BINS_MAX. */
+static int fold_lists_after(struct fold *f, const jitop__strv *used, bool same,
+                            jitop__instlist *out)
+{
+    memset(out, 0, sizeof *out);
+    if (same && jitop__instlist_bins(&f->lists) != JITOP_OK)
+        return JITOP_ENOMEM;
+    int rc = strv_copy(&out->built, used);
+    for (size_t i = 0; rc == JITOP_OK && f->extra && i < f->extra->n && out->asked.n < f->cap;
+         i++)
+        if (!strv_has(&out->asked, f->extra->v[i]))
+            rc = jitop__strv_push(&out->asked, f->extra->v[i]);
+    for (size_t i = 0; rc == JITOP_OK && i < f->lists.asked.n && out->asked.n < f->cap; i++)
+        if (!strv_has(&out->asked, f->lists.asked.v[i]))
+            rc = jitop__strv_push(&out->asked, f->lists.asked.v[i]);
+    size_t nold = same ? 1 + f->lists.nbins : 0;
+    if (rc == JITOP_OK && nold > 0 && !(out->bins = calloc(nold, sizeof *out->bins)))
+        rc = JITOP_ENOMEM;
+    for (size_t i = 0; rc == JITOP_OK && i < nold && out->nbins < JITOP__FOLD_BINS_MAX; i++) {
+        const jitop__strv *c = i == 0 ? &f->lists.built : &f->lists.bins[i - 1];
+        bool keep = c->n > 0 && !strv_covers(used, c);
+        for (size_t j = 0; keep && j < out->nbins; j++)
+            keep = !strv_covers(&out->bins[j], c);
+        if (keep && (rc = strv_copy(&out->bins[out->nbins], c)) == JITOP_OK)
+            out->nbins++;
+    }
+    if (rc != JITOP_OK) {
+        jitop__instlist_free(out);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    return JITOP_OK;
+}
+
+/* l without its bins: what jitop__built.inst hands on (its callers take
+ * built and asked, and clear the struct). */
+static void drop_bins(jitop__instlist *l)
+{
+    jitop__instlist bins = {0};
+    bins.bins = l->bins;
+    bins.nbins = l->nbins;
+    bins.bins_raw = l->bins_raw;
+    bins.bins_raw_len = l->bins_raw_len;
+    jitop__instlist_free(&bins);
+    l->bins = NULL;
+    l->bins_raw = NULL;
+    l->nbins = l->bins_raw_len = 0;
+}
+
 /* u with names as its name expressions: a view (no copy) for keys and the
  * compile, never freed. */
 static jitop__unit unit_named(const jitop__unit *u, const jitop__strv *names)
@@ -316,11 +481,14 @@ static jitop__unit unit_named(const jitop__unit *u, const jitop__strv *names)
     return v;
 }
 
+static int known_in_lists(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
+                          jitop__built *out, bool *found);
+
 /* The slow path: scan, key, cache, then lock, check again, compile, store.
  * f: a source's fold (build.h's rule), or NULL. */
 static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode,
                       const char id[33], const jitop__deps *mdeps, const char *mkey,
-                      const struct fold *f, jitop__built *out)
+                      struct fold *f, jitop__built *out)
 {
     int status = JITOP_OK, lock_fd = -1;
     jitop__deps deps = {0};
@@ -328,18 +496,14 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
     char *text = NULL, *changed = NULL;
     bool found = false;
     double t_compile = 0;
-    /* fset: what a compile of a source folds in (built first, so that an
-     * unchanged list keeps its order and its key); uc: u with those names. */
+    /* fset: what a compile of a source folds in (fold_target, planned once
+     * the first scan says whether the files changed since the manifest);
+     * uc: u with those names. */
     jitop__strv fset = {0};
     jitop__instlist lists = {0};
-    if (f && f->on &&
-        ((status = strv_union(&fset, &f->lists.built)) != JITOP_OK ||
-         (status = strv_union(&fset, &f->lists.asked)) != JITOP_OK ||
-         (status = strv_union(&fset, f->extra)) != JITOP_OK))
-        goto out;
-    bool try_built = f && f->on && !f->all && f->lists.built.n < fset.n;
-    bool fell_back = false;
-    jitop__unit uc = f && f->on ? unit_named(u, &fset) : *u;
+    const jitop__strv *pick = NULL;
+    bool try_built = false, fell_back = false, planned = !(f && f->on);
+    jitop__unit uc = *u;
     const jitop__strv *used = &fset; /* the names of the binary found or compiled */
     for (int attempt = 1;; attempt++) {
         status = jitop__deps_scan(u, &deps, &text);
@@ -349,11 +513,25 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             jitop__after_scan_hook(u->source_name);
         if (deps.note && attempt == 1)
             jitop__log(ctx, "%s: %s", u->source_name, deps.note);
-        /* A source whose binary of the manifest's list is cached for these
-         * files (a touch, a save of the same bytes) takes it: names asked
-         * since wait for the next compile (the fold rule). */
+        if (!planned) {
+            planned = true;
+            status = fold_target(f, !same_files(mdeps, &deps), &fset);
+            if (status != JITOP_OK)
+                goto out;
+            uc = unit_named(u, &fset);
+            /* A binary of the manifest's lists that will do, looked up for
+             * the files as they are before anything is compiled (a touch, a
+             * save of the same bytes, a prewarm's shape in a bin). */
+            status = fold_pick(f, &fset, &pick);
+            if (status != JITOP_OK)
+                goto out;
+            try_built = pick != NULL;
+        }
+        /* A source whose binary of the manifest's lists is cached for these
+         * files takes it: names asked since wait for the next compile (the
+         * fold rule). */
         if (try_built && !deps.uncacheable) {
-            jitop__unit ub = unit_named(u, &f->lists.built);
+            jitop__unit ub = unit_named(u, pick);
             jitop__cache_key(&ub, &deps, out->key);
             status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
             if (status != JITOP_OK)
@@ -366,7 +544,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                 found = false;
             }
             if (found) {
-                used = &f->lists.built;
+                used = pick;
                 break;
             }
         }
@@ -388,6 +566,15 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                 jitop__log(ctx, "%s: files touched but unchanged: cache hit %s", u->source_name,
                            out->key);
             break;
+        }
+        /* An instance a module rebuilds (a reload's): a binary of its
+         * source's lists that holds it, before a compile of its own. */
+        if ((mode == BUILD_FULL || mode == BUILD_DEFER) && !(f && f->on) && !deps.uncacheable) {
+            status = known_in_lists(ctx, u, &deps, out, &found);
+            if (status != JITOP_OK)
+                goto out;
+            if (found)
+                break;
         }
         if (mode == BUILD_CACHED_ONLY)
             goto out; /* a miss: out->cached stays false, nothing is built */
@@ -473,11 +660,11 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         text = changed = NULL;
     }
     if (status == JITOP_OK && f && f->on) {
-        /* The lists the manifest keeps: the binary's names, and every name
-         * asked (none after a fold that failed). */
-        status = strv_copy(&lists.built, used);
-        if (status == JITOP_OK && !fell_back)
-            status = strv_copy(&lists.asked, &fset);
+        /* The lists the manifest keeps: the binary's names, the names
+         * asked and the other binaries of these files (none after a fold
+         * that failed). */
+        status = fell_back ? strv_copy(&lists.built, used)
+                           : fold_lists_after(f, used, same_files(mdeps, &deps), &lists);
     }
     if (status == JITOP_OK) {
         jitop__unit ustore = f && f->on ? unit_named(u, used) : *u;
@@ -485,6 +672,7 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                              f && f->on ? &lists : NULL, out);
     }
     if (status == JITOP_OK && f && f->on) {
+        drop_bins(&lists);
         out->inst = lists;
         memset(&lists, 0, sizeof lists);
     }
@@ -528,20 +716,28 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
             goto out;
     }
     f.all = f.on && (mode == BUILD_FOLD || mode == BUILD_CACHED_ONLY);
-    if (fresh && f.all) {
-        /* A name asked beyond the built list: the binary that folds it in
-         * is another key; the slow path looks for it (and writes the
-         * manifest that names it) or compiles it. */
-        for (size_t i = 0; fresh && i < f.lists.asked.n; i++)
-            fresh = strv_has(&f.lists.built, f.lists.asked.v[i]);
-        for (size_t i = 0; fresh && extra && i < extra->n; i++)
-            fresh = strv_has(&f.lists.built, extra->v[i]);
+    f.cap = f.on ? jitop__fold_max(ctx) : 0;
+    const jitop__strv *pick = NULL;
+    if (fresh && f.on) {
+        /* The binary of built or of a bin that holds what is wanted (the
+         * fold's names, or the caller's: fold_pick). With none, the binary
+         * that folds them in is another key: the slow path looks for it
+         * (and writes the manifest that names it) or compiles it. */
+        jitop__strv target = {0};
+        if (f.all && (status = fold_target(&f, false, &target)) != JITOP_OK)
+            goto out;
+        if (status == JITOP_OK)
+            status = fold_pick(&f, &target, &pick);
+        jitop__strv_free(&target);
+        if (status != JITOP_OK)
+            goto out;
+        fresh = pick != NULL;
     }
     if (fresh) {
         /* The fast path: no file but the manifest and the entry is read. The
          * key is recomputed from the manifest's hashes, so that it follows
          * the NVRTC version and the unit, not what the manifest claims. */
-        jitop__unit uk = f.on ? unit_named(u, &f.lists.built) : *u;
+        jitop__unit uk = f.on ? unit_named(u, pick) : *u;
         jitop__cache_key(&uk, &mdeps, out->key);
         status = mode == BUILD_DEFER ? jitop__cache_touch(ctx->cache, out->key, &found)
                        : jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
@@ -556,6 +752,15 @@ static int build_unit(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
                 status = entry_answer(ctx, u, out);
             out->deps = mdeps;
             memset(&mdeps, 0, sizeof mdeps);
+            /* inst.built names the binary taken: a bin's, when it was. */
+            for (size_t i = 0; i < f.lists.nbins; i++) {
+                if (pick == &f.lists.bins[i]) {
+                    jitop__strv t = f.lists.built;
+                    f.lists.built = f.lists.bins[i];
+                    f.lists.bins[i] = t;
+                }
+            }
+            drop_bins(&f.lists);
             out->inst = f.lists;
             memset(&f.lists, 0, sizeof f.lists);
             goto out;
@@ -606,14 +811,24 @@ int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name)
         return JITOP_OK;
     jitop__manifest_id(u, id);
     int status = jitop__manifest_get_lists(ctx->cache, id, &deps, key, &lists, &found);
-    if (status == JITOP_OK && found && !strv_has(&lists.asked, name)) {
-        status = jitop__strv_push(&lists.asked, name);
+    size_t cap = jitop__fold_max(ctx);
+    if (status == JITOP_OK && found && cap > 0 &&
+        (lists.asked.n == 0 || strcmp(lists.asked.v[0], name) != 0)) {
+        /* Most recent first: the name, then the others, as many as the cap
+         * keeps (the oldest drop out). */
+        jitop__strv asked = {0};
+        status = jitop__strv_push(&asked, name);
+        for (size_t i = 0; status == JITOP_OK && i < lists.asked.n && asked.n < cap; i++)
+            if (strcmp(lists.asked.v[i], name) != 0)
+                status = jitop__strv_push(&asked, lists.asked.v[i]);
+        jitop__strv_free(&lists.asked);
+        lists.asked = asked;
         if (status == JITOP_OK)
             status = jitop__manifest_put_lists(ctx->cache, id, &deps, key, &lists);
         if (status == JITOP_OK)
             jitop__log(ctx, "%s: %s joins the instances asked of it (compiled in at its next "
-                            "compile)",
-                       u->source_name, name);
+                            "compile, while they fit in %zu)",
+                       u->source_name, name, cap);
     }
     if (status != JITOP_OK && status != JITOP_ENOMEM) {
         jitop__log(ctx, "%s: cannot add %s to its instance list: %s", u->source_name, name,
@@ -623,6 +838,53 @@ int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name)
     }
     jitop__deps_free(&deps);
     jitop__instlist_free(&lists);
+    return status;
+}
+
+/* An instance (u: a source's unit with one name) whose own binary the
+ * cache lacks for the files known: the binary of its source's manifest
+ * lists (built, then the bins) that holds it, looked up under the key of
+ * that list and these files, so what it holds is in its key (build.h's
+ * bins). *found false when none is cached. Costs the manifest's read and
+ * a lookup per list holding the name: only on the way to a compile. */
+static int known_in_lists(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
+                          jitop__built *out, bool *found)
+{
+    jitop__strv none = {0};
+    jitop__unit src = unit_named(u, &none);
+    jitop__deps md = {0};
+    jitop__instlist l = {0};
+    char id[33], mkey[33];
+    bool mfound = false;
+    *found = false;
+    if (u->names.n != 1 || u->relocatable)
+        return JITOP_OK;
+    jitop__manifest_id(&src, id);
+    int status = jitop__manifest_get_lists(ctx->cache, id, &md, mkey, &l, &mfound);
+    if (status == JITOP_OK && mfound)
+        status = jitop__instlist_bins(&l);
+    for (size_t i = 0; status == JITOP_OK && mfound && !*found && i <= l.nbins; i++) {
+        const jitop__strv *c = i == 0 ? &l.built : &l.bins[i - 1];
+        /* A list of the name alone is the key already looked up. */
+        if (c->n < 2 || !strv_has(c, u->names.v[0]))
+            continue;
+        jitop__unit uc = unit_named(&src, c);
+        char key[33];
+        jitop__cache_key(&uc, known, key);
+        status = jitop__cache_get(ctx->cache, key, &out->entry, found);
+        if (status == JITOP_OK && *found && out->entry.bin.unresolved) {
+            jitop__entry_free(&out->entry);
+            memset(&out->entry, 0, sizeof out->entry);
+            *found = false;
+        }
+        if (status == JITOP_OK && *found) {
+            memcpy(out->key, key, sizeof key);
+            jitop__log(ctx, "%s: %s is in the binary %s of %zu instances (no compile)",
+                       u->source_name, u->names.v[0], key, c->n);
+        }
+    }
+    jitop__deps_free(&md);
+    jitop__instlist_free(&l);
     return status;
 }
 
@@ -638,6 +900,8 @@ int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__d
         return build_unit(ctx, u, BUILD_FULL, NULL, out);
     jitop__cache_key(u, known, out->key);
     int status = jitop__cache_get(ctx->cache, out->key, &out->entry, &found);
+    if (status == JITOP_OK && !found)
+        status = known_in_lists(ctx, u, known, out, &found);
     if (status == JITOP_OK && found)
         status = entry_answer(ctx, u, out);
     if (status == JITOP_OK && found)
@@ -690,14 +954,26 @@ static int probe_unit(jitop_ctx *ctx, const jitop__unit *u, struct probe *p)
                                        folds ? &p->lists : NULL, &p->mfound);
     if (status == JITOP_OK && p->mfound)
         status = jitop__deps_fresh(&p->mdeps, &p->fresh, &p->stale);
-    /* What jitop_build would build: every name asked folded in. */
-    if (status == JITOP_OK && folds && (status = strv_union(&p->names, &p->lists.built)) == JITOP_OK)
-        status = strv_union(&p->names, &p->lists.asked);
+    /* What jitop_build would build: the fold's names (fold_target), or a
+     * binary of the lists that holds them all (fold_pick). */
+    const jitop__strv *pick = NULL;
+    if (status == JITOP_OK && folds)
+        status = jitop__instlist_bins(&p->lists); /* f below is a shallow copy */
+    if (status == JITOP_OK && folds) {
+        struct fold f = {.on = true, .all = true, .cap = jitop__fold_max(ctx), .lists = p->lists};
+        status = fold_target(&f, !p->fresh, &p->names);
+        if (status == JITOP_OK)
+            status = fold_pick(&f, &p->names, &pick);
+        if (pick && pick->n > 0) {
+            jitop__strv_free(&p->names);
+            status = strv_copy(&p->names, pick);
+        }
+    }
     if (status != JITOP_OK)
         goto out;
     /* The manifest vouches for the files, not for a binary of names it
      * has not built: hashed then, as the build does. */
-    if (p->fresh && p->names.n > p->lists.built.n)
+    if (p->fresh && folds && !pick)
         p->fresh = false;
     const jitop__deps *d = &p->mdeps;
     if (!p->fresh) {

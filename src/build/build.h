@@ -30,38 +30,65 @@ typedef struct jitop__built {
     jitop__entry entry;
     /* A source (see the fold rule below): built, the name expressions
      * compiled into this binary (its unit's names, so in out->key); asked,
-     * every one asked of the source, as its manifest now says. Empty for
-     * any other unit. */
+     * every one asked of the source, as its manifest now says (no bins).
+     * Empty for any other unit. */
     jitop__instlist inst;
 } jitop__built;
 
 /* The fold rule: one program per (source, options, arch). A source unit
- * (no name expressions, not relocatable) is compiled with every template
- * instance asked of it so far, nvrtcAddNameExpression for each, as one
- * binary: its manifest keeps the lists (jitop__instlist), and the names
- * are the unit's names, so they are in the key. The build of a source:
- *   - stat fast path: the binary of the manifest's key (its built list);
- *   - files changed: the binary of the built list if the cache has it for
- *     the files as they are (a touch: no compile); else one compile with
- *     every name asked (built, then asked, then the caller's extra names:
- *     a reload's instances in use). A name asked since the last compile
- *     joins the binary here, never earlier: an instance first asked later
- *     is compiled on its own (jitop__build_join adds it to the list), so
- *     that one rare instance never recompiles all the others; the next
- *     compile of the source that has to happen anyway (an edit, a cold
- *     cache, eviction) folds it in.
+ * (no name expressions, not relocatable) is compiled with the template
+ * instances asked of it, nvrtcAddNameExpression for each, as one binary:
+ * its manifest keeps the lists (jitop__instlist), and the names (sorted:
+ * one set, one key) are the unit's names, so they are in the key.
+ *   - The fold's names: the caller's (declared at load, a prewarm's, a
+ *     reload's instances in use; always in), the asked list's and the
+ *     built list's, while they number at most the cap (jitop__fold_max);
+ *     over it the caller's alone (with none: the cap most recent asked).
+ *     Each NVRTC instance costs about as much as the source's own front
+ *     end (layernorm: ~140 ms a name), so a binary grows by folding only
+ *     up to the cap: past it, a shape's prewarm or cold load compiles its
+ *     own names, never those of every shape asked before.
+ *   - asked: most recent first, capped; a name that drops out is compiled
+ *     on its own when asked again, as any first-asked one, and rejoins.
+ *   - bins: the other binaries compiled for the same file contents (the
+ *     built list a compile replaced, and the bins before it, less any a
+ *     newer one holds; at most JITOP__FOLD_BINS_MAX), so that a load
+ *     declaring a shape prewarmed before (or a prewarm of it again) takes
+ *     its binary with no compile, and a get of a name in one of them
+ *     (jitop__build_unit_known) too. A file's content changing drops them.
+ *   - stat fast path: the binary of the built list, or of the first bin,
+ *     that holds what the build wants (the caller's names; jitop_build and
+ *     a prewarm: the fold's), else with no caller's names the built list's;
+ *   - files changed: that binary if the cache has it for the files as
+ *     they are (a touch: no compile); else one compile of the fold's names.
+ *     A name asked since the last compile joins the binary there, never
+ *     earlier: an instance first asked later is compiled on its own
+ *     (jitop__build_join adds it to the list), so that one rare instance
+ *     never recompiles all the others.
  *   - a fold that does not compile (a name the edited source no longer
  *     declares or instantiates) is compiled again without names, and the
  *     lists start empty: the instances are then compiled on their own and
  *     say what is wrong with them. */
 
+/* The fold cap: at most this many names grow a source's binary by folding
+ * (the rule above) and stay in its asked list. JITOP_FOLD_MAX (0 to
+ * JITOP__FOLD_MAX_LIMIT; 0: nothing but the caller's names is ever folded
+ * in), else JITOP__FOLD_MAX_DEFAULT; another value is logged and ignored. */
+#define JITOP__FOLD_MAX_DEFAULT 32
+#define JITOP__FOLD_MAX_LIMIT 4096
+/* The most other binaries a manifest names (its size is read on every warm
+ * load: 64 lists of 5 layernorm names is ~20 KB). */
+#define JITOP__FOLD_BINS_MAX 64
+size_t jitop__fold_max(jitop_ctx *ctx);
+
 /* jitop__build_unit of a source with extra name expressions to fold in
  * when it must be compiled (a reload: its module's instances in use). */
 int jitop__build_unit_fold(jitop_ctx *ctx, const jitop__unit *u, const jitop__strv *extra,
                            jitop__built *out);
-/* jitop_build of a source with names folded in now, beside every name
- * asked of it (a prewarm of what the ops will ask: the binary a load then
- * finds through the manifest, with no compile). names may be NULL. A name
+/* jitop_build of a source with names folded in now (a prewarm of what the
+ * ops will ask: the binary a load then finds through the manifest, with no
+ * compile; with others asked only as the rule above says). A binary of the
+ * lists that holds them all already is a hit. names may be NULL. A name
  * a fold that fell back left out is built alone (what a get of it then
  * finds); one that does not build fails the call with its own error. */
 int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
@@ -69,14 +96,17 @@ int jitop__build_fold(jitop_ctx *ctx, const char *path, const char *arch,
                       jitop_build_result *result);
 /* jitop__build_unit (defer: jitop__build_unit_deferred) of a source with
  * the instances declared at its load (jitop_load's -instance=) folded in
- * when it must be compiled, after every name asked of it: a cold load
- * compiles them with the source, one program, and their gets compile
- * nothing. A binary the stat fast path (or a touch) finds is taken as it
- * is: a name declared since joins at its first get, as any instance. */
+ * when it must be compiled (with others asked as the rule above says): a
+ * cold load compiles them with the source, one program, and their gets
+ * compile nothing. A binary of the lists that holds them is taken (a shape
+ * prewarmed before); with none, the built list's binary is taken as it is:
+ * a name declared since is then compiled at its first get, as any
+ * instance (its own binary, or a bin's that holds it). */
 int jitop__build_unit_declared(jitop_ctx *ctx, const jitop__unit *u, bool defer,
                                const jitop__strv *declared, jitop__built *out);
-/* Adds name (canonical) to the asked list of source u's manifest, unless
- * it is there (or u has no manifest: never built through the cache). A
+/* Puts name (canonical) first in the asked list of source u's manifest
+ * (most recent first; the oldest past the cap drop out), unless it is
+ * first already (or u has no manifest: never built through the cache). A
  * failure costs only speed: logged, not returned (but ENOMEM). */
 int jitop__build_join(jitop_ctx *ctx, const jitop__unit *u, const char *name);
 /* Whether u is a unit the fold rule applies to. */
@@ -91,8 +121,11 @@ int jitop__build_unit_deferred(jitop_ctx *ctx, const jitop__unit *u, jitop__buil
 /* The same for a unit whose files are known already: another unit of the
  * same source, options and include paths (a template instance of a source
  * its module loaded) read them as known. The key follows from known, with
- * no manifest read and no stat; when the cache lacks that key, this is
- * jitop__build_unit (which sees the files as they are now). */
+ * no manifest read and no stat; when the cache lacks that key, an instance
+ * takes a binary of its source's lists that holds it (the fold rule's
+ * bins: out->key is that binary's, and out->entry.bin.names lists every
+ * name in it: the instance's lowered name is at its own name's index),
+ * else this is jitop__build_unit (which sees the files as they are now). */
 int jitop__build_unit_known(jitop_ctx *ctx, const jitop__unit *u, const jitop__deps *known,
                             jitop__built *out);
 /* Would jitop__build_unit hit? If not, *why says what changed. */

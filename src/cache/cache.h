@@ -71,13 +71,27 @@ int jitop__manifest_put(jitop__cache *c, const char id[33], const jitop__deps *d
 /* A source's instance lists, kept in its manifest (manifest.c; the build
  * room's fold rule, build/build.h, says how they are used). built: the name
  * expressions compiled into the binary of the manifest's key (in the key:
- * they are the unit's names); asked: every name expression asked of the
- * source so far, built first. */
+ * they are the unit's names); asked: the name expressions asked of the
+ * source, most recent first, at most the fold cap; bins: the name lists of
+ * other binaries compiled for the same file contents (each one's key is
+ * the source's with that list as its names: a hint, looked up, never
+ * trusted), most recent first. */
 typedef struct jitop__instlist {
     jitop__strv built;
     jitop__strv asked;
+    /* nbins lists: decoded in bins (NULL until jitop__instlist_bins), or
+     * still the manifest's bytes in bins_raw (a read keeps them so, checked
+     * but not decoded: the warm path needs them only when built will not
+     * do; 64 lists of 5 names decoded cost ~40 us). A write takes bins when
+     * decoded, else bins_raw as read. */
+    jitop__strv *bins;
+    size_t nbins;
+    unsigned char *bins_raw;
+    size_t bins_raw_len;
 } jitop__instlist;
 void jitop__instlist_free(jitop__instlist *l);
+/* Decodes l's bins (nothing when decoded already or none). */
+int jitop__instlist_bins(jitop__instlist *l);
 /* jitop__manifest_get / _put with the lists (lists may be NULL: read
  * nothing / write none). A manifest without lists reads as empty ones. */
 int jitop__manifest_get_lists(jitop__cache *c, const char id[33], jitop__deps *deps,

@@ -18,7 +18,10 @@
  * the key, then every name expression asked of the source (each a
  * jitop__wb_strv list). They ride in the manifest because the warm path
  * reads it anyway: knowing them costs no extra file read. A manifest
- * without the flag has empty lists (one written before them parses). */
+ * without the flag has empty lists (one written before them parses). With
+ * flag bit 1 too, the lists of the source's other binaries follow (bins: a
+ * u32 count, then each a jitop__wb_strv list); a reader that predates them
+ * finds the manifest malformed (one hashing pass, never a wrong binary). */
 #include "cache/cache_private.h"
 
 #include <fcntl.h>
@@ -79,6 +82,7 @@ static char *manifest_dir(const jitop__cache *c, const char id[33])
 }
 
 #define MANIFEST_FLAG_INSTANCES 1u
+#define MANIFEST_FLAG_BINS 2u
 
 int jitop__manifest_parse(const unsigned char *data, size_t len, jitop__deps *deps,
                           char key[33], bool *valid)
@@ -113,6 +117,26 @@ int jitop__manifest_parse_lists(const unsigned char *data, size_t len, jitop__de
         jitop__rb_strv(&r, &l.built);
         if (!r.bad)
             jitop__rb_strv(&r, &l.asked);
+    }
+    if ((flags & MANIFEST_FLAG_BINS) && !r.bad) {
+        /* Checked here, decoded on demand (jitop__instlist_bins). */
+        uint32_t n = jitop__rb_u32(&r);
+        size_t from = r.off;
+        r.bad = r.bad || n == 0;
+        for (uint32_t i = 0; i < n && !r.bad; i++) {
+            uint32_t m = jitop__rb_u32(&r);
+            for (uint32_t j = 0; j < m && !r.bad; j++)
+                jitop__rb_take(&r, jitop__rb_u32(&r));
+        }
+        if (!r.bad) {
+            l.nbins = n;
+            l.bins_raw_len = r.off - from;
+            if (!(l.bins_raw = malloc(l.bins_raw_len ? l.bins_raw_len : 1))) {
+                status = jitop__fail(JITOP_ENOMEM, "out of memory");
+                goto out;
+            }
+            memcpy(l.bins_raw, data + from, l.bins_raw_len);
+        }
     }
     if (r.bad || r.off != len || !stored_key || strlen(stored_key) != 32 || !note)
         goto out;
@@ -228,8 +252,10 @@ int jitop__manifest_put_lists(jitop__cache *c, const char id[33], const jitop__d
     struct jitop__wbuf b = {0};
     char *dir = NULL;
     int err = 0, status = JITOP_OK;
-    bool with = lists && (lists->built.n > 0 || lists->asked.n > 0);
-    jitop__file_begin(&b, JITOP__MANIFEST_MAGIC, with ? MANIFEST_FLAG_INSTANCES : 0);
+    bool bins = lists && lists->nbins > 0;
+    bool with = lists && (lists->built.n > 0 || lists->asked.n > 0 || bins);
+    jitop__file_begin(&b, JITOP__MANIFEST_MAGIC,
+                      (with ? MANIFEST_FLAG_INSTANCES : 0) | (bins ? MANIFEST_FLAG_BINS : 0));
     jitop__wb_str(&b, key);
     jitop__wb_str(&b, deps->note ? deps->note : "");
     write_records(&b, true, deps->v, deps->n);
@@ -237,6 +263,15 @@ int jitop__manifest_put_lists(jitop__cache *c, const char id[33], const jitop__d
     if (with) {
         jitop__wb_strv(&b, &lists->built);
         jitop__wb_strv(&b, &lists->asked);
+    }
+    if (bins) {
+        jitop__wb_u32(&b, (uint32_t)lists->nbins);
+        if (lists->bins) {
+            for (size_t i = 0; i < lists->nbins; i++)
+                jitop__wb_strv(&b, &lists->bins[i]);
+        } else {
+            jitop__wb_bytes(&b, lists->bins_raw, lists->bins_raw_len);
+        }
     }
     jitop__file_seal(&b);
     if (b.oom) {
@@ -273,4 +308,35 @@ void jitop__instlist_free(jitop__instlist *l)
         return;
     jitop__strv_free(&l->built);
     jitop__strv_free(&l->asked);
+    for (size_t i = 0; l->bins && i < l->nbins; i++)
+        jitop__strv_free(&l->bins[i]);
+    free(l->bins);
+    free(l->bins_raw);
+    l->bins = NULL;
+    l->bins_raw = NULL;
+    l->nbins = l->bins_raw_len = 0;
+}
+
+int jitop__instlist_bins(jitop__instlist *l)
+{
+    if (l->bins || l->nbins == 0)
+        return JITOP_OK;
+    jitop__strv *v = calloc(l->nbins, sizeof *v);
+    if (!v)
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    /* The bytes were checked when read: a failure here is memory. */
+    struct jitop__rbuf r = {l->bins_raw, l->bins_raw_len, 0, false};
+    for (size_t i = 0; i < l->nbins && !r.bad; i++)
+        jitop__rb_strv(&r, &v[i]);
+    if (r.bad) {
+        for (size_t i = 0; i < l->nbins; i++)
+            jitop__strv_free(&v[i]);
+        free(v);
+        return jitop__fail(JITOP_ENOMEM, "out of memory");
+    }
+    l->bins = v;
+    free(l->bins_raw);
+    l->bins_raw = NULL;
+    l->bins_raw_len = 0;
+    return JITOP_OK;
 }

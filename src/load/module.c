@@ -47,6 +47,20 @@ static const char *unit_label(const jitop__unit *u)
     return u->source_path ? u->source_path : u->source_name ? u->source_name : "inline source";
 }
 
+/* The lowered name of the instance name in bin: its own binary's one, or
+ * where a binary of its source's lists holds other names too
+ * (jitop__build_unit_known, build/build.h's bins), the one at its index.
+ * NULL when NVRTC gave none. */
+static const char *instance_lowered(const jitop__binary *bin, const char *name)
+{
+    size_t k = 0;
+    while (k < bin->names.n && strcmp(bin->names.v[k], name) != 0)
+        k++;
+    if (k == bin->names.n)
+        k = 0;
+    return k < bin->lowered.n ? bin->lowered.v[k] : NULL;
+}
+
 /* Builds mu->unit (already initialized) and loads its image, or keeps its
  * binary when lazy; key, deps and lowered name move into mu. */
 static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
@@ -67,12 +81,13 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
     if (status != JITOP_OK)
         goto out;
     if (mu->unit.names.n > 0) {
-        if (built.entry.bin.lowered.n < 1 || !built.entry.bin.lowered.v[0]) {
+        const char *lowered = instance_lowered(&built.entry.bin, mu->unit.names.v[0]);
+        if (!lowered) {
             status = jitop__fail(JITOP_ENVRTC, "module %s: NVRTC gave no lowered name for %s",
                                  m->name, mu->unit.names.v[0]);
             goto out;
         }
-        if (!(mu->lowered = jitop__strdup(built.entry.bin.lowered.v[0]))) {
+        if (!(mu->lowered = jitop__strdup(lowered))) {
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
             goto out;
         }
@@ -855,9 +870,14 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
             }
             it->bin = built.entry.bin;
             memset(&built.entry.bin, 0, sizeof built.entry.bin);
-        } else if (strcmp(built.key, it->old_key) != 0) {
-            if (it->mu->unit.names.n > 0 && built.entry.bin.lowered.n > 0 &&
-                !(it->lowered = jitop__strdup(built.entry.bin.lowered.v[0])))
+        } else if (strcmp(built.key, it->old_key) != 0 || it->was_shared) {
+            /* An instance that shared its source's image and now has a
+             * binary of its own needs its own image, even under the same
+             * key (a bin of the lists that was its source's binary). */
+            const char *lowered = it->mu->unit.names.n > 0
+                                      ? instance_lowered(&built.entry.bin, it->mu->unit.names.v[0])
+                                      : NULL;
+            if (lowered && !(it->lowered = jitop__strdup(lowered)))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");
             if (status == JITOP_OK && !it->unloaded)
                 status = jitop__image_load(m, built.key, &built.entry.bin,
