@@ -424,23 +424,22 @@ static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
 
 /* layernorm_bwd_bulk's shape for a row of n elements of es bytes: the
  * fewest blocks (cl) whose share of the row fits LN_BULK_CHUNK_BYTES, split
- * in 16-byte vectors, with threads enough (whole warps, or a power of two
- * under LN_THREADS_POW2, 32 to 1024) for at most LN_BULK_ELEMS_PER_THREAD
- * elements each; 0 when none fits. */
-static int ln_bulk_shape(int n, size_t es, int max_cl, int rule, int *tpr, int *cl)
+ * in 16-byte vectors, with threads enough (a power of two, 32 to 1024) for
+ * at most LN_BULK_ELEMS_PER_THREAD elements each; 0 when none fits. A power
+ * of two under either threads rule: this kernel reads its rows from shared
+ * memory, so idle lanes in its last pass cost no bytes in flight, and the
+ * extra threads shorten its instruction-bound row (whole warps measured
+ * slower, float32 N = 9216-61440: bench/layernorm_NOTES.md, run 7). */
+static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
         if (n % (c * vec) != 0 || (size_t)(n / c) * es > LN_BULK_CHUNK_BYTES)
             continue;
-        const int need = (n / c + LN_BULK_ELEMS_PER_THREAD - 1) / LN_BULK_ELEMS_PER_THREAD;
         int t = 32;
-        if (rule == LN_THREADS_WARPS)
-            t = need <= 32 ? 32 : (need + 31) / 32 * 32;
-        else
-            while (t < need)
-                t *= 2;
-        if (t > 1024)
+        while (t < 1024 && t * LN_BULK_ELEMS_PER_THREAD < n / c)
+            t *= 2;
+        if (t * LN_BULK_ELEMS_PER_THREAD < n / c)
             continue;
         *tpr = t;
         *cl = c;
@@ -460,7 +459,7 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
                           rule, &p->tpr, &p->cl);
     int tpr, cl;
     if (p->special && p->cl > 1 && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, rule, &tpr, &cl)) {
+        ln_bulk_shape(n, es, max_cl, &tpr, &cl)) {
         /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
          * gamma in float32 */
         p->tpr = tpr;
