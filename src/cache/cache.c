@@ -21,6 +21,8 @@ int jitop__cache_open(const char *root, int64_t max_size, int verbose, jitop__ca
     }
     c->max_size = max_size;
     c->verbose = verbose;
+    const char *fs = getenv("JITOP_CACHE_FSYNC");
+    c->durable = fs != NULL && *fs != '\0' && strcmp(fs, "0") != 0;
     c->root = jitop__strdup(root);
     c->vdir = jitop__sprintf("%s/v%d", root, JITOP__FORMAT_VERSION);
     if (!c->root || !c->vdir) {
@@ -105,7 +107,7 @@ int jitop__cache_put_bytes(jitop__cache *c, const char key[33], struct jitop__wb
         status = jitop__fail(JITOP_ENOMEM, "out of memory");
         goto out;
     }
-    status = jitop__cache_write_atomic(c, dir, key, b.p, b.n, true, &err);
+    status = jitop__cache_write_atomic(c, dir, key, b.p, b.n, c->durable, &err);
     if (status == JITOP_EIO && jitop__cache_unwritable_errno(err)) {
         jitop__cache_go_readonly(c, dir, err);
         jitop__cache_mem_put(c, key, false, &b);

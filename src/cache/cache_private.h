@@ -72,6 +72,15 @@ struct jitop__cache {
     char *vdir; /* root/v<F> */
     int64_t max_size; /* negative: no cap */
     int verbose;
+    /* JITOP_CACHE_FSYNC set and not 0: entries fsynced (file and directory)
+     * before a build returns. Off by default, as ccache, sccache and
+     * Triton's cache do: a write is atomic either way (temporary file and
+     * rename), and what a power loss can leave (an entry missing, empty or
+     * torn) fails the checked read and is a miss; the two fsyncs cost
+     * milliseconds to tens of milliseconds of every cold compile on a
+     * virtual disk (bench/fold_NOTES.md). The tags of a new tree are
+     * always fsynced: they decide what jitop clean may delete. */
+    bool durable;
     pthread_mutex_t lock; /* guards readonly, ro_*, the warned flags and items */
     bool readonly;        /* writes go to items; reads still try the disk */
     /* Why the cache went read-only: the first path that could not be
@@ -157,6 +166,8 @@ int jitop__cache_write_atomic(jitop__cache *c, const char *dir, const char *name
 /* Test seam: called with the temporary file's path between its write and
  * its rename (a concurrent jitop clean's window). NULL outside tests. */
 extern void (*jitop__cache_write_hook)(const char *tmp);
+/* Tests: called with each path jitop__cache_write_once fsyncs. */
+extern void (*jitop__cache_fsync_hook)(const char *path);
 int jitop__cache_write_once(const char *dir, const char *name, const unsigned char *data,
                             size_t len, bool durable, int *err);
 /* A use stamps an entry's mtime (the LRU order eviction follows) unless

@@ -287,6 +287,7 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 }
 
 void (*jitop__cache_write_hook)(const char *tmp);
+void (*jitop__cache_fsync_hook)(const char *path);
 
 /* Writes dir/name atomically: a unique temporary file in the same directory,
  * (fsync), rename over the name, (fsync of the directory). Readers see the
@@ -318,6 +319,8 @@ int jitop__cache_write_once(const char *dir, const char *name, const unsigned ch
         status = jitop__fail(JITOP_EIO, "cache: write %s: %s", tmp, strerror(errno));
         goto out;
     }
+    if (durable && jitop__cache_fsync_hook)
+        jitop__cache_fsync_hook(tmp);
     if (durable && fsync(fd) != 0) {
         *err = errno;
         status = jitop__fail(JITOP_EIO, "cache: fsync %s: %s", tmp, strerror(errno));
@@ -343,6 +346,8 @@ int jitop__cache_write_once(const char *dir, const char *name, const unsigned ch
         /* The rename itself is only durable once the directory is synced. A
          * directory gone by now was moved away by jitop clean after the
          * rename, with the file: as if cleaned right after, nothing to sync. */
+        if (jitop__cache_fsync_hook)
+            jitop__cache_fsync_hook(dir);
         dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if ((dfd < 0 && errno != ENOENT) || (dfd >= 0 && fsync(dfd) != 0)) {
             *err = errno;
