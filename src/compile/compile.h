@@ -77,6 +77,10 @@ typedef struct jitop__binary {
     bool unresolved;
 } jitop__binary;
 void jitop__binary_free(jitop__binary *b);
+/* The lowered name of name expression name in bin (a binary may hold other
+ * names beside it, in sorted order: a fold's or a bin's); a binary of one
+ * name gives that one's; NULL when bin holds several and not name. */
+const char *jitop__binary_lowered(const jitop__binary *bin, const char *name);
 
 /* "sm_90", "sm_90a", "sm_100f", "compute_90": the forms NVRTC takes (2 or
  * 3 digits, an optional a or f). Says nothing of whether NVRTC supports it. */

@@ -661,6 +661,16 @@ int jitop__nvrtc_check_arch(const char *arch)
                        arch, jitop__nvrtc_version(), list);
 }
 
+const char *jitop__binary_lowered(const jitop__binary *bin, const char *name)
+{
+    for (size_t k = 0; k < bin->names.n && k < bin->lowered.n; k++)
+        if (strcmp(bin->names.v[k], name) == 0)
+            return bin->lowered.v[k];
+    /* A binary of the one name asked (a unit's own compile), whatever its
+     * spelling there. */
+    return bin->names.n == 1 && bin->lowered.n == 1 ? bin->lowered.v[0] : NULL;
+}
+
 void jitop__binary_free(jitop__binary *b)
 {
     if (!b)

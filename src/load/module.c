@@ -51,15 +51,6 @@ static const char *unit_label(const jitop__unit *u)
  * where a binary of its source's lists holds other names too
  * (jitop__build_unit_known, build/build.h's bins), the one at its index.
  * NULL when NVRTC gave none. */
-static const char *instance_lowered(const jitop__binary *bin, const char *name)
-{
-    size_t k = 0;
-    while (k < bin->names.n && strcmp(bin->names.v[k], name) != 0)
-        k++;
-    if (k == bin->names.n)
-        k = 0;
-    return k < bin->lowered.n ? bin->lowered.v[k] : NULL;
-}
 
 /* Builds mu->unit (already initialized) and loads its image, or keeps its
  * binary when lazy; key, deps and lowered name move into mu. */
@@ -81,7 +72,7 @@ static int build_and_load(jitop_module *m, jitop__modunit *mu, bool lazy,
     if (status != JITOP_OK)
         goto out;
     if (mu->unit.names.n > 0) {
-        const char *lowered = instance_lowered(&built.entry.bin, mu->unit.names.v[0]);
+        const char *lowered = jitop__binary_lowered(&built.entry.bin, mu->unit.names.v[0]);
         if (!lowered) {
             status = jitop__fail(JITOP_ENVRTC, "module %s: NVRTC gave no lowered name for %s",
                                  m->name, mu->unit.names.v[0]);
@@ -875,7 +866,7 @@ int jitop__module_prepare(jitop_module *m, jitop__pending **out)
              * binary of its own needs its own image, even under the same
              * key (a bin of the lists that was its source's binary). */
             const char *lowered = it->mu->unit.names.n > 0
-                                      ? instance_lowered(&built.entry.bin, it->mu->unit.names.v[0])
+                                      ? jitop__binary_lowered(&built.entry.bin, it->mu->unit.names.v[0])
                                       : NULL;
             if (lowered && !(it->lowered = jitop__strdup(lowered)))
                 status = jitop__fail(JITOP_ENOMEM, "out of memory");

@@ -253,8 +253,10 @@ static int alias_compile(jitop_module *m, const char *norm, char **symbol)
         }
         if (status != JITOP_OK)
             break;
-        if (built.entry.bin.lowered.n > 0 &&
-            !(*symbol = jitop__strdup(built.entry.bin.lowered.v[0])))
+        /* The binary may hold other names beside expr (a fold's or a
+         * bin's, sorted): expr's own lowered name. */
+        const char *lowered = jitop__binary_lowered(&built.entry.bin, expr);
+        if (lowered && !(*symbol = jitop__strdup(lowered)))
             status = jitop__fail(JITOP_ENOMEM, "out of memory");
         jitop__built_free(&built);
     }
