@@ -45,7 +45,7 @@ typedef struct jitop__built {
  *     built list's, while they number at most the cap (jitop__fold_max);
  *     over it the caller's alone (with none: the cap most recent asked).
  *     Each NVRTC instance costs about as much as the source's own front
- *     end (layernorm: ~140 ms a name), so a binary grows by folding only
+ *     end (tens to hundreds of ms for layernorm), so a binary grows by folding only
  *     up to the cap: past it, a shape's prewarm or cold load compiles its
  *     own names, never those of every shape asked before.
  *   - asked: most recent first, capped; a name that drops out is compiled

@@ -12,7 +12,7 @@
  *     content hash it had then, and every include name looked for and not
  *     found then is still absent (a new file would change what the
  *     preamble reads); otherwise it is not used, and a new one is made;
- *   - the binary is the same with and without (measured, and tested by
+ *   - the binary is the same with and without (tested by
  *     tests/cpu/test_pch.c), so cache keys leave the PCH out.
  *
  * The preamble: the source's leading lines that are preprocessor

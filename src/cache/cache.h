@@ -82,7 +82,8 @@ typedef struct jitop__instlist {
     /* nbins lists: decoded in bins (NULL until jitop__instlist_bins), or
      * still the manifest's bytes in bins_raw (a read keeps them so, checked
      * but not decoded: the warm path needs them only when built will not
-     * do; 64 lists of 5 names decoded cost ~40 us). A write takes bins when
+     * do, and decoding many lists on every warm read would cost more
+     * than the read itself). A write takes bins when
      * decoded, else bins_raw as read. */
     jitop__strv *bins;
     size_t nbins;

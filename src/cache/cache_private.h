@@ -76,9 +76,8 @@ struct jitop__cache {
      * before a build returns. Off by default, as ccache, sccache and
      * Triton's cache do: a write is atomic either way (temporary file and
      * rename), and what a power loss can leave (an entry missing, empty or
-     * torn) fails the checked read and is a miss; the two fsyncs cost
-     * milliseconds to tens of milliseconds of every cold compile on a
-     * virtual disk (bench/fold_NOTES.md). The tags of a new tree are
+     * torn) fails the checked read and is a miss, while the two fsyncs
+     * would add a disk flush to every cold compile. The tags of a new tree are
      * always fsynced: they decide what jitop clean may delete. */
     bool durable;
     pthread_mutex_t lock; /* guards readonly, ro_*, the warned flags and items */

@@ -35,17 +35,16 @@
 #define LN_FWD_MAX_TPR 1024
 #define LN_BWD_MAX_BYTES 32
 #define LN_BWD_MAX_TPR 1024
-/* float32 rows over 64 KiB: 64 bytes per thread (at N = 32768 a 2-block
- * cluster is much faster than a 4-block one: bench/layernorm_NOTES.md, run
- * 2). 16-bit rows stay at
- * 32 bytes so that the shared-memory accumulators (2 floats per element held)
+/* float32 rows over 64 KiB: 64 bytes per thread, so that a long row takes
+ * a 2-block cluster rather than a 4-block one (fewer cluster barriers per
+ * row; bench/layernorm_NOTES.md). 16-bit rows stay at 32 bytes so that the shared-memory accumulators (2 floats per element held)
  * fit in a block's 227 KiB. */
 #define LN_BWD_LONG_ROW_BYTES 65536
 #define LN_BWD_LONG_MAX_BYTES 64
 /* Block size of the backward's cluster kernels. Smaller blocks (more of
  * them per SM, so that one block's reduction overlaps another's loads)
  * are slower: each cluster barrier per row costs more than the overlap
- * gives (bench/layernorm_NOTES.md, run 4). */
+ * gives (bench/layernorm_NOTES.md). */
 #ifndef LN_BWD_CLUSTER_TPR
 #define LN_BWD_CLUSTER_TPR 1024
 #endif
@@ -53,8 +52,8 @@
 /* The backward for rows that need a cluster, on sm_90 with 16-byte aligned
  * rows: layernorm_bwd_bulk (rows brought in by the copy engine), each block
  * taking at most 32 KiB of each row and 16 elements per thread: faster
- * there than layernorm_bwd_cluster, for 16-bit rows most (figures in
- * bench/layernorm_NOTES.md, run 6). */
+ * there than layernorm_bwd_cluster, for 16-bit rows most
+ * (bench/layernorm_NOTES.md). */
 #define LN_BULK_CHUNK_BYTES 32768
 #define LN_BULK_ELEMS_PER_THREAD 16
 #define LN_MAX_CLUSTER 8
@@ -428,8 +427,8 @@ static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
  * at most LN_BULK_ELEMS_PER_THREAD elements each; 0 when none fits. A power
  * of two under either threads rule: this kernel reads its rows from shared
  * memory, so idle lanes in its last pass cost no bytes in flight, and the
- * extra threads shorten its instruction-bound row (whole warps measured
- * slower, float32 N = 9216-61440: bench/layernorm_NOTES.md, run 7). */
+ * extra threads shorten its instruction-bound row: whole warps are slower
+ * here (bench/layernorm_NOTES.md). */
 static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
@@ -630,7 +629,7 @@ static int ln_bwd_check(const char *fn, const void *dy, const void *x, const flo
  * `clusters` blocks when clusters > 1): a persistent grid of one wave, and
  * no more groups than rows need. Clusters: as many as the device holds at
  * once, which can be fewer than SMs / cluster size: one more makes a
- * second wave, at about half the speed (bench/layernorm_NOTES.md, run 6). */
+ * second wave, at about half the speed (bench/layernorm_NOTES.md). */
 static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, int clusters,
                          int rpb, int64_t rows, long long *out)
 {

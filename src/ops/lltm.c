@@ -62,8 +62,8 @@ typedef struct lltm_kernel {
  * short chains: the forward 11 tiles of 16 over 16 groups, the backward's
  * d_X 24 tiles of 16 over 24 groups (its d_W blocks, 3 groups of 256
  * threads, reduce over B). Against 8 and 16 groups of 32 this is a faster
- * forward + backward and a forward of less than half the code (figures in
- * bench/lltm_NOTES.md, run 9). */
+ * forward + backward and a forward of less than half the code
+ * (bench/lltm_NOTES.md). */
 /* The fused forward's BM, BN per dtype (must match the names below). */
 static const unsigned lltm_fwd_tile[2][2] = {{8, 4}, {16, 8}};
 static const lltm_kernel lltm_kernels[2][SLOT_COUNT] = {
@@ -417,7 +417,7 @@ static int lltm_gemm(lltm_cublas *cb, int t, const lltm_product *p)
  * slices: 24 are no faster over the whole backward, with twice the partials
  * to sum) and cuts the forward's gates by a fifth (8 slices); cuBLASLt's
  * own split-K and every algorithm it offers for these shapes were slower
- * (figures in bench/lltm_NOTES.md, run 8). 1: no split (large sizes fill
+ * (bench/lltm_NOTES.md). 1: no split (large sizes fill
  * the GPU). */
 static int lltm_split_k(const jitop__driver *d, int out_rows, int out_cols, int k)
 {
