@@ -8,11 +8,11 @@
 //   dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy.
 //
 // Ops (T is float, __half or __nv_bfloat16):
-//   layernorm_fwd<T, N, AFFINE[, VEC, TPR]>           one row per TPR threads
-//   layernorm_fwd_cluster<T, N, AFFINE, VEC, TPR, CL>  one row per CL-block cluster
+//   layernorm_fwd<T, N, AFFINE[, VEC, TPR, MINB]>      one row per TPR threads
+//   layernorm_fwd_cluster<T, N, AFFINE, VEC, TPR, CL[, MINB]>  one row per CL-block cluster
 //   layernorm_fwd_generic<T, AFFINE, VEC>              any N at run time
-//   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC]>
-//   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC]>
+//   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC, PF, MINB]>
+//   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC, PF, MINB]>
 //   layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
 //   layernorm_bwd_generic<T, AFFINE, VEC>, layernorm_bwd_reduce<T>
 // The specialized kernels hold their share of the row in registers (as the
@@ -44,6 +44,10 @@
 // AFFINE: the forward reads gamma and beta, each may still be NULL (then
 // scale 1, shift 0); the backward scales by gamma (NULL: 1) and writes the
 // partials. mean_out / rstd_out may be NULL (not saved).
+//
+// MINB (launch bounds' blocks per SM, so the register cap) and PF (the
+// backward's prefetch of the next rows) default to the rules below; see
+// layernorm_fwd and ln_bwd_pf.
 //
 // VEC elements of T are moved per load (VEC * sizeof(T) bytes: 16, 8, 4 or
 // 2); the caller picks the widest VEC that divides N and to whose size
@@ -573,18 +577,24 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
         ln_cluster_sync(); // the cluster's blocks leave together, after the last exchange
 }
 
+// MINB: the launch bounds' minimum resident blocks per SM (0: none, the
+// default), which caps the registers per thread at what MINB blocks leave
+// (65536 / (MINB * BLOCK)): a plan that wants several blocks per SM, so that
+// one block's reductions overlap another's loads, asks for it here, and
+// ptxas spills rather than exceed it (pick the bytes per thread to match).
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
           int TPR = ln_min(ln_threads_per_row(N / VEC, VEC * sizeof(T), LN_FWD_MAX_BYTES),
-                           LN_FWD_MAX_TPR)>
-__global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK)
+                           LN_FWD_MAX_TPR),
+          int MINB = 0>
+__global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK, MINB)
     layernorm_fwd(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
                   float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M, float eps)
 {
     ln_fwd_body<T, N, AFFINE, VEC, TPR, 1>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
 }
 
-template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL>
-__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, int MINB = 0>
+__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, MINB)
     layernorm_fwd_cluster(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta,
                           T *y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                           long long M, float eps)
@@ -622,6 +632,18 @@ __host__ __device__ constexpr int ln_bwd_min_blocks(int block, bool pf = false)
     const int per_sm = pf ? LN_BWD_PF_THREADS_PER_SM : LN_BWD_THREADS_PER_SM;
     return per_sm / block > 0 ? per_sm / block : 1;
 }
+// The backward kernels' PF and MINB template arguments: PF -1 takes the
+// rule above (ln_bwd_prefetch), 0 or 1 turns prefetch off or on; MINB 0
+// takes ln_bwd_min_blocks, n > 0 asks n blocks per SM of the launch bounds
+// (src/ops/layernorm.c's JITOP_LN_PLAN sets them, to compare plans).
+template <typename T, int N, int CL, int PF> __host__ __device__ constexpr bool ln_bwd_pf()
+{
+    return PF < 0 ? ln_bwd_prefetch<T, N, CL>() : PF != 0;
+}
+__host__ __device__ constexpr int ln_bwd_minb(int minb, int block, bool pf)
+{
+    return minb > 0 ? minb : ln_bwd_min_blocks(block, pf);
+}
 
 // SACC: the dgamma/dbeta accumulators live in dynamic shared memory
 // (2 * BLOCK * EPT floats, ln_bwd_smem_bytes) instead of registers, each
@@ -635,7 +657,7 @@ __host__ __device__ constexpr int ln_bwd_smem_bytes()
     return 2 * ln_shape<T, N, VEC, TPR, CL>::BLOCK * ln_shape<T, N, VEC, TPR, CL>::VPT * VEC * 4;
 }
 
-template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC>
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC, bool PF>
 __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__restrict__ gamma,
                                             const float *__restrict__ mean,
                                             const float *__restrict__ rstd, T *dx,
@@ -645,7 +667,6 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
     using C = ln_conv<T>;
     constexpr int EPT = S::VPT * VEC;
     constexpr bool RACC = AFFINE && !SACC; // accumulators in registers
-    constexpr bool PF = ln_bwd_prefetch<T, N, CL>();
     __shared__ ln_red_smem<S::WARPS, 2, CL> red;
     extern __shared__ float ln_dyn[]; // SACC: [2][EPT][BLOCK]
     if (blockDim.x != S::BLOCK)
@@ -840,24 +861,26 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
           int TPR = ln_min(ln_threads_per_row(N / VEC, VEC * sizeof(T), LN_BWD_MAX_BYTES),
                            LN_BWD_MAX_TPR),
-          bool SACC = true>
+          bool SACC = true, int PF = -1, int MINB = 0>
 __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
-                                  ln_bwd_min_blocks(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
-                                                    ln_bwd_prefetch<T, N, 1>()))
+                                  ln_bwd_minb(MINB, ln_shape<T, N, VEC, TPR, 1>::BLOCK,
+                                              ln_bwd_pf<T, N, 1, PF>()))
     layernorm_bwd(const T *dy, const T *x, const T *__restrict__ gamma,
                   const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                   float *__restrict__ part, long long M)
 {
-    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC>(dy, x, gamma, mean, rstd, dx, part, M);
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC, ln_bwd_pf<T, N, 1, PF>()>(dy, x, gamma, mean, rstd, dx, part, M);
 }
 
-template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC = true>
-__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, ln_bwd_min_blocks(TPR))
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC = true,
+          int PF = -1, int MINB = 0>
+__global__ void LN_CLUSTER_DIMS(CL)
+    __launch_bounds__(TPR, ln_bwd_minb(MINB, TPR, ln_bwd_pf<T, N, CL, PF>()))
     layernorm_bwd_cluster(const T *dy, const T *x, const T *__restrict__ gamma,
                           const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                           float *__restrict__ part, long long M)
 {
-    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC>(dy, x, gamma, mean, rstd, dx, part, M);
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC, ln_bwd_pf<T, N, CL, PF>()>(dy, x, gamma, mean, rstd, dx, part, M);
 }
 
 // ------------------------------------------------ backward, copy-engine rows

@@ -17,6 +17,7 @@
 
 #include "build/build.h"
 #include "load/driver.h"
+#include "ops/ln_plan.h"
 #include "ops/ops_state.h"
 
 #include <stdatomic.h>
@@ -57,6 +58,8 @@
 #define LN_BULK_CHUNK_BYTES 32768
 #define LN_BULK_ELEMS_PER_THREAD 16
 #define LN_MAX_CLUSTER 8
+/* A block's shared memory at most (sm_90's opt-in limit). */
+#define LN_MAX_BLOCK_SMEM (227 * 1024)
 
 /* How many threads share a row (JITOP_LN_THREADS, read when a context first
  * uses LayerNorm): LN_THREADS_WARPS, the default, takes the fewest threads
@@ -76,6 +79,33 @@ static int ln_threads_rule(int *rule)
     else
         return jitop__fail(JITOP_EINVAL, "JITOP_LN_THREADS is '%s': expected warps or pow2", v);
     return JITOP_OK;
+}
+
+/* The constants above as a plan, with JITOP_LN_PLAN's fields over them
+ * (ops/ln_plan.h). The defaults leave every instance name as it was
+ * before the plan was parametric: a default plan names no extra template
+ * argument. */
+static int ln_plan_cfg(jitop__ln_cfg *out)
+{
+    static const jitop__ln_cfg defaults = {
+        .fwd_bytes = LN_FWD_MAX_BYTES,
+        .fwd_max_tpr = LN_FWD_MAX_TPR,
+        .fwd_cluster_tpr = LN_FWD_MAX_TPR,
+        .fwd_fit = 0,
+        .fwd_min_blocks = 0,
+        .bwd_bytes = LN_BWD_MAX_BYTES,
+        .bwd_long_bytes = LN_BWD_LONG_MAX_BYTES,
+        .bwd_max_tpr = LN_BWD_MAX_TPR,
+        .bwd_cluster_tpr = LN_BWD_CLUSTER_TPR,
+        .bwd_fit = 0,
+        .bwd_pf = -1,
+        .bwd_min_blocks = 0,
+        .bwd_bulk = 1,
+        .bulk_chunk = LN_BULK_CHUNK_BYTES,
+        .bulk_ept = LN_BULK_ELEMS_PER_THREAD,
+        .text = "default",
+    };
+    return jitop__ln_cfg_parse("JITOP_LN_PLAN", getenv("JITOP_LN_PLAN"), &defaults, out);
 }
 
 typedef struct ln_inst {
@@ -100,6 +130,7 @@ struct jitop__layernorm_state {
     ln_inst *insts;
     ln_ws *ws;
     int threads_rule; /* JITOP_LN_THREADS when the context first used LayerNorm */
+    jitop__ln_cfg cfg; /* JITOP_LN_PLAN, read then too */
 };
 
 /* ------------------------------------------------------------- state */
@@ -137,7 +168,7 @@ static char *ln_source(const jitop_ctx *ctx)
 }
 
 static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
-                           jitop__strv *opts);
+                           const jitop__ln_cfg *cfg, jitop__strv *opts);
 
 /* The first call loads the module with the instances a forward + backward
  * of its shape ask declared (-instance=, ln_load_options): a cold first
@@ -154,9 +185,12 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     }
     jitop__strv opts = {0};
     int rule = LN_THREADS_WARPS;
+    jitop__ln_cfg cfg;
     int rc = ln_threads_rule(&rule);
     if (rc == JITOP_OK)
-        rc = ln_load_options(ctx, dtype, n, affine, rule, &opts);
+        rc = ln_plan_cfg(&cfg);
+    if (rc == JITOP_OK)
+        rc = ln_load_options(ctx, dtype, n, affine, rule, &cfg, &opts);
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm");
     char *path = ln_source(ctx);
@@ -190,6 +224,7 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
         } else {
             s->module = m;
             s->threads_rule = rule;
+            s->cfg = cfg;
             __atomic_store_n(&ops->layernorm, s, __ATOMIC_RELEASE);
         }
     }
@@ -314,9 +349,11 @@ static int ln_vec(int n, size_t es, const void *const *ptrs, size_t np)
 
 /* Threads per row (TPR) and cluster size (CL); 0 when the row is too long
  * for registers and the generic kernel takes it. A row of more than max_tpr
- * threads is split over a cluster of blocks of cluster_tpr threads. */
+ * threads is split over a cluster of blocks of cluster_tpr threads; with
+ * fit, of the fewest whole warps that still hold the row at max_bytes per
+ * thread over those blocks (cluster_tpr is then the most). */
 static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int cluster_tpr,
-                    int max_cl, int rule, int *tpr, int *cl)
+                    int fit, int max_cl, int rule, int *tpr, int *cl)
 {
     const long long nvec = n / vec, vb = (long long)vec * (long long)es;
     const long long per = max_bytes / vb > 0 ? max_bytes / vb : 1; /* vectors per thread */
@@ -339,6 +376,10 @@ static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int c
     if (c > max_cl)
         return 0;
     *tpr = cluster_tpr;
+    if (fit) {
+        const long long per_block = (tt + c - 1) / c;
+        *tpr = (int)((per_block + 31) / 32 * 32);
+    }
     *cl = (int)c;
     return 1;
 }
@@ -353,18 +394,22 @@ static int ln_max_cluster(const jitop_ctx *ctx)
 /* The template instance for a shape, as kernels/layernorm.cu names them:
  * KIND_generic<T, AFFINE, VEC> for rows the specialized kernels do not take,
  * KIND<T, N, AFFINE, VEC, TPR> for one block per row group, and
- * KIND_cluster<T, N, AFFINE, VEC, TPR, CL> for a row split over a cluster. */
+ * KIND_cluster<T, N, AFFINE, VEC, TPR, CL> for a row split over a cluster;
+ * extra: the trailing template arguments a JITOP_LN_PLAN sets (MINB; SACC,
+ * PF, MINB for the backward), "" for the defaults, whose names (the cache
+ * keys) are the short ones. */
 static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dtype dtype, int n,
-                             int affine, int vec, int special, int tpr, int cl)
+                             int affine, int vec, int special, int tpr, int cl, const char *extra)
 {
     const char *aff = affine ? "true" : "false";
     if (!special)
         snprintf(name, cap, "%s_generic<%s, %s, %d>", kind, ln_ctype(dtype), aff, vec);
     else if (cl == 1)
-        snprintf(name, cap, "%s<%s, %d, %s, %d, %d>", kind, ln_ctype(dtype), n, aff, vec, tpr);
+        snprintf(name, cap, "%s<%s, %d, %s, %d, %d%s>", kind, ln_ctype(dtype), n, aff, vec, tpr,
+                 extra);
     else
-        snprintf(name, cap, "%s_cluster<%s, %d, %s, %d, %d, %d>", kind, ln_ctype(dtype), n, aff,
-                 vec, tpr, cl);
+        snprintf(name, cap, "%s_cluster<%s, %d, %s, %d, %d, %d%s>", kind, ln_ctype(dtype), n, aff,
+                 vec, tpr, cl, extra);
 }
 
 /* The instance and launch shape for a row length: one rule for the ops and
@@ -372,7 +417,10 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
 typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
     int bulk;             /* backward: layernorm_bwd_bulk */
+    int minb;             /* the launch bounds' blocks per SM the plan asks (0: the kernel's) */
+    int pf;               /* backward register kernels: prefetch of the next rows, resolved */
     size_t dyn;           /* backward: dynamic shared memory bytes of the instance */
+    const char *plan;     /* the plan's fields (jitop__ln_cfg.text) */
     char name[128];
 } ln_plan;
 
@@ -382,63 +430,75 @@ static int ln_rows_per_block(int tpr, int cl)
 }
 
 /* One line on a plan, for JITOP_VERBOSE: which kernel, how the row is split
- * (vectors per thread, idle lanes in the last pass), rows per block. */
+ * (vectors per thread, idle lanes in the last pass), rows per block, what
+ * the plan asks of the launch bounds, and which JITOP_LN_PLAN made it. */
 static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *out, size_t cap)
 {
     const int bulk = p->bulk;
     if (!p->special) {
-        snprintf(out, cap, "generic kernel (%d threads per row, row read from memory twice)",
-                 LN_GENERIC_THREADS);
+        snprintf(out, cap, "generic kernel (%d threads per row, row read from memory twice); plan %s",
+                 LN_GENERIC_THREADS, p->plan);
         return;
     }
     const long long vb = bulk ? 16 : (long long)vec * (long long)es;
     const long long nvec = (long long)n * (long long)es / vb, tt = (long long)p->tpr * p->cl;
     const long long vpt = (nvec + tt - 1) / tt;
     const double idle = 100.0 * (1.0 - (double)nvec / (double)(tt * vpt));
-    char split[48];
+    char split[48], minb[48] = "";
     if (p->cl > 1)
         snprintf(split, sizeof split, "over a cluster of %d blocks", p->cl);
     else
         snprintf(split, sizeof split, "%d row%s per block", ln_rows_per_block(p->tpr, p->cl),
                  ln_rows_per_block(p->tpr, p->cl) == 1 ? "" : "s");
+    if (p->minb > 0)
+        snprintf(minb, sizeof minb, ", launch bounds for %d blocks per SM", p->minb);
     snprintf(out, cap,
              "%s, %lld threads per row (%s), %lld vectors of %lld B per thread, %.0f%% of lanes "
-             "idle in the last pass%s",
+             "idle in the last pass%s%s%s; plan %s",
              bulk ? "copy-engine cluster kernel" : p->cl > 1 ? "cluster kernel" : "register kernel",
              tt, split, vpt, vb, idle,
-             bulk ? ", rows staged in shared memory" : p->dyn ? ", accumulators in shared memory" : "");
+             bulk ? ", rows staged in shared memory" : p->dyn ? ", accumulators in shared memory" : "",
+             p->pf > 0 ? ", next rows prefetched" : "", minb, p->plan);
 }
 
-static void ln_fwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl,
-                        int rule)
+static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
+                        int vec, int max_cl, int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
-    p->special = ln_shape(n, es, vec, LN_FWD_MAX_BYTES, LN_FWD_MAX_TPR, LN_FWD_MAX_TPR, max_cl,
-                          rule, &p->tpr, &p->cl);
+    p->special = ln_shape(n, es, vec, c->fwd_bytes, c->fwd_max_tpr, c->fwd_cluster_tpr,
+                          c->fwd_fit, max_cl, rule, &p->tpr, &p->cl);
     p->dyn = 0;
     p->bulk = 0;
+    p->pf = 0;
+    p->plan = c->text;
+    p->minb = p->special ? c->fwd_min_blocks : 0;
+    char extra[16] = "";
+    if (p->minb > 0)
+        snprintf(extra, sizeof extra, ", %d", p->minb);
     ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
-                     p->tpr, p->cl);
+                     p->tpr, p->cl, extra);
 }
 
 /* layernorm_bwd_bulk's shape for a row of n elements of es bytes: the
- * fewest blocks (cl) whose share of the row fits LN_BULK_CHUNK_BYTES, split
- * in 16-byte vectors, with threads enough (a power of two, 32 to 1024) for
- * at most LN_BULK_ELEMS_PER_THREAD elements each; 0 when none fits. A power
- * of two under either threads rule: this kernel reads its rows from shared
- * memory, so idle lanes in its last pass cost no bytes in flight, and the
- * extra threads shorten its instruction-bound row: whole warps are slower
- * here (bench/layernorm_NOTES.md). */
-static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
+ * fewest blocks (cl) whose share of the row fits chunk bytes (and whose
+ * stages fit a block's shared memory), split in 16-byte vectors, with
+ * threads enough (a power of two, 32 to 1024) for at most ept elements
+ * each; 0 when none fits. A power of two under either threads rule: this
+ * kernel reads its rows from shared memory, so idle lanes in its last pass
+ * cost no bytes in flight, and the extra threads shorten its
+ * instruction-bound row: whole warps are slower here
+ * (bench/layernorm_NOTES.md). */
+static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
-        if (n % (c * vec) != 0 || (size_t)(n / c) * es > LN_BULK_CHUNK_BYTES)
+        if (n % (c * vec) != 0 || (size_t)(n / c) * es > (size_t)chunk ||
+            (size_t)(n / c) * (4 * es + 4) > 227 * 1024) /* ln_bwd_bulk_smem_bytes */
             continue;
         int t = 32;
-        while (t < 1024 && t * LN_BULK_ELEMS_PER_THREAD < n / c)
+        while (t < 1024 && (long long)t * ept < n / c)
             t *= 2;
-        if (t * LN_BULK_ELEMS_PER_THREAD < n / c)
+        if ((long long)t * ept < n / c)
             continue;
         *tpr = t;
         *cl = c;
@@ -447,18 +507,21 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int *tpr, int *cl)
     return 0;
 }
 
-static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec, int max_cl,
-                        int rule)
+static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
+                        int vec, int max_cl, int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
     const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
-                              ? LN_BWD_LONG_MAX_BYTES
-                              : LN_BWD_MAX_BYTES;
-    p->special = ln_shape(n, es, vec, bwd_bytes, LN_BWD_MAX_TPR, LN_BWD_CLUSTER_TPR, max_cl,
-                          rule, &p->tpr, &p->cl);
+                              ? c->bwd_long_bytes
+                              : c->bwd_bytes;
+    p->special = ln_shape(n, es, vec, bwd_bytes, c->bwd_max_tpr, c->bwd_cluster_tpr, c->bwd_fit,
+                          max_cl, rule, &p->tpr, &p->cl);
+    p->plan = c->text;
+    p->minb = 0;
+    p->pf = 0;
     int tpr, cl;
-    if (p->special && p->cl > 1 && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, &tpr, &cl)) {
+    if (p->special && p->cl > 1 && c->bwd_bulk && (size_t)vec * es == 16 &&
+        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, &tpr, &cl)) {
         /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
          * gamma in float32 */
         p->tpr = tpr;
@@ -477,15 +540,24 @@ static void ln_bwd_plan(ln_plan *p, jitop_dtype dtype, int n, int affine, int ve
         const size_t block = (size_t)p->tpr * (size_t)ln_rows_per_block(p->tpr, p->cl);
         p->dyn = 2 * block * (size_t)((nvec + tt - 1) / tt) * (size_t)vec * sizeof(float);
     }
+    char extra[32] = "";
+    if (p->special) {
+        /* the kernel's ln_bwd_prefetch rule when the plan leaves it */
+        p->pf = c->bwd_pf >= 0 ? c->bwd_pf
+                               : es == 2 && p->cl == 1 && (long long)n * 2 >= 8192;
+        p->minb = c->bwd_min_blocks;
+        if (c->bwd_pf >= 0 || c->bwd_min_blocks > 0)
+            snprintf(extra, sizeof extra, ", true, %d, %d", c->bwd_pf, c->bwd_min_blocks);
+    }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
-                     p->tpr, p->cl);
+                     p->tpr, p->cl, extra);
 }
 
 /* JITOP_VERBOSE: the plan of a shape, once per context and instance. */
 static void ln_log_plan(const jitop_ctx *ctx, const char *pass, jitop_dtype dtype, int n, int vec,
                         const ln_plan *p)
 {
-    char why[256];
+    char why[640];
     ln_plan_describe(p, n, vec, jitop_dtype_size(dtype), why, sizeof why);
     jitop__log(ctx, "layernorm %s %s N=%d: %s: %s", pass, ln_ctype(dtype), n, p->name, why);
 }
@@ -573,7 +645,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
             ptrs_nonnull[np++] = ptrs[k];
     const int vec = ln_vec(n, es, ptrs_nonnull, np);
     ln_plan plan;
-    ln_fwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
+    ln_fwd_plan(&plan, &s->cfg, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
     int fresh;
@@ -682,7 +754,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         all[np++] = gamma;
     const int vec = ln_vec(n, es, all, np);
     ln_plan plan;
-    ln_bwd_plan(&plan, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
+    ln_bwd_plan(&plan, &s->cfg, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
     int fresh;
@@ -690,6 +762,12 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         return jitop__fail_prefix(rc, "%s", fn);
     if (fresh)
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
+    /* a plan's accumulators can outgrow a block (the defaults do not) */
+    if (special && inst->smem + plan.dyn > LN_MAX_BLOCK_SMEM)
+        return jitop__fail(JITOP_EINVAL,
+                           "%s: %s needs %zu bytes of shared memory, over a block's %d (plan %s: "
+                           "lower bwd_bytes or the block size)",
+                           fn, plan.name, inst->smem + plan.dyn, LN_MAX_BLOCK_SMEM, plan.plan);
     if (affine) {
         char rname[64];
         ln_reduce_name(rname, sizeof rname, dtype);
@@ -737,7 +815,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
  * cuMemAlloc aligns them (the prewarm's rule): a call on other pointers
  * may pick a narrower vector, whose instance is then compiled at its get. */
 static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
-                           jitop__strv *opts)
+                           const jitop__ln_cfg *cfg, jitop__strv *opts)
 {
     const char *arch = NULL;
     int rc = jitop_ctx_arch(ctx, &arch);
@@ -748,9 +826,9 @@ static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
     ln_plan plan;
     char red[64];
-    ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
+    ln_fwd_plan(&plan, cfg, dtype, n, affine, vec, max_cl, rule);
     rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
-    ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
+    ln_bwd_plan(&plan, cfg, dtype, n, affine, vec, max_cl, rule);
     if (rc == JITOP_OK)
         rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
     ln_reduce_name(red, sizeof red, dtype);
@@ -780,15 +858,16 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
     const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
     int rule;
-    if ((rc = ln_threads_rule(&rule)) != JITOP_OK)
+    jitop__ln_cfg cfg;
+    if ((rc = ln_threads_rule(&rule)) != JITOP_OK || (rc = ln_plan_cfg(&cfg)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
-    char names[5][128];
     ln_plan plan;
+    char names[5][sizeof plan.name];
     for (int affine = 0; affine <= 1; affine++) {
-        ln_fwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
+        ln_fwd_plan(&plan, &cfg, dtype, n, affine, vec, max_cl, rule);
         memcpy(names[affine * 2], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "forward", dtype, n, vec, &plan);
-        ln_bwd_plan(&plan, dtype, n, affine, vec, max_cl, rule);
+        ln_bwd_plan(&plan, &cfg, dtype, n, affine, vec, max_cl, rule);
         memcpy(names[affine * 2 + 1], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     }

@@ -1,0 +1,44 @@
+/*
+ * LayerNorm's plan constants as one value (jitop__ln_cfg), and JITOP_LN_PLAN,
+ * which overrides any of them for a context (read when the context first
+ * uses LayerNorm, like JITOP_LN_THREADS) and for a prewarm, so that plans
+ * can be compared on the GPU in one process without a rebuild:
+ *
+ *   JITOP_LN_PLAN=fwd_bytes=64,fwd_cluster_tpr=512,fwd_min_blocks=2
+ *
+ * Fields (unset: layernorm.c's default; every instance a plan picks is
+ * named by what it compiles, so the name stays the cache key):
+ *   fwd_bytes        bytes of a row per thread at most (forward)
+ *   fwd_max_tpr      largest block for one row before a cluster splits it
+ *   fwd_cluster_tpr  block size of a cluster (largest, with fwd_fit)
+ *   fwd_fit          1: a cluster's blocks shrink to the whole warps that
+ *                    hold the row at fwd_bytes (no idle last pass)
+ *   fwd_min_blocks   launch bounds' blocks per SM (0: none), the register cap
+ *   bwd_bytes, bwd_long_bytes (float32 rows over 64 KiB), bwd_max_tpr,
+ *   bwd_cluster_tpr, bwd_fit: the backward's register kernels, as above
+ *   bwd_pf           prefetch of the next rows: auto (the kernel's rule), 0, 1
+ *   bwd_min_blocks   0: the kernel's rule (ln_bwd_min_blocks), else n
+ *   bwd_bulk         1: rows over a cluster take the copy-engine kernel
+ *                    where it fits (16-byte vectors), 0: never
+ *   bulk_chunk, bulk_ept: that kernel's bytes of a row per block at most and
+ *                    elements per thread at most
+ * A malformed spec is JITOP_EINVAL naming the field and value at fault.
+ */
+#ifndef JITOP_OPS_LN_PLAN_H
+#define JITOP_OPS_LN_PLAN_H
+
+typedef struct jitop__ln_cfg {
+    int fwd_bytes, fwd_max_tpr, fwd_cluster_tpr, fwd_fit, fwd_min_blocks;
+    int bwd_bytes, bwd_long_bytes, bwd_max_tpr, bwd_cluster_tpr, bwd_fit, bwd_pf, bwd_min_blocks;
+    int bwd_bulk, bulk_chunk, bulk_ept;
+    /* the fields set, canonical (table order, "name=value" joined by ','),
+     * or "default" when none: what JITOP_VERBOSE prints as the plan */
+    char text[384];
+} jitop__ln_cfg;
+
+/* *out = *defaults with spec's fields over it (spec NULL or "": none);
+ * what names the spec in errors (e.g. "JITOP_LN_PLAN"). */
+int jitop__ln_cfg_parse(const char *what, const char *spec, const jitop__ln_cfg *defaults,
+                        jitop__ln_cfg *out);
+
+#endif
