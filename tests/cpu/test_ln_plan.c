@@ -2,8 +2,12 @@
  * prewarm logs the instance and the split of the row for each pass): the
  * default threads-per-row rule takes whole warps, so that a row like 4352
  * 16-bit elements leaves few lanes idle; JITOP_LN_THREADS=pow2 gives the
- * power-of-two rule for comparison; a bad value is refused by name. Each
- * case compiles kernels/layernorm.cu with real NVRTC for sm_90 (no GPU). */
+ * power-of-two rule for comparison; a bad value is refused by name.
+ * JITOP_LN_PLAN overrides the plan's constants: the instances it picks are
+ * named by the template arguments they compile (the default plan's names
+ * unchanged), the log names the plan, and a malformed plan is refused with
+ * the field named. Each prewarm case compiles kernels/layernorm.cu with
+ * real NVRTC for sm_90 (no GPU), so the instances a plan names exist. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,19 +18,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jitop.h"
+#include "ops/ln_plan.h"
 #include "testutil.h"
 
-/* Runs `jitop build --op SPEC` with JITOP_VERBOSE=1 in a cache of its own;
- * returns the exit status, *out its output. */
-static int prewarm(const char *rule, const char *spec, char **out)
+/* Runs `jitop build --op SPEC` with JITOP_VERBOSE=1 in a cache of its own,
+ * under JITOP_LN_PLAN=plan (unset when NULL); returns the exit status, *out
+ * its output. */
+static int prewarm_plan(const char *rule, const char *plan, const char *spec, char **out)
 {
-    char *dir = jt_tmpdir(), cmd[8192];
+    char *dir = jt_tmpdir(), cmd[8192], env[1024] = "env -u JITOP_LN_PLAN";
+    if (plan != NULL)
+        snprintf(env, sizeof env, "JITOP_LN_PLAN='%s'", plan);
     snprintf(cmd, sizeof cmd,
-             "JITOP_VERBOSE=1 JITOP_LN_THREADS='%s' JITOP_CACHE_DIR='%s/cache' '%s' build "
+             "%s JITOP_VERBOSE=1 JITOP_LN_THREADS='%s' JITOP_CACHE_DIR='%s/cache' '%s' build "
              "--arch sm_90 --op %s",
-             rule, dir, jt_cli(), spec);
+             env, rule, dir, jt_cli(), spec);
     free(dir);
     return jt_run(cmd, out);
+}
+
+static int prewarm(const char *rule, const char *spec, char **out)
+{
+    return prewarm_plan(rule, NULL, spec, out);
 }
 
 static void expect(const char *out, const char *what)
@@ -76,6 +90,143 @@ static void test_power_of_two_rows_unchanged(void **state)
     free(out);
 }
 
+/* No JITOP_LN_PLAN, or an empty one: the default plan, said so, with the
+ * short names (no extra template argument: the same cache keys). */
+static void test_default_plan_named(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "", "layernorm:bf16:65536", &out), 0);
+    expect(out, "layernorm_fwd<__nv_bfloat16, 65536, true, 8, 1024>: register kernel");
+    expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 1024, 4>: copy-engine cluster "
+                "kernel");
+    expect(out, "; plan default");
+    free(out);
+}
+
+/* The launch-bounds and prefetch fields: extra template arguments, in the
+ * name and the log. */
+static void test_min_blocks_and_prefetch(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "fwd_min_blocks=2,bwd_pf=0,bwd_min_blocks=2",
+                                  "layernorm:f16:24576", &out),
+                     0);
+    /* 3072 vectors at 128 bytes: 384 threads, 2 blocks per SM asked */
+    expect(out, "layernorm_fwd<__half, 24576, true, 8, 384, 2>: register kernel, 384 threads per "
+                "row (1 row per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last "
+                "pass, launch bounds for 2 blocks per SM; plan fwd_min_blocks=2,bwd_pf=0,"
+                "bwd_min_blocks=2");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "bwd_pf=0,bwd_min_blocks=2", "layernorm:f16:9216", &out),
+                     0);
+    expect(out, "layernorm_bwd<__half, 9216, true, 8, 576, true, 0, 2>: register kernel, 576 "
+                "threads per row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle "
+                "in the last pass, accumulators in shared memory, launch bounds for 2 blocks per SM");
+    /* the default's prefetch, asked for explicitly, is named as such */
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "bwd_pf=1", "layernorm:f16:9216", &out), 0);
+    expect(out, "layernorm_bwd<__half, 9216, true, 8, 576, true, 1, 0>: register kernel");
+    expect(out, "next rows prefetched; plan bwd_pf=1");
+    free(out);
+}
+
+/* A row split over a cluster of smaller blocks: fwd_cluster_tpr caps the
+ * block, fwd_fit shrinks it to the whole warps that hold the row at the
+ * byte budget (1152 threads over 4 blocks: 288 each, no idle lanes). */
+static void test_cluster_fit(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512", "layernorm:f32:36864", &out), 0);
+    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 512, 4>: cluster kernel, 2048 "
+                "threads per row (over a cluster of 4 blocks), 5 vectors of 16 B per thread, 10% "
+                "of lanes idle");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=1,fwd_min_blocks=3",
+                                  "layernorm:f32:36864", &out),
+                     0);
+    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 288, 4, 3>: cluster kernel, 1152 "
+                "threads per row (over a cluster of 4 blocks), 8 vectors of 16 B per thread, 0% "
+                "of lanes idle in the last pass, launch bounds for 3 blocks per SM");
+    free(out);
+}
+
+/* The backward's block sizes pick between the register, cluster and
+ * copy-engine kernels; bwd_bulk=0 keeps the register cluster kernel. */
+static void test_backward_kernels(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "bwd_max_tpr=512,bwd_cluster_tpr=512",
+                                  "layernorm:f16:16384", &out),
+                     0);
+    expect(out, "layernorm_bwd_bulk<__half, 16384, true, 512, 2>: copy-engine cluster kernel, "
+                "1024 threads per row (over a cluster of 2 blocks)");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "bwd_max_tpr=512,bwd_cluster_tpr=512,bwd_bulk=0",
+                                  "layernorm:f16:16384", &out),
+                     0);
+    expect(out, "layernorm_bwd_cluster<__half, 16384, true, 8, 512, 2>: cluster kernel, 1024 "
+                "threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread");
+    free(out);
+}
+
+/* A malformed plan fails the prewarm with the field and value named. */
+static void test_bad_plan_is_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *plan, *msg;
+    } bad[] = {
+        {"fwd_bytes=abc", "JITOP_LN_PLAN: fwd_bytes is 'abc': expected an integer in [2, 1024]"},
+        {"fwd_cluster_tpr=300",
+         "JITOP_LN_PLAN: fwd_cluster_tpr is '300': expected a multiple of 32 in [32, 1024]"},
+        {"bwd_pf=yes", "JITOP_LN_PLAN: bwd_pf is 'yes': expected auto, 0 or 1"},
+        {"fwd_fit=2", "JITOP_LN_PLAN: fwd_fit is '2': expected 0 or 1"},
+        {"fwd_bytes=64,fwd_byte=32", "JITOP_LN_PLAN: unknown field 'fwd_byte' (fields: fwd_bytes,"},
+        {"fwd_bytes", "JITOP_LN_PLAN: 'fwd_bytes' is not field=value"},
+        {"bwd_min_blocks=2,bwd_min_blocks=3", "JITOP_LN_PLAN: bwd_min_blocks is set twice"},
+        {"bwd_min_blocks=", "JITOP_LN_PLAN: bwd_min_blocks is '': expected an integer in [0, 32]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out = NULL;
+        assert_int_not_equal(prewarm_plan("warps", bad[i].plan, "layernorm:f32:1024", &out), 0);
+        expect(out, bad[i].msg);
+        free(out);
+    }
+}
+
+/* The parser alone: the canonical text (table order, whatever the order
+ * given), auto, and the defaults left whole by a refused spec. */
+static void test_plan_parse(void **state)
+{
+    (void)state;
+    jitop__ln_cfg d = {.fwd_bytes = 128, .fwd_max_tpr = 1024, .bwd_pf = -1, .bwd_bulk = 1},
+                  c;
+    snprintf(d.text, sizeof d.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", NULL, &d, &c), JITOP_OK);
+    assert_string_equal(c.text, "default");
+    assert_int_equal(c.fwd_bytes, 128);
+    assert_int_equal(jitop__ln_cfg_parse("P", "bwd_pf=auto,fwd_bytes=64,,bwd_bulk=0,", &d, &c),
+                     JITOP_OK);
+    assert_string_equal(c.text, "fwd_bytes=64,bwd_pf=auto,bwd_bulk=0");
+    assert_int_equal(c.fwd_bytes, 64);
+    assert_int_equal(c.bwd_pf, -1);
+    assert_int_equal(c.bwd_bulk, 0);
+    assert_int_equal(c.fwd_max_tpr, 1024);
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=64,bwd_bytes=1025", &d, &c), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "P: bwd_bytes is '1025'"));
+    assert_int_equal(c.fwd_bytes, 128);
+    assert_string_equal(c.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=99999999999999999999", &d, &c),
+                     JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=64x", &d, &c), JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=-64", &d, &c), JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "bwd_pf=-1", &d, &c), JITOP_EINVAL);
+}
+
 static void test_bad_rule_is_refused(void **state)
 {
     (void)state;
@@ -92,6 +243,12 @@ int main(void)
         cmocka_unit_test(test_pow2_rule_for_comparison),
         cmocka_unit_test(test_power_of_two_rows_unchanged),
         cmocka_unit_test(test_bad_rule_is_refused),
+        cmocka_unit_test(test_default_plan_named),
+        cmocka_unit_test(test_min_blocks_and_prefetch),
+        cmocka_unit_test(test_cluster_fit),
+        cmocka_unit_test(test_backward_kernels),
+        cmocka_unit_test(test_bad_plan_is_refused),
+        cmocka_unit_test(test_plan_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
