@@ -93,6 +93,8 @@ static int ln_plan_cfg(jitop__ln_cfg *out)
         .fwd_cluster_tpr = LN_FWD_MAX_TPR,
         .fwd_fit = 0,
         .fwd_min_blocks = 0,
+        .fwd_min_blocks_from = 0,
+        .fwd_min_blocks_to = 1024,
         .bwd_bytes = LN_BWD_MAX_BYTES,
         .bwd_long_bytes = LN_BWD_LONG_MAX_BYTES,
         .bwd_max_tpr = LN_BWD_MAX_TPR,
@@ -100,6 +102,8 @@ static int ln_plan_cfg(jitop__ln_cfg *out)
         .bwd_fit = 0,
         .bwd_pf = -1,
         .bwd_min_blocks = 0,
+        .bwd_min_blocks_from = 0,
+        .bwd_min_blocks_to = 1024,
         .bwd_bulk = 1,
         .bulk_chunk = LN_BULK_CHUNK_BYTES,
         .bulk_ept = LN_BULK_ELEMS_PER_THREAD,
@@ -471,7 +475,10 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->bulk = 0;
     p->pf = 0;
     p->plan = c->text;
-    p->minb = p->special ? c->fwd_min_blocks : 0;
+    p->minb = 0;
+    const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
+    if (p->special && block >= c->fwd_min_blocks_from && block <= c->fwd_min_blocks_to)
+        p->minb = c->fwd_min_blocks;
     char extra[16] = "";
     if (p->minb > 0)
         snprintf(extra, sizeof extra, ", %d", p->minb);
@@ -545,9 +552,12 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         /* the kernel's ln_bwd_prefetch rule when the plan leaves it */
         p->pf = c->bwd_pf >= 0 ? c->bwd_pf
                                : es == 2 && p->cl == 1 && (long long)n * 2 >= 8192;
-        p->minb = c->bwd_min_blocks;
-        if (c->bwd_pf >= 0 || c->bwd_min_blocks > 0)
-            snprintf(extra, sizeof extra, ", true, %d, %d", c->bwd_pf, c->bwd_min_blocks);
+        const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
+        p->minb = block >= c->bwd_min_blocks_from && block <= c->bwd_min_blocks_to
+                      ? c->bwd_min_blocks
+                      : 0;
+        if (c->bwd_pf >= 0 || p->minb > 0)
+            snprintf(extra, sizeof extra, ", true, %d, %d", c->bwd_pf, p->minb);
     }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl, extra);

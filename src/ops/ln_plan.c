@@ -28,6 +28,8 @@ static const struct {
     {"fwd_cluster_tpr", offsetof(jitop__ln_cfg, fwd_cluster_tpr), LN_INT, 32, 1024, 32},
     {"fwd_fit", offsetof(jitop__ln_cfg, fwd_fit), LN_BOOL, 0, 1, 1},
     {"fwd_min_blocks", offsetof(jitop__ln_cfg, fwd_min_blocks), LN_INT, 0, 32, 1},
+    {"fwd_min_blocks_from", offsetof(jitop__ln_cfg, fwd_min_blocks_from), LN_INT, 0, 1024, 1},
+    {"fwd_min_blocks_to", offsetof(jitop__ln_cfg, fwd_min_blocks_to), LN_INT, 0, 1024, 1},
     {"bwd_bytes", offsetof(jitop__ln_cfg, bwd_bytes), LN_INT, 2, 1024, 1},
     {"bwd_long_bytes", offsetof(jitop__ln_cfg, bwd_long_bytes), LN_INT, 2, 1024, 1},
     {"bwd_max_tpr", offsetof(jitop__ln_cfg, bwd_max_tpr), LN_INT, 32, 1024, 32},
@@ -35,6 +37,8 @@ static const struct {
     {"bwd_fit", offsetof(jitop__ln_cfg, bwd_fit), LN_BOOL, 0, 1, 1},
     {"bwd_pf", offsetof(jitop__ln_cfg, bwd_pf), LN_PF, -1, 1, 1},
     {"bwd_min_blocks", offsetof(jitop__ln_cfg, bwd_min_blocks), LN_INT, 0, 32, 1},
+    {"bwd_min_blocks_from", offsetof(jitop__ln_cfg, bwd_min_blocks_from), LN_INT, 0, 1024, 1},
+    {"bwd_min_blocks_to", offsetof(jitop__ln_cfg, bwd_min_blocks_to), LN_INT, 0, 1024, 1},
     {"bwd_bulk", offsetof(jitop__ln_cfg, bwd_bulk), LN_BOOL, 0, 1, 1},
     {"bulk_chunk", offsetof(jitop__ln_cfg, bulk_chunk), LN_INT, 512, 65536, 16},
     {"bulk_ept", offsetof(jitop__ln_cfg, bulk_ept), LN_INT, 1, 256, 1},
@@ -92,7 +96,7 @@ static int ln_item(const char *what, char *item, jitop__ln_cfg *out, unsigned *s
         *set |= 1u << k;
         return ln_value(what, k, eq + 1, ln_field(out, k));
     }
-    char names[512];
+    char names[640];
     size_t len = 0;
     names[0] = '\0';
     for (size_t k = 0; k < LN_NFIELDS; k++) {
@@ -118,7 +122,7 @@ static void ln_text(jitop__ln_cfg *c, unsigned set)
             snprintf(val, sizeof val, "auto");
         else
             snprintf(val, sizeof val, "%d", v);
-        /* 15 fields of at most 26 characters fit text */
+        /* 19 fields of at most 26 characters fit text */
         int w = snprintf(c->text + len, sizeof c->text - len, "%s%s=%s", len ? "," : "",
                          LN_FIELDS[k].name, val);
         if (w > 0 && (size_t)w < sizeof c->text - len)

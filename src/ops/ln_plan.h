@@ -14,10 +14,16 @@
  *   fwd_fit          1: a cluster's blocks shrink to the whole warps that
  *                    hold the row at fwd_bytes (no idle last pass)
  *   fwd_min_blocks   launch bounds' blocks per SM (0: none), the register cap
+ *   fwd_min_blocks_from, fwd_min_blocks_to: ... for blocks of that many
+ *                    threads only (default 0 to 1024): a cap above what a
+ *                    small block needs makes ptxas use more registers, and
+ *                    fewer of those blocks fit; one below what a large
+ *                    block needs spills
  *   bwd_bytes, bwd_long_bytes (float32 rows over 64 KiB), bwd_max_tpr,
  *   bwd_cluster_tpr, bwd_fit: the backward's register kernels, as above
  *   bwd_pf           prefetch of the next rows: auto (the kernel's rule), 0, 1
  *   bwd_min_blocks   0: the kernel's rule (ln_bwd_min_blocks), else n
+ *   bwd_min_blocks_from, bwd_min_blocks_to: as the forward's
  *   bwd_bulk         1: rows over a cluster take the copy-engine kernel
  *                    where it fits (16-byte vectors), 0: never
  *   bulk_chunk, bulk_ept: that kernel's bytes of a row per block at most and
@@ -28,12 +34,14 @@
 #define JITOP_OPS_LN_PLAN_H
 
 typedef struct jitop__ln_cfg {
-    int fwd_bytes, fwd_max_tpr, fwd_cluster_tpr, fwd_fit, fwd_min_blocks;
-    int bwd_bytes, bwd_long_bytes, bwd_max_tpr, bwd_cluster_tpr, bwd_fit, bwd_pf, bwd_min_blocks;
+    int fwd_bytes, fwd_max_tpr, fwd_cluster_tpr, fwd_fit;
+    int fwd_min_blocks, fwd_min_blocks_from, fwd_min_blocks_to;
+    int bwd_bytes, bwd_long_bytes, bwd_max_tpr, bwd_cluster_tpr, bwd_fit, bwd_pf;
+    int bwd_min_blocks, bwd_min_blocks_from, bwd_min_blocks_to;
     int bwd_bulk, bulk_chunk, bulk_ept;
     /* the fields set, canonical (table order, "name=value" joined by ','),
      * or "default" when none: what JITOP_VERBOSE prints as the plan */
-    char text[384];
+    char text[512];
 } jitop__ln_cfg;
 
 /* *out = *defaults with spec's fields over it (spec NULL or "": none);

@@ -132,6 +132,29 @@ static void test_min_blocks_and_prefetch(void **state)
     free(out);
 }
 
+/* fwd_min_blocks_from/_to and bwd_min_blocks_from/_to: the launch bounds
+ * only for blocks of those sizes (the others keep their short names). */
+static void test_min_blocks_range(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    const char *plan = "fwd_min_blocks=2,fwd_min_blocks_from=320,bwd_min_blocks=2,"
+                       "bwd_min_blocks_to=512";
+    assert_int_equal(prewarm_plan("warps", plan, "layernorm:f16:4352", &out), 0);
+    expect(out, "layernorm_fwd<__half, 4352, true, 8, 96>: register kernel");
+    expect(out, "layernorm_bwd<__half, 4352, true, 8, 288, true, -1, 2>: register kernel");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", plan, "layernorm:f16:9216", &out), 0);
+    expect(out, "layernorm_fwd<__half, 9216, true, 8, 160>: register kernel");
+    expect(out, "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel");
+    expect(out, "; plan fwd_min_blocks=2,fwd_min_blocks_from=320,bwd_min_blocks=2,"
+                "bwd_min_blocks_to=512");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", plan, "layernorm:bf16:22528", &out), 0);
+    expect(out, "layernorm_fwd<__nv_bfloat16, 22528, true, 8, 352, 2>: register kernel");
+    free(out);
+}
+
 /* A row split over a cluster of smaller blocks: fwd_cluster_tpr caps the
  * block, fwd_fit shrinks it to the whole warps that hold the row at the
  * byte budget (1152 threads over 4 blocks: 288 each, no idle lanes). */
@@ -245,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_bad_rule_is_refused),
         cmocka_unit_test(test_default_plan_named),
         cmocka_unit_test(test_min_blocks_and_prefetch),
+        cmocka_unit_test(test_min_blocks_range),
         cmocka_unit_test(test_cluster_fit),
         cmocka_unit_test(test_backward_kernels),
         cmocka_unit_test(test_bad_plan_is_refused),
