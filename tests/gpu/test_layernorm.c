@@ -5,7 +5,12 @@
  * quick; 200-300 where a cluster takes a row, so that each takes several),
  * in place, unaligned pointers; outputs poisoned with NaN before each run. The backward is also checked against float64 finite
  * differences of the reference loss, and for determinism. Device memory goes
- * through jitop's driver table, so without libcuda.so.1 every test SKIPs. */
+ * through jitop's driver table, so without libcuda.so.1 every test SKIPs.
+ * The context reads JITOP_LN_THREADS and JITOP_LN_PLAN when it first uses
+ * LayerNorm, so the whole program checks the plan they name:
+ *   JITOP_LN_PLAN=fwd_cluster_tpr=256,fwd_fit=1 \
+ *   JITOP_TEST_FILTER=test_row_length_sweep build/tests/gpu/test_layernorm
+ * (JITOP_TEST_FILTER: cmocka's pattern of the tests to run, * and ? allowed). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -433,6 +438,12 @@ static void test_row_length_sweep(void **state)
         {JITOP_FLOAT16, 20480}, {JITOP_FLOAT16, 40960}, {JITOP_FLOAT16, 7000},
         {JITOP_FLOAT16, 30000}, {JITOP_BFLOAT16, 3072}, {JITOP_BFLOAT16, 5376},
         {JITOP_BFLOAT16, 12288}, {JITOP_BFLOAT16, 49152}, {JITOP_BFLOAT16, 2500},
+        /* rows where JITOP_LN_PLAN's candidate plans differ most from the
+         * default (bench/layernorm_NOTES.md, run 8), and long rows that are
+         * not a power of two */
+        {JITOP_FLOAT16, 9216},  {JITOP_FLOAT16, 16384}, {JITOP_FLOAT16, 22528},
+        {JITOP_BFLOAT16, 61440}, {JITOP_FLOAT32, 36864}, {JITOP_FLOAT32, 50000},
+        {JITOP_BFLOAT16, 45056},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int n = cases[i].n;
@@ -663,5 +674,8 @@ int main(void)
         cmocka_unit_test(test_cluster_rows_reused),
         cmocka_unit_test(test_row_length_sweep),
     };
+    const char *filter = getenv("JITOP_TEST_FILTER");
+    if (filter != NULL && *filter != '\0')
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
