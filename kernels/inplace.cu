@@ -441,8 +441,9 @@ __host__ __device__ constexpr int ip_split_min_blocks()
 }
 
 template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
-__global__ void IP_CLUSTER_DIMS(CL) __launch_bounds__(TPR, (ip_split_min_blocks<T, N, VEC, TPR, CL, MASK>()))
-    softmax_split(T *x, long long rows, float scale, int qlen)
+__global__ void IP_CLUSTER_DIMS(CL)
+    __launch_bounds__(TPR, (ip_split_min_blocks<T, N, VEC, TPR, CL, MASK>()))
+        softmax_split(T *x, long long rows, float scale, int qlen)
 {
     static_assert(ip_share<T, N, VEC, TPR, CL>::REG <= 128, "softmax_split: share over 128 bytes");
     softmax_body<T, N, VEC, TPR, CL, MASK>(x, rows, scale, qlen);

@@ -692,10 +692,9 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     const int cluster_ok = d->cc_major >= 9 && row_bytes > IP_SOFTMAX_BLOCK_ROW &&
                            cl <= IP_SOFTMAX_MAX_CLUSTER && n % ((int64_t)cl * vec) == 0;
     const int split_tpr = s->softmax_path == SM_SPLIT256 ? 256 : IP_SOFTMAX_SPLIT_TPR;
-    const int split_cl = d->cc_major >= 9
-                             ? ip_split_cluster(nv, (int64_t)vec * (int64_t)es < 4 ? 4 : (int64_t)vec * (int64_t)es,
-                                                split_tpr)
-                             : 0;
+    const int64_t vec_bytes = (int64_t)vec * (int64_t)es;
+    const int split_cl =
+        d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes < 4 ? 4 : vec_bytes, split_tpr) : 0;
     enum ip_softmax_path path = s->softmax_path;
     if ((path == SM_SPLIT || path == SM_SPLIT256) && split_cl == 0)
         path = SM_AUTO;
