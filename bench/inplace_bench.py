@@ -270,10 +270,14 @@ def main():
 
     # long rows: each softmax path forced, each in a context of its own
     out_md.append("\n## Softmax paths for long rows (JITOP_INPLACE_SOFTMAX), GB/s\n")
-    out_md.append("| dtype | N | auto | block | cluster | long | copy |")
-    out_md.append("|---|---|---|---|---|---|---|")
+    # (a path that cannot run a shape falls back to the automatic choice:
+    # block over 128 bytes a thread, cluster under 64 KiB rows, split outside
+    # 16 KiB (split256: 8 KiB) to 512 KiB rows, see src/ops/inplace.c)
+    pnames = ("auto", "block", "cluster", "long", "split", "split256")
+    out_md.append("| dtype | N | " + " | ".join(pnames) + " | copy | best / copy |")
+    out_md.append("|---" * (len(pnames) + 4) + "|")
     pctx = {}
-    for pname in (("auto", "block", "cluster", "long") if "paths" in sections else ()):
+    for pname in (pnames if "paths" in sections else ()):
         saved = os.environ.get("JITOP_INPLACE_SOFTMAX")
         if pname != "auto":
             os.environ["JITOP_INPLACE_SOFTMAX"] = pname
@@ -286,13 +290,20 @@ def main():
         else:
             os.environ["JITOP_INPLACE_SOFTMAX"] = saved
     for dt in ((torch.float32, torch.float16, torch.bfloat16) if "paths" in sections else ()):
-        for n in (32768, 65536, 131072):
+        for n in (16384, 24576, 32768, 40000, 49152, 65536, 131072):
             m = total // n
             x = torch.randn(m, n, device="cuda", dtype=dt) * 4
             y = torch.empty_like(x)
             nbytes = 2 * x.numel() * x.element_size()
-            row = []
+            xs = x[:8].clone()
+            want = torch.softmax(xs.double(), dim=-1)
+            row, errs = [], []
             for pname, c2 in pctx.items():
+                xc = xs.clone()
+                check(lib.jitop_softmax_inplace(c2, DT[dt], 8, n, xc.data_ptr(), 1.0, 0, stream()),
+                      "jitop_softmax_inplace")
+                errs.append((xc.double() - want).abs().max().item())
+
                 def f(c2=c2):
                     check(lib.jitop_softmax_inplace(c2, DT[dt], m, n, x.data_ptr(), 1.0, 0, stream()),
                           "jitop_softmax_inplace")
@@ -300,10 +311,12 @@ def main():
             cp = nbytes / time_ms(lambda: y.copy_(x)) / 1e6
             name = str(dt).split(".")[-1]
             emit(area="kernel", kernel="softmax_inplace_paths", dtype=name, N=n,
-                 **{f"{k}_gbs": v for k, v in zip(pctx, row)}, copy_gbs=cp)
-            out_md.append(f"| {name} | {n} | " + " | ".join(f"{v:.0f}" for v in row) + f" | {cp:.0f} |")
-            log(out_md[-1])
-            del x, y
+                 **{f"{k}_gbs": v for k, v in zip(pctx, row)}, copy_gbs=cp,
+                 **{f"{k}_max_abs_err": v for k, v in zip(pctx, errs)})
+            out_md.append(f"| {name} | {n} | " + " | ".join(f"{v:.0f}" for v in row) +
+                          f" | {cp:.0f} | {max(row) / cp:.2f} |")
+            log(out_md[-1], "max_abs_err " + " ".join(f"{k} {v:.1e}" for k, v in zip(pctx, errs)))
+            del x, y, xs, want
             torch.cuda.empty_cache()
     for c2 in pctx.values():
         lib.jitop_ctx_destroy(c2)

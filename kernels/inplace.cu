@@ -7,6 +7,7 @@
 //                                  for small N (the C side uses it up to 64)
 //   softmax_rows<T, N, VEC, TPR, MASK>   x <- softmax(scale * x) per row, row in registers
 //   softmax_cluster<T, N, VEC, TPR, CL, MASK>  a row over a cluster of CL blocks (sm_90)
+//   softmax_split<T, N, VEC, TPR, CL, MASK>    the same over smaller blocks, several per SM
 //   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
 //
 // Larger square products run through cuBLAS in row chunks (src/ops/inplace.c);
@@ -17,8 +18,8 @@
 // memory (sqmm_small) or registers (softmax_rows) between the read and the
 // write, behind a barrier; softmax_long writes element j only in its second
 // pass, after the row's maximum and sum are known, and reads element j in
-// that pass from the same thread just before; softmax_cluster's blocks write
-// only their own slice. So no pointer is __restrict__.
+// that pass from the same thread just before; softmax_cluster's and
+// softmax_split's blocks write only their own slice. So no pointer is __restrict__.
 //
 // Softmax arithmetic: softmax(scale * x) = softmax(|scale| * y) with
 // y = sign(scale) * x (exact), so the row's maximum is taken over y and each
@@ -59,6 +60,25 @@ template <> struct ip_conv<__nv_bfloat16> {
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) ip_vec {
     T v[VEC];
 };
+
+// Tells the compiler a vector's raw registers may have changed, so that each
+// pass over a thread's share converts them again instead of keeping a float
+// copy of the share live from one pass to the next: for 16-bit types that
+// copy doubles the registers a row costs (bfloat16 rows of 32768 in 512
+// threads took 128 registers, one block per SM, for 64 with this), and the
+// registers bound the rows in flight. A conversion is one or two ALU ops.
+template <typename T, int VEC> __device__ __forceinline__ void ip_opaque(ip_vec<T, VEC> &v)
+{
+    if constexpr (sizeof(v) % 4 == 0) {
+        unsigned *w = reinterpret_cast<unsigned *>(&v);
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(v) / 4); i++)
+            asm("" : "+r"(w[i]));
+    } else {
+        unsigned short *h = reinterpret_cast<unsigned short *>(&v);
+        asm("" : "+h"(*h));
+    }
+}
 
 __host__ __device__ constexpr int ip_pow2_ceil(int x)
 {
@@ -251,16 +271,40 @@ __device__ __forceinline__ void ip_cluster_sync()
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// Block `rank` of the cluster's (max, sum), read from its shared memory.
-__device__ __forceinline__ ip_ms ip_peer(const ip_ms *local, unsigned rank)
+// The cluster barrier split in two: arrive without ordering memory (says only
+// "this block has started"), wait later.
+__device__ __forceinline__ void ip_cluster_arrive_relaxed()
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void ip_cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Stores v at the address of `local` in block `rank`'s shared memory.
+__device__ __forceinline__ void ip_put_peer(ip_ms *local, unsigned rank, ip_ms v)
 {
     const unsigned a = (unsigned)__cvta_generic_to_shared(local);
     unsigned ra;
-    float m, s;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(m), "=f"(s) : "r"(ra) : "memory");
-    return {m, s};
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(ra), "f"(v.m), "f"(v.s) : "memory");
 }
+
+// The shape of a thread's share of a row: the slice of block `rank` is
+// vectors [rank * SV, min((rank + 1) * SV, NV)) of the row's NV; the last
+// slice is shorter when CL does not divide NV (odd N over a cluster).
+template <typename T, int N, int VEC, int TPR, int CL> struct ip_share {
+    static_assert(N % VEC == 0, "softmax: VEC must divide N");
+    static constexpr int NV = N / VEC;
+    static constexpr int SV = (NV + CL - 1) / CL; // vectors per slice
+    static constexpr int CNT = (SV + TPR - 1) / TPR; // vectors per thread
+    // bytes of registers the share takes (a vector takes whole registers)
+    static constexpr int REG = CNT * (VEC * (int)sizeof(T) < 4 ? 4 : VEC * (int)sizeof(T));
+    // whether vector j of the slice may lie past its end
+    static constexpr bool RAGGED = SV % TPR != 0 || NV % CL != 0;
+};
 
 // One row (CL = 1) or one CL-th of a row (block `rank` of a cluster) held by
 // TPR threads: CNT vectors of VEC elements each (raw T, so a 16-bit row costs
@@ -270,19 +314,28 @@ __device__ __forceinline__ ip_ms ip_peer(const ip_ms *local, unsigned rank)
 // rescales the sums), so one exp per element for the sum and one for the
 // output. Rows per block: 128 / TPR when TPR < 128, else 1 (always 1 with
 // CL > 1).
+//
+// A cluster's blocks exchange their (max, sum) by pushing them into every
+// peer's shared memory (parts[rank]) and one barrier; each then merges its
+// own copy, so no block reads a peer's memory and none waits after the
+// exchange for the slowest to finish reading (it may leave at once). The
+// pushes may only start once every peer has started (its shared memory
+// exists): the block arrives (relaxed) at a first barrier on entry and waits
+// on it just before pushing, by when its peers have long arrived.
 template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
 __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, int qlen)
 {
-    static_assert(N % (VEC * CL) == 0, "softmax: VEC * CL must divide N");
+    typedef ip_share<T, N, VEC, TPR, CL> S;
     static_assert(CL == 1 || TPR >= 128, "softmax: a cluster splits rows of whole blocks");
     constexpr int RPB = TPR < 128 ? 128 / TPR : 1;
-    constexpr int SV = N / VEC / CL; // vectors per slice
-    constexpr int CNT = (SV + TPR - 1) / TPR;
+    constexpr int SV = S::SV, CNT = S::CNT;
     typedef ip_vec<T, VEC> V;
     __shared__ ip_ms red[TPR > 32 ? RPB * (TPR / 32) : 1];
-    __shared__ __align__(8) ip_ms part;
+    __shared__ __align__(8) ip_ms parts[CL];
     if (blockDim.x != TPR * RPB)
         __trap();
+    if (CL > 1)
+        ip_cluster_arrive_relaxed();
     const unsigned rank = CL > 1 ? ip_cluster_rank() : 0;
     const int t = threadIdx.x % TPR;
     const long long r = (long long)(blockIdx.x / CL) * RPB + threadIdx.x / TPR;
@@ -290,19 +343,20 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
     V *xr = reinterpret_cast<V *>(x + (live ? r : 0) * N) + rank * SV;
     const int keep = ip_keep<MASK>(r, N, qlen);
     const int e0 = (int)rank * SV * VEC; // the slice's first element in the row
+    const int sv = CL == 1 || S::NV % CL == 0 ? SV : min(SV, S::NV - (int)rank * SV);
     const float sg = ip_sign(scale), c2e = ip_c(scale);
     V v[CNT];
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (SV % TPR == 0 || j < SV))
+        if (live && (!S::RAGGED || j < sv))
             v[c] = xr[j];
     }
     ip_ms ms = {IP_NINF, 0.f};
 #pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (SV % TPR == 0 || j < SV))
+        if (live && (!S::RAGGED || j < sv))
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || e0 + j * VEC + e < keep)
@@ -310,9 +364,12 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
     }
     const float lm = ms.m == IP_NINF ? 0.f : ms.m;
 #pragma unroll
+    for (int c = 0; c < CNT; c++)
+        ip_opaque(v[c]);
+#pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (SV % TPR == 0 || j < SV))
+        if (live && (!S::RAGGED || j < sv))
 #pragma unroll
             for (int e = 0; e < VEC; e++)
                 if (!MASK || e0 + j * VEC + e < keep)
@@ -320,21 +377,24 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
     }
     ip_ms tot = ip_row_reduce<TPR>(ms, red, c2e);
     if (CL > 1) {
-        if (threadIdx.x == 0)
-            part = tot;
-        ip_cluster_sync(); // every block's part is written
-        tot = ip_peer(&part, 0);
+        ip_cluster_wait(); // every peer has started
+        if (threadIdx.x < CL)
+            ip_put_peer(&parts[rank], threadIdx.x, tot);
+        ip_cluster_sync(); // every block's part is in every block
+        tot = parts[0];
 #pragma unroll
         for (int p = 1; p < CL; p++)
-            tot = ip_merge(tot, ip_peer(&part, p), c2e);
-        ip_cluster_sync(); // no block leaves while a peer may still read its part
+            tot = ip_merge(tot, parts[p], c2e);
     }
     const float mx = tot.m == IP_NINF ? 0.f : tot.m;
     const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
 #pragma unroll
+    for (int c = 0; c < CNT; c++)
+        ip_opaque(v[c]);
+#pragma unroll
     for (int c = 0; c < CNT; c++) {
         const int j = c * TPR + t;
-        if (live && (SV % TPR == 0 || j < SV)) {
+        if (live && (!S::RAGGED || j < sv)) {
             V o;
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
@@ -362,6 +422,30 @@ template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
 __global__ void IP_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     softmax_cluster(T *x, long long rows, float scale, int qlen)
 {
+    softmax_body<T, N, VEC, TPR, CL, MASK>(x, rows, scale, qlen);
+}
+
+// The same over a cluster of smaller blocks (TPR of 256-512 threads), with
+// the register cap that lets 2048 threads per SM run when a thread's share
+// takes at most 64 bytes of registers (1024 up to 128): four to eight blocks
+// per SM, of different rows, so that while some wait at their row's
+// reductions and cluster barrier the others' loads and stores keep the
+// memory busy (a block of 1024 threads stalls as a whole at each barrier).
+// (The mask's bounds take registers: 1536 threads then, as 2048 spill.)
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+__host__ __device__ constexpr int ip_split_min_blocks()
+{
+    return (ip_share<T, N, VEC, TPR, CL>::REG <= 64 ? (MASK ? 1536 : 2048) : 1024) / TPR > 0
+               ? (ip_share<T, N, VEC, TPR, CL>::REG <= 64 ? (MASK ? 1536 : 2048) : 1024) / TPR
+               : 1;
+}
+
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+__global__ void IP_CLUSTER_DIMS(CL)
+    __launch_bounds__(TPR, (ip_split_min_blocks<T, N, VEC, TPR, CL, MASK>()))
+        softmax_split(T *x, long long rows, float scale, int qlen)
+{
+    static_assert(ip_share<T, N, VEC, TPR, CL>::REG <= 128, "softmax_split: share over 128 bytes");
     softmax_body<T, N, VEC, TPR, CL, MASK>(x, rows, scale, qlen);
 }
 

@@ -16,7 +16,9 @@
  *    stream, holds at most 2 x max(IP_CHUNK_BYTES, one row) bytes whatever
  *    m is (jitop_inplace_scratch_bytes says how much is held now).
  * Softmax: softmax_rows (a row in one block's registers), softmax_cluster
- * (a row over a cluster's registers, sm_90), else softmax_long (two reads).
+ * (a row over a cluster's registers, sm_90), else softmax_long (two reads);
+ * softmax_split (a row over a cluster of smaller blocks, several per SM) only
+ * when asked for.
  *
  * Per-context state (ctx->ops->inplace): the module, the instances already
  * got (a short list under s->lock), cuBLAS, and the scratch per stream. The
@@ -51,16 +53,22 @@
  *     bfloat16 rows, and clusters lose to the long kernel's two reads);
  *   128-512 KiB: float32 a cluster, 16-bit the long kernel;
  *   longer, or rows not splitting into whole vectors: softmax_long.
- * $JITOP_INPLACE_SOFTMAX=block|cluster|long forces a path where it can run
- * (read once per context, for the benchmark's comparison). */
+ * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256 forces a path
+ * where it can run (read once per context, for the benchmark's comparison).
+ * split: softmax_split with blocks of IP_SOFTMAX_SPLIT_TPR threads (split256:
+ * 256), each thread holding at most IP_SOFTMAX_SPLIT_BYTES of the row (twice
+ * that where the row needs it), over a cluster of 2 to IP_SOFTMAX_MAX_CLUSTER
+ * blocks: rows of 16 KiB (8 KiB for split256) to 512 KiB (256 KiB). */
 #define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
 #define IP_SOFTMAX_CLUSTER_FROM 131072
 #define IP_SOFTMAX_CLUSTER_BYTES 64
 #define IP_SOFTMAX_MAX_CLUSTER 8
+#define IP_SOFTMAX_SPLIT_TPR 512
+#define IP_SOFTMAX_SPLIT_BYTES 64
 
-enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG };
+enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG, SM_SPLIT, SM_SPLIT256 };
 /* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
  * (many rows per SM), 128 above, where fewer threads per row means fewer
  * warps waiting at the row's two reductions and more rows in flight per SM
@@ -222,6 +230,8 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
                               : strcmp(sp, "block") == 0   ? SM_BLOCK
                               : strcmp(sp, "cluster") == 0 ? SM_CLUSTER
                               : strcmp(sp, "long") == 0    ? SM_LONG
+                              : strcmp(sp, "split") == 0   ? SM_SPLIT
+                              : strcmp(sp, "split256") == 0 ? SM_SPLIT256
                                                            : SM_AUTO;
             __atomic_store_n(&ops->inplace, s, __ATOMIC_RELEASE);
         }
@@ -620,6 +630,24 @@ static int ip_vec(int64_t n, size_t es, const void *x)
     return v;
 }
 
+/* softmax_split's cluster size for a row of nv vectors of wb register bytes
+ * each (a vector takes whole 4-byte registers) in blocks of tpr threads: the
+ * fewest blocks (at least 2) whose threads hold at most IP_SOFTMAX_SPLIT_BYTES
+ * each, else twice that; 0 where more than IP_SOFTMAX_MAX_CLUSTER blocks would
+ * be needed or where a thread would get no vector. */
+static int ip_split_cluster(int64_t nv, int64_t wb, int tpr)
+{
+    for (int64_t bytes = IP_SOFTMAX_SPLIT_BYTES; bytes <= 2 * IP_SOFTMAX_SPLIT_BYTES; bytes *= 2) {
+        const int64_t per_block = tpr * (bytes / wb);
+        int64_t cl = per_block > 0 ? (nv + per_block - 1) / per_block : 0;
+        if (cl < 2)
+            cl = 2;
+        if (per_block > 0 && cl <= IP_SOFTMAX_MAX_CLUSTER)
+            return nv >= cl * tpr ? (int)cl : 0;
+    }
+    return 0;
+}
+
 int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n, void *x,
                           float scale, int64_t causal_q, void *stream)
 {
@@ -663,7 +691,13 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     }
     const int cluster_ok = d->cc_major >= 9 && row_bytes > IP_SOFTMAX_BLOCK_ROW &&
                            cl <= IP_SOFTMAX_MAX_CLUSTER && n % ((int64_t)cl * vec) == 0;
+    const int split_tpr = s->softmax_path == SM_SPLIT256 ? 256 : IP_SOFTMAX_SPLIT_TPR;
+    const int64_t vec_bytes = (int64_t)vec * (int64_t)es;
+    const int split_cl =
+        d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes < 4 ? 4 : vec_bytes, split_tpr) : 0;
     enum ip_softmax_path path = s->softmax_path;
+    if ((path == SM_SPLIT || path == SM_SPLIT256) && split_cl == 0)
+        path = SM_AUTO;
     if (path == SM_BLOCK && !block_ok)
         path = SM_AUTO;
     if (path == SM_CLUSTER && !cluster_ok)
@@ -677,7 +711,18 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         else
             path = SM_LONG;
     }
-    if (path == SM_CLUSTER) {
+    if (path == SM_SPLIT || path == SM_SPLIT256) {
+        snprintf(name, sizeof name, "softmax_split<%s, %d, %d, %d, %d, %s>", ip_ctype(dtype),
+                 (int)n, vec, split_tpr, split_cl, mask);
+        if ((rc = ip_get(s, name, &op)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+        if (rows > INT32_MAX / split_cl)
+            return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, rr);
+        void *args[] = {&x, &rr, &scale, &qlen};
+        size_t sizes[] = {8, 8, 4, 4};
+        rc = jitop_launch(op, (jitop_dim3){(unsigned)(rows * split_cl), 1, 1},
+                          (jitop_dim3){(unsigned)split_tpr, 1, 1}, 0, stream, args, sizes, 4);
+    } else if (path == SM_CLUSTER) {
         snprintf(name, sizeof name, "softmax_cluster<%s, %d, %d, %d, %d, %s>", ip_ctype(dtype),
                  (int)n, vec, IP_SOFTMAX_MAX_TPR, cl, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)

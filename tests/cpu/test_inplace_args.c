@@ -168,6 +168,10 @@ static void test_instances_compile(void **state)
         "softmax_rows<float, 7, 1, 4, false>",
         "softmax_rows<__half, 32768, 8, 1024, true>",
         "softmax_long<__nv_bfloat16, 8, true>",
+        "softmax_cluster<float, 65536, 4, 1024, 4, false>",
+        "softmax_split<float, 131072, 4, 512, 8, false>",
+        "softmax_split<__nv_bfloat16, 65537, 1, 512, 8, true>",
+        "softmax_split<__half, 16384, 8, 256, 2, false>",
     };
     jitop_build_result r;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -181,6 +185,52 @@ static void test_instances_compile(void **state)
     free(dir);
 }
 
+/* The row-in-registers instances the C side picks for long rows keep the row
+ * in registers: ptxas (through NVRTC, -Xptxas -v into the build log) reports
+ * no spill. bfloat16 rows of 32768 and 65536 in one block once took twice
+ * float16's registers (32768) or spilled (65536). */
+static void test_instances_no_spill(void **state)
+{
+    (void)state;
+    char *dir;
+    jitop_ctx *c = compile_only_ctx(&dir);
+    char *src = jt_path(JITOP_SOURCE_KERNEL_DIR, "inplace.cu");
+    /* name, the most registers it may take (what lets its blocks per SM run) */
+    const struct {
+        const char *name;
+        int regs;
+    } cases[] = {
+        {"softmax_rows<__nv_bfloat16, 32768, 8, 512, false>", 64},
+        {"softmax_rows<__nv_bfloat16, 65536, 8, 1024, false>", 64},
+        {"softmax_split<float, 65536, 4, 512, 8, false>", 32},
+        {"softmax_split<float, 131072, 4, 512, 8, true>", 64},
+        {"softmax_split<__nv_bfloat16, 131072, 8, 512, 8, true>", 42},
+        {"softmax_split<__half, 40000, 8, 512, 3, false>", 32},
+        {"softmax_split<float, 65536, 4, 256, 8, false>", 64},
+    };
+    const char *opts[] = {"-Xptxas=-v"};
+    jitop_build_result r;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *one[1] = {cases[i].name};
+        int rc = jitop_build(c, src, "sm_90", opts, 1, one, 1, &r);
+        if (rc != JITOP_OK)
+            fail_msg("%s: %s: %s", cases[i].name, jitop_strerror(rc), jitop_errmsg(NULL));
+        char *log = NULL;
+        assert_int_equal(jitop_build_log(c, r.key, &log), JITOP_OK);
+        const char *used = strstr(log, "Used ");
+        int regs = 0;
+        if (used == NULL || sscanf(used, "Used %d registers", &regs) != 1 ||
+            regs > cases[i].regs || strstr(log, " 0 bytes spill stores") == NULL ||
+            strstr(log, " 0 bytes spill loads") == NULL)
+            fail_msg("%s: over %d registers or spills, or no ptxas report:\n%s", cases[i].name,
+                     cases[i].regs, log);
+        jitop_free(log);
+    }
+    free(src);
+    jitop_ctx_destroy(c);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_softmax_arguments),
         cmocka_unit_test(test_scratch_bound),
         cmocka_unit_test(test_instances_compile),
+        cmocka_unit_test(test_instances_no_spill),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();

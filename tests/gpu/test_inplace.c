@@ -17,7 +17,10 @@
  * and not (2 and -1.5 on rows near the dtype's top, 0), causal mask, unaligned
  * rows, rows of equal values, of very large values, spread over +-the top,
  * with -inf elements and all -inf, with +inf elements; no NaN, and guards
- * around x. */
+ * around x. The split kernel (JITOP_INPLACE_SOFTMAX=split and split256, in
+ * contexts of their own) over its row lengths (16 KiB to 512 KiB, odd and
+ * not splitting into whole vectors per block), with the same options and
+ * rows. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +40,9 @@
 
 static const jitop__cuda_api *cu;
 static jitop_ctx *ctx;
+/* the context softmax_case runs in: ctx, or one with a softmax path forced */
+static jitop_ctx *sm_ctx;
+static jitop_ctx *split_ctx[2];
 static jitop_module *fill_mod;
 static jitop_op *fill_op[3];
 
@@ -141,6 +147,10 @@ static void setup_ctx(void)
 static int teardown_all(void **state)
 {
     (void)state;
+    for (int i = 0; i < 2; i++) {
+        jitop_ctx_destroy(split_ctx[i]);
+        split_ctx[i] = NULL;
+    }
     jitop_ctx_destroy(ctx);
     ctx = NULL;
     jt_cleanup();
@@ -454,7 +464,8 @@ static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, i
         }
     }
     CU(cu->cuMemcpyHtoD(x.p, h, total * es));
-    OK(jitop_softmax_inplace(ctx, dt, rows, n, (void *)(uintptr_t)x.p, scale, q, NULL));
+    OK(jitop_softmax_inplace(sm_ctx != NULL ? sm_ctx : ctx, dt, rows, n, (void *)(uintptr_t)x.p,
+                             scale, q, NULL));
     CU(cu->cuCtxSynchronize());
     CU(cu->cuMemcpyDtoH(o, x.p, total * es));
     const double rtol = dt == JITOP_FLOAT32 ? 1e-5 : dt == JITOP_FLOAT16 ? 2e-3 : 1e-2;
@@ -553,12 +564,86 @@ static void test_softmax_bf16(void **state)
     softmax_dtype(JITOP_BFLOAT16);
 }
 
-int main(void)
+/* A context whose softmax path is forced: $JITOP_INPLACE_SOFTMAX is read
+ * when a context's first in-place op makes its state, so it is set around a
+ * first call (one row of one element) and restored. */
+static jitop_ctx *path_ctx(const char *path)
 {
+    char *dir = jt_tmpdir();
+    char *cache = jt_path(dir, "cache");
+    jitop_ctx *c = jt_ctx_driver(cache);
+    OK(jitop_ctx_cuda(c, NULL, NULL));
+    const char *was = getenv("JITOP_INPLACE_SOFTMAX");
+    char *saved = was != NULL ? strdup(was) : NULL;
+    assert_true(was == NULL || saved != NULL);
+    assert_int_equal(setenv("JITOP_INPLACE_SOFTMAX", path, 1), 0);
+    guarded one = galloc(sizeof(float), 0);
+    const int rc =
+        jitop_softmax_inplace(c, JITOP_FLOAT32, 1, 1, (void *)(uintptr_t)one.p, 1.f, 0, NULL);
+    assert_int_equal(saved != NULL ? setenv("JITOP_INPLACE_SOFTMAX", saved, 1)
+                                   : unsetenv("JITOP_INPLACE_SOFTMAX"),
+                     0);
+    free(saved);
+    OK(rc);
+    CU(cu->cuCtxSynchronize());
+    gfree(&one);
+    free(dir);
+    return c;
+}
+
+/* softmax_split over its row lengths: 16 KiB rows (cluster of 2) to 512 KiB
+ * (float32 131072, 16-bit 262144: 8 blocks of 128 bytes per thread),
+ * lengths whose slices end mid-block (40000, 24576 in 256-thread blocks),
+ * odd lengths (one element per vector; 131071: the cluster's last slice
+ * shorter), unaligned rows, the causal mask, the special rows under scales
+ * that overflow scale * x. */
+static void split_dtype(jitop_dtype dt)
+{
+    static const int64_t ns[] = {16384, 40000, 65536, 131072, 131071};
+    sm_ctx = split_ctx[0];
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        softmax_case(dt, ns[i] >= 131071 ? 9 : 23, ns[i], 1.0f, 0, 0);
+    softmax_case(dt, 7, 50001, 0.125f, 0, 1); /* odd and unaligned */
+    softmax_case(dt, 64, 40000, 0.5f, 64, 0); /* causal, 64 queries per matrix */
+    if (dt != JITOP_FLOAT32)
+        softmax_case(dt, 5, 262144, 1.0f, 0, 0); /* 16-bit: 128 bytes a thread */
+    softmax_case(dt, 2 * ROW_KINDS, 65536, 2.0f, 0, 0);
+    softmax_case(dt, 2 * ROW_KINDS, 65536, -1.5f, 0, 0);
+    sm_ctx = split_ctx[1];
+    softmax_case(dt, 2 * ROW_KINDS, 24576, -1.5f, 0, 0);
+    softmax_case(dt, 11, 65536, 1.0f, 0, 0);
+    sm_ctx = NULL;
+}
+
+static void test_softmax_split(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    int dev = 0, major = 0;
+    OK(jitop_ctx_cuda(ctx, NULL, &dev));
+    CU(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    if (major < 9)
+        skip(); /* clusters: sm_90 on */
+    if (split_ctx[0] == NULL)
+        split_ctx[0] = path_ctx("split");
+    if (split_ctx[1] == NULL)
+        split_ctx[1] = path_ctx("split256");
+    split_dtype(JITOP_FLOAT32);
+    split_dtype(JITOP_FLOAT16);
+    split_dtype(JITOP_BFLOAT16);
+}
+
+/* argv[1]: a cmocka test-name pattern ("test_softmax*": the softmax tests only) */
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_f32),
         cmocka_unit_test(test_softmax_f16),
         cmocka_unit_test(test_softmax_bf16),
+        cmocka_unit_test(test_softmax_split),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
