@@ -370,15 +370,18 @@ static int macro_round(struct scan *s, bool give_up)
 }
 
 /* Resolves the directives of one text (file: its path, NULL for inline
- * text; cur_dir: where its quoted names are looked up first) and keeps its
+ * text; hash: its bytes' hash when it was read from a file, which lets the
+ * process's memo answer for a text scanned before; cur_dir: where its
+ * quoted names are looked up first) and keeps its
  * #defines. "#include NAME" waits for every definition of NAME the scan can
  * see (macro_round); any other directive whose name macros make goes to
  * safe mode at once. */
 static int add_includes(struct scan *s, const char *file, const char *text, size_t len,
-                        const char *cur_dir)
+                        const XXH128_hash_t *hash, const char *cur_dir)
 {
     jitop__includes incs;
-    int status = jitop__scan_includes(text, len, &incs);
+    int status = hash ? jitop__scan_includes_memo(text, len, *hash, &incs)
+                      : jitop__scan_includes(text, len, &incs);
     if (status != JITOP_OK)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     for (size_t i = 0; status == JITOP_OK && i < incs.ndefs; i++)
@@ -572,7 +575,7 @@ static int scan_one(struct scan *s, size_t next, char **source_text)
     }
     if (!(s->flags[next] & DEP_EMBED)) {
         dir = jitop__dirname(s->d.v[next].path);
-        status = dir ? add_includes(s, s->d.v[next].path, data, len, dir)
+        status = dir ? add_includes(s, s->d.v[next].path, data, len, &s->d.v[next].hash, dir)
                      : jitop__fail(JITOP_ENOMEM, "out of memory");
     }
     free(dir);
@@ -602,7 +605,7 @@ int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text)
         char cwd[PATH_MAX];
         source_text = jitop__strdup(u->inline_text ? u->inline_text : "");
         s.cwd = getcwd(cwd, sizeof cwd) ? jitop__strdup(cwd) : NULL;
-        status = source_text ? add_includes(&s, NULL, source_text, strlen(source_text), s.cwd)
+        status = source_text ? add_includes(&s, NULL, source_text, strlen(source_text), NULL, s.cwd)
                              : jitop__fail(JITOP_ENOMEM, "out of memory");
     }
     if (status == JITOP_OK)
