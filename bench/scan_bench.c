@@ -4,6 +4,9 @@
  * so that a faster scanner that finds something else shows at once.
  *
  *   scan_bench [--reps N] FILE...
+ *   scan_bench [--reps N] --unit SOURCE   (a whole jitop__deps_scan of
+ *       SOURCE for sm_90: read, hash, scan, resolve; with the memo emptied
+ *       before each rep ("cold") and kept ("memo"))
  *
  * What a cold build pays for its scan is this set's bytes over this rate
  * (once per file per build: scan_memo.c keeps a text's scan per process). */
@@ -27,6 +30,44 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Times jitop__deps_scan of one source, memo emptied each time or kept. */
+static int unit_bench(const char *src, int reps, double *t)
+{
+    jitop__unit u;
+    if (jitop__unit_init(&u, src, NULL, NULL, 0, NULL, 0, "sm_90") != JITOP_OK) {
+        fprintf(stderr, "scan_bench: %s: %s\n", src, jitop_errmsg(NULL));
+        return 1;
+    }
+    size_t ndeps = 0;
+    int64_t bytes = 0;
+    for (int memo = 0; memo < 2; memo++) {
+        for (int r = 0; r < reps; r++) {
+            if (!memo)
+                jitop__scan_memo_clear();
+            jitop__deps d;
+            char *text = NULL;
+            double t0 = now_s();
+            if (jitop__deps_scan(&u, &d, &text) != JITOP_OK) {
+                fprintf(stderr, "scan_bench: %s: %s\n", src, jitop_errmsg(NULL));
+                return 1;
+            }
+            t[r] = now_s() - t0;
+            ndeps = d.n;
+            bytes = 0;
+            for (size_t k = 0; k < d.n; k++)
+                bytes += d.v[k].size;
+            free(text);
+            jitop__deps_free(&d);
+        }
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        printf("{\"bench\":\"deps_scan\",\"source\":\"%s\",\"memo\":%s,\"deps\":%zu,"
+               "\"bytes\":%lld,\"reps\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f}\n",
+               src, memo ? "true" : "false", ndeps, (long long)bytes, reps, t[reps / 2] * 1e3, t[0] * 1e3);
+    }
+    jitop__unit_free(&u);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int reps = 20, first = 1;
@@ -35,8 +76,14 @@ int main(int argc, char **argv)
         first = 3;
     }
     if (reps < 1 || first >= argc) {
-        fprintf(stderr, "usage: scan_bench [--reps N] FILE...\n");
+        fprintf(stderr, "usage: scan_bench [--reps N] FILE... | --unit SOURCE\n");
         return 2;
+    }
+    if (strcmp(argv[first], "--unit") == 0) {
+        double *tu = calloc((size_t)reps, sizeof *tu);
+        int rc = tu && first + 1 < argc ? unit_bench(argv[first + 1], reps, tu) : 2;
+        free(tu);
+        return rc;
     }
     int nfiles = argc - first;
     char **text = calloc((size_t)nfiles, sizeof *text);
