@@ -9,6 +9,8 @@
 #include "build/build.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +248,46 @@ static void test_memo_bounded(void **state)
     assert_int_equal(jitop__scan_memo_size(), 0);
 }
 
+/* Threads scanning through the memo at once (a watch thread's rebuild
+ * beside an application's load): every answer right, whoever holds the
+ * lock (TSAN=1 checks the locking). */
+static void *memo_worker(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    char text[64];
+    for (int i = 0; i < 2000; i++) {
+        int k = (int)(rand_r(&seed) % 50);
+        int n = snprintf(text, sizeof text, "#include <t%d.h>\n#define M%d \"m.h\"\n", k, k);
+        jitop__includes incs;
+        if (jitop__scan_includes_memo(text, (size_t)n, XXH3_128bits(text, (size_t)n), &incs) !=
+            JITOP_OK)
+            return (void *)1;
+        char want[32];
+        snprintf(want, sizeof want, "t%d.h", k);
+        bool ok = incs.n == 1 && strcmp(incs.v[0].name, want) == 0 && incs.ndefs == 1 &&
+                  strcmp(incs.defs[0].value, "\"m.h\"") == 0;
+        jitop__includes_free(&incs);
+        if (!ok)
+            return (void *)1;
+        if (i % 500 == 499 && arg == (void *)1)
+            jitop__scan_memo_clear();
+    }
+    return NULL;
+}
+
+static void test_memo_threads(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, memo_worker, (void *)(i + 1)), 0);
+    for (int i = 0; i < 4; i++) {
+        void *rc = (void *)1;
+        assert_int_equal(pthread_join(t[i], &rc), 0);
+        assert_null(rc);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_memo_keeps_deps_and_key),
         cmocka_unit_test(test_memo_never_stale),
         cmocka_unit_test(test_memo_bounded),
+        cmocka_unit_test(test_memo_threads),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jitop__scan_memo_clear();
