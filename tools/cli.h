@@ -225,6 +225,10 @@ typedef struct jitop_cli_pool_ops {
  * when no worker could be started (done was not called for the tasks
  * left). The protocol: tools/cli_pool.c. */
 int jitop_cli_pool_procs(size_t ntasks, int nworkers, const jitop_cli_pool_ops *ops, void *user);
+/* Orders tasks (with est[i] the estimate of tasks[i]'s length; both are
+ * reordered) longest first, ties in their given order: the order a pool
+ * should take them in (tools/cli_pool.c says why). */
+void jitop_cli_longest_first(size_t *tasks, int64_t *est, size_t n);
 
 /* The memory guard (tools/cli_mem.c). Bytes of MemAvailable in the text of
  * a /proc/meminfo, -1 when it has none or it is malformed. */

@@ -32,6 +32,7 @@ typedef struct job {
     jitop_build_result res;
     char *error;             /* jitop_errmsg of a failure, malloc'd */
     double check_ms;         /* the hit check that found it missing */
+    int64_t input_bytes;     /* what that check read: its compile's estimate */
     double start_ms;         /* when its compile was handed out (jitop__now_ms) */
     int hit;                 /* build: built by the hit check; explain: would hit */
     char *why;               /* explain's answer (jitop_free) */
@@ -345,6 +346,14 @@ static int compile_pending(build_run *r, int jobs)
         return 0;
     }
     jitop_cli_pool_ops ops = {.run = worker_task, .started = task_started, .done = worker_done};
+    /* Longest first (tools/cli_pool.c), by the bytes each compile reads. */
+    int64_t *est = calloc(r->ntodo, sizeof *est);
+    if (est) {
+        for (size_t t = 0; t < r->ntodo; t++)
+            est[t] = r->jobs[r->todo[t]].input_bytes;
+        jitop_cli_longest_first(r->todo, est, r->ntodo);
+        free(est);
+    }
     jitop__build_before_fork(r->ctx);
     /* A preamble that more pending files share than there are workers: its
      * first file is compiled here, making the PCH that every worker then
@@ -511,7 +520,7 @@ int jitop_cli_build(int argc, char **argv)
         jitop_build_result res;
         double t0 = jitop__now_ms();
         int st = jitop__build_if_cached(r.ctx, j->file, j->arch, opts_of(&a), a.options.n,
-                                        names_of(j), nnames_of(j), &hit, &res);
+                                        names_of(j), nnames_of(j), &hit, &res, &j->input_bytes);
         if (st == JITOP_OK && hit) {
             j->status = JITOP_OK;
             j->res = res;

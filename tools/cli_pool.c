@@ -337,6 +337,31 @@ out:
     return rc;
 }
 
+/* Longest processing time first: a pool that takes its tasks in the order
+ * given ends when its last task does, so a long task handed out last keeps
+ * one worker busy while the others idle (with 32 sources of 74 ms to
+ * 1.8 s, -j16 was bounded by the cooperative-groups sources that came
+ * late). Taking the longest first bounds the makespan at 4/3 of the best
+ * (Graham's bound for LPT) instead of nearly twice. The estimate is what is
+ * known before any compile: the bytes a compile reads, which orders the
+ * header-heavy sources first but not a small source that instantiates much;
+ * a wrong estimate costs only the order. An insertion sort: stable, and n
+ * is the number of files of one command. */
+void jitop_cli_longest_first(size_t *tasks, int64_t *est, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        size_t t = tasks[i];
+        int64_t e = est[i];
+        size_t k = i;
+        for (; k > 0 && est[k - 1] < e; k--) {
+            tasks[k] = tasks[k - 1];
+            est[k] = est[k - 1];
+        }
+        tasks[k] = t;
+        est[k] = e;
+    }
+}
+
 int jitop_cli_default_jobs(void)
 {
     const char *env = getenv("JITOP_JOBS");

@@ -509,6 +509,9 @@ static int build_slow(jitop_ctx *ctx, const jitop__unit *u, enum build_mode mode
         status = jitop__deps_scan(u, &deps, &text);
         if (status != JITOP_OK)
             goto out;
+        out->input_bytes = 0;
+        for (size_t i = 0; i < deps.n; i++)
+            out->input_bytes += deps.v[i].size;
         if (jitop__after_scan_hook)
             jitop__after_scan_hook(u->source_name);
         if (deps.note && attempt == 1)
@@ -1137,12 +1140,14 @@ int jitop_build(jitop_ctx *ctx, const char *path, const char *arch, const char *
 int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
                            const char *const *names, size_t nnames, bool *hit,
-                           jitop_build_result *result)
+                           jitop_build_result *result, int64_t *input_bytes)
 {
     double t0 = jitop__now_ms();
     jitop__unit u;
     jitop__built b;
     *hit = false;
+    if (input_bytes)
+        *input_bytes = 0;
     int status = public_unit(ctx, "jitop build", path, arch, options, noptions, names, nnames, &u);
     if (status != JITOP_OK)
         return status;
@@ -1155,6 +1160,8 @@ int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
             memcpy(result->key, b.key, sizeof result->key);
         result->warnings = b.cached && b.entry.bin.log != NULL;
         result->ms = jitop__now_ms() - t0;
+        if (input_bytes)
+            *input_bytes = b.input_bytes;
         jitop__built_free(&b);
     }
     jitop__unit_free(&u);

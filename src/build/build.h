@@ -27,6 +27,9 @@ typedef struct jitop__built {
     bool unresolved;
     double ms;
     jitop__deps deps;     /* every file the binary was built from */
+    /* The sizes of the files this call scanned, summed (0 when it scanned
+     * none: a fast-path hit): a miss's estimate of its compile's length. */
+    int64_t input_bytes;
     jitop__entry entry;
     /* A source (see the fold rule below): built, the name expressions
      * compiled into this binary (its unit's names, so in out->key); asked,
@@ -138,11 +141,13 @@ int jitop__explain_unit(jitop_ctx *ctx, const jitop__unit *u, bool *hit, char **
  * or one hashing pass when that fails; never a compile, and never the walk
  * of the cache that explaining a miss may take (the CLI's hit pass). A
  * cached answer that the unit declares no such name fails as jitop_build
- * does (JITOP_ENOTFOUND with NVRTC's errors). */
+ * does (JITOP_ENOTFOUND with NVRTC's errors). input_bytes (may be NULL):
+ * on a miss, the bytes of the source and every file it includes (the
+ * CLI's longest-first order: jitop__built.input_bytes). */
 int jitop__build_if_cached(jitop_ctx *ctx, const char *path, const char *arch,
                            const char *const *options, size_t noptions,
                            const char *const *names, size_t nnames, bool *hit,
-                           jitop_build_result *result);
+                           jitop_build_result *result, int64_t *input_bytes);
 void jitop__built_free(jitop__built *b);
 
 /* ------------------------------------------------------------- fork.c */

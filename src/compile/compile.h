@@ -222,6 +222,20 @@ typedef struct jitop__includes {
  * is empty then. */
 int jitop__scan_includes(const char *text, size_t len, jitop__includes *out);
 void jitop__includes_free(jitop__includes *l);
+/* The same answer with every character read through phases 1 and 2, no
+ * fast path: the reference the tests compare jitop__scan_includes with. */
+int jitop__scan_includes_reference(const char *text, size_t len, jitop__includes *out);
+
+/* -------------------------------------------------------- scan_memo.c */
+
+/* jitop__scan_includes of a text whose XXH3-128 hash (of exactly these len
+ * bytes: jitop__dep.hash) is hash, answered from this process's memo when
+ * the same bytes were scanned before (scan_memo.c). */
+int jitop__scan_includes_memo(const char *text, size_t len, XXH128_hash_t hash,
+                              jitop__includes *out);
+/* Empties the memo; how many texts it holds (tests). */
+void jitop__scan_memo_clear(void);
+size_t jitop__scan_memo_size(void);
 
 /* ------------------------------------------------------------ macros.c */
 

@@ -60,6 +60,24 @@ static int path_set_add(struct path_set *s, const char *path)
     return JITOP_OK;
 }
 
+/* The stat answers of one scan, by path: a header directive is looked for
+ * beside its file and in each include dir, and a library's headers name
+ * the same few hundred names from hundreds of files (cooperative_groups.h
+ * alone: about 13,000 stat calls for 266 files, a few hundred of them
+ * distinct). A path's first answer in the scan stands for the scan: that is
+ * the order a scan that looked at it once would see, and a file or folder
+ * created during the scan is caught where one created just after it would
+ * be (the folder records taken before the look, the absent names looked for
+ * again after the compile: jitop__deps_changed). */
+struct stat_memo {
+    struct stat_slot {
+        char *path; /* NULL: free */
+        bool ok;
+        struct stat st;
+    } *v;
+    size_t cap, n;
+};
+
 /* One unit's scan in progress. */
 struct scan {
     const jitop__unit *u;
@@ -93,7 +111,64 @@ struct scan {
     jitop__macros macros;
     struct path_set dirs_seen, absent_seen; /* the paths of d.dirs, of d.absent */
     size_t dirs_cap;
+    struct stat_memo stats;
 };
+
+static size_t stat_slot_of(const char *path, size_t cap)
+{
+    return (size_t)XXH3_64bits(path, strlen(path)) & (cap - 1);
+}
+
+/* stat(path) as this scan first saw it. A memo that cannot grow only asks
+ * the file system again. */
+static bool scan_stat(struct scan *s, const char *path, struct stat *st)
+{
+    struct stat_memo *m = &s->stats;
+    if (m->cap) {
+        for (size_t i = stat_slot_of(path, m->cap); m->v[i].path; i = (i + 1) & (m->cap - 1))
+            if (strcmp(m->v[i].path, path) == 0) {
+                *st = m->v[i].st;
+                return m->v[i].ok;
+            }
+    }
+    bool ok = stat(path, st) == 0;
+    if (2 * (m->n + 1) > m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 256;
+        struct stat_slot *v = calloc(cap, sizeof *v);
+        if (!v)
+            return ok;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->v[i].path)
+                continue;
+            size_t k = stat_slot_of(m->v[i].path, cap);
+            while (v[k].path)
+                k = (k + 1) & (cap - 1);
+            v[k] = m->v[i];
+        }
+        free(m->v);
+        m->v = v;
+        m->cap = cap;
+    }
+    char *copy = jitop__strdup(path);
+    if (!copy)
+        return ok;
+    size_t i = stat_slot_of(path, m->cap);
+    while (m->v[i].path)
+        i = (i + 1) & (m->cap - 1);
+    m->v[i] = (struct stat_slot){copy, ok, {0}};
+    if (ok)
+        m->v[i].st = *st;
+    m->n++;
+    return ok;
+}
+
+static void stat_memo_free(struct stat_memo *m)
+{
+    for (size_t i = 0; i < m->cap; i++)
+        free(m->v[i].path);
+    free(m->v);
+    memset(m, 0, sizeof *m);
+}
 
 static int scan_append(struct scan *s, char *path, unsigned char flags)
 {
@@ -143,10 +218,10 @@ static bool is_regular_file(const char *path)
  * but a directory (which a preprocessor's search passes over). A FIFO or
  * device is then refused by jitop__dep_read, naming it, rather than
  * skipped: NVRTC would open it and block. */
-static bool stops_search(const char *path)
+static bool stops_search(struct scan *s, const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
+    return scan_stat(s, path, &st) && !S_ISDIR(st.st_mode);
 }
 
 /* Records dir (with st, taken before the look that found nothing) in
@@ -189,7 +264,7 @@ static int probe(struct scan *s, const char *candidate, bool *found)
     struct stat st;
     bool have_dir = false;
     char *dir = jitop__dirname(candidate);
-    while (dir && *dir && !(have_dir = stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) &&
+    while (dir && *dir && !(have_dir = scan_stat(s, dir, &st) && S_ISDIR(st.st_mode)) &&
            strcmp(dir, "/") != 0) {
         char *up = jitop__dirname(dir);
         free(dir);
@@ -197,7 +272,7 @@ static int probe(struct scan *s, const char *candidate, bool *found)
     }
     if (!dir)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
-    *found = stops_search(candidate);
+    *found = stops_search(s, candidate);
     int status = JITOP_OK;
     if (!*found && have_dir)
         status = record_dir(s, dir, &st);
@@ -370,15 +445,18 @@ static int macro_round(struct scan *s, bool give_up)
 }
 
 /* Resolves the directives of one text (file: its path, NULL for inline
- * text; cur_dir: where its quoted names are looked up first) and keeps its
+ * text; hash: its bytes' hash when it was read from a file, which lets the
+ * process's memo answer for a text scanned before; cur_dir: where its
+ * quoted names are looked up first) and keeps its
  * #defines. "#include NAME" waits for every definition of NAME the scan can
  * see (macro_round); any other directive whose name macros make goes to
  * safe mode at once. */
 static int add_includes(struct scan *s, const char *file, const char *text, size_t len,
-                        const char *cur_dir)
+                        const XXH128_hash_t *hash, const char *cur_dir)
 {
     jitop__includes incs;
-    int status = jitop__scan_includes(text, len, &incs);
+    int status = hash ? jitop__scan_includes_memo(text, len, *hash, &incs)
+                      : jitop__scan_includes(text, len, &incs);
     if (status != JITOP_OK)
         return jitop__fail(JITOP_ENOMEM, "out of memory");
     for (size_t i = 0; status == JITOP_OK && i < incs.ndefs; i++)
@@ -572,7 +650,7 @@ static int scan_one(struct scan *s, size_t next, char **source_text)
     }
     if (!(s->flags[next] & DEP_EMBED)) {
         dir = jitop__dirname(s->d.v[next].path);
-        status = dir ? add_includes(s, s->d.v[next].path, data, len, dir)
+        status = dir ? add_includes(s, s->d.v[next].path, data, len, &s->d.v[next].hash, dir)
                      : jitop__fail(JITOP_ENOMEM, "out of memory");
     }
     free(dir);
@@ -602,7 +680,7 @@ int jitop__deps_scan(const jitop__unit *u, jitop__deps *out, char **text)
         char cwd[PATH_MAX];
         source_text = jitop__strdup(u->inline_text ? u->inline_text : "");
         s.cwd = getcwd(cwd, sizeof cwd) ? jitop__strdup(cwd) : NULL;
-        status = source_text ? add_includes(&s, NULL, source_text, strlen(source_text), s.cwd)
+        status = source_text ? add_includes(&s, NULL, source_text, strlen(source_text), NULL, s.cwd)
                              : jitop__fail(JITOP_ENOMEM, "out of memory");
     }
     if (status == JITOP_OK)
@@ -649,6 +727,7 @@ out:
     jitop__macros_free(&s.macros);
     free(s.dirs_seen.v);
     free(s.absent_seen.v);
+    stat_memo_free(&s.stats);
     free(source_text);
     return status;
 }

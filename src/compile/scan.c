@@ -56,10 +56,11 @@ static bool is_blank(int c)
     return c == ' ' || c == '\t' || c == '\f' || c == '\v' || c == '\r';
 }
 
+/* Letters, digits, '_', '$' and every byte of a UTF-8 sequence. */
 static bool is_ident(int c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '$' || c >= 0x80;
+    return (unsigned)((c | 0x20) - 'a') < 26 || (unsigned)(c - '0') < 10 || c == '_' ||
+           c == '$' || c >= 0x80;
 }
 
 static bool is_digit(int c)
@@ -464,53 +465,256 @@ out:
     return status;
 }
 
+/* One token (or blank, newline, comment, directive) of a reading, from
+ * lx->p, with every character read through phases 1 and 2: the path for
+ * whatever the fast loop below leaves to it. */
+static int slow_token(struct lexer *lx, bool *line_start, jitop__includes *out)
+{
+    int c = peek(lx), c2 = peek2(lx);
+    if (c == '\n') {
+        get(lx);
+        *line_start = true;
+    } else if (is_blank(c)) {
+        get(lx);
+    } else if (c == '/' && c2 == '*') {
+        skip_block_comment(lx);
+    } else if (c == '/' && c2 == '/') {
+        skip_line_comment(lx);
+    } else if (*line_start && (c == '#' || (c == '%' && c2 == ':'))) {
+        unsigned line = lx->line;
+        get(lx);
+        if (c == '%')
+            get(lx);
+        *line_start = false;
+        /* "##" (or %:%:) first on a line is a token, not a directive. */
+        bool paste = peek(lx) == '#' || (peek(lx) == '%' && peek2(lx) == ':');
+        return paste ? JITOP_OK : directive(lx, line, out);
+    } else if (c == '"' || c == '\'') {
+        *line_start = false;
+        skip_literal(lx);
+    } else if (is_digit(c) || (c == '.' && is_digit(c2))) {
+        *line_start = false;
+        skip_pp_number(lx);
+    } else if (is_ident(c)) {
+        char word[8];
+        *line_start = false;
+        read_ident(lx, word, sizeof word);
+        bool raw = !strcmp(word, "R") || !strcmp(word, "u8R") || !strcmp(word, "uR") ||
+                   !strcmp(word, "UR") || !strcmp(word, "LR");
+        if (raw && peek(lx) == '"')
+            skip_raw_string(lx);
+    } else {
+        *line_start = false;
+        get(lx);
+    }
+    return JITOP_OK;
+}
+
+/* The fast loop reads physical bytes directly, which is what phases 1 and 2
+ * give wherever no byte that can start a splice or a trigraph is involved:
+ * a backslash, or '?' when trigraphs are read. A token that meets one is
+ * read again from its start by slow_token (or, for a comment or literal
+ * whose state is only "inside", continued by the slow reader from there), so
+ * both paths find the same directives; the fast one runs at memory speed on
+ * the common text (headers are mostly comments, identifiers and blanks). */
+static bool special(const struct lexer *lx, const char *q)
+{
+    return *q == '\\' || (lx->trigraphs && *q == '?');
+}
+
+/* The physical byte after q when it is an ordinary one (no splice or
+ * trigraph can start there), else -1: the caller takes the slow path. */
+static int plain_next(const struct lexer *lx, const char *q)
+{
+    if (q + 1 >= lx->end || special(lx, q + 1))
+        return -1;
+    return (unsigned char)q[1];
+}
+
+static void count_lines(struct lexer *lx, const char *from, const char *to)
+{
+    for (const char *q = from; (q = memchr(q, '\n', (size_t)(to - q))) != NULL; q++)
+        lx->line++;
+}
+
+/* After a plain slash-star at lx->p. */
+static void fast_block_comment(struct lexer *lx)
+{
+    const char *start = lx->p, *q = lx->p + 2;
+    for (;;) {
+        const char *star = memchr(q, '*', (size_t)(lx->end - q));
+        if (!star) {
+            count_lines(lx, start, lx->end);
+            lx->p = lx->end;
+            return;
+        }
+        size_t n = 1;
+        int next = plain_next(lx, star);
+        if (next < 0 && star + 1 < lx->end)
+            next = peek_at(lx, star + 1, &n); /* "*\<newline>/" ends it too */
+        if (next == '/') {
+            count_lines(lx, start, star + 1 + n);
+            lx->p = star + 1 + n;
+            return;
+        }
+        q = star + 1;
+    }
+}
+
+/* At a plain "//": up to the newline, or on from a special byte by the slow
+ * reader (a splice continues the comment). */
+static void fast_line_comment(struct lexer *lx)
+{
+    const char *q = lx->p + 2;
+    while (q < lx->end && *q != '\n' && !special(lx, q))
+        q++;
+    lx->p = q;
+    if (q < lx->end && *q != '\n')
+        skip_line_comment(lx);
+}
+
+/* At a quote: an escape of an ordinary character is read here; anything
+ * else but the closing quote or the end of the line sends the literal back
+ * to its start for skip_literal. Never crosses a newline. */
+static void fast_literal(struct lexer *lx)
+{
+    const char *start = lx->p, *q = lx->p + 1;
+    char quote = *start;
+    while (q < lx->end) {
+        char c = *q;
+        if (c == quote) {
+            lx->p = q + 1;
+            return;
+        }
+        if (c == '\n') {
+            lx->p = q;
+            return;
+        }
+        if (lx->trigraphs && c == '?')
+            break;
+        if (c == '\\') {
+            int e = plain_next(lx, q);
+            if (e < 0 || e == '\n' || e == '\r' || (lx->blank_splice && is_blank(e)))
+                break;
+            q += 2;
+            continue;
+        }
+        q++;
+    }
+    if (q >= lx->end) {
+        lx->p = lx->end;
+        return;
+    }
+    lx->p = start;
+    skip_literal(lx);
+}
+
+/* At a digit, or a '.' before one: skip_pp_number's rule on plain bytes;
+ * false (nothing consumed) where a special byte is involved. */
+static bool fast_pp_number(struct lexer *lx)
+{
+    const char *q = lx->p + 1;
+    for (;;) {
+        if (q >= lx->end)
+            break;
+        if (special(lx, q))
+            return false;
+        int c = (unsigned char)*q;
+        if (c == 'e' || c == 'E' || c == 'p' || c == 'P' || c == '\'') {
+            if (q + 1 < lx->end && special(lx, q + 1))
+                return false;
+            int c2 = q + 1 < lx->end ? (unsigned char)q[1] : -1;
+            if ((c != '\'' && (c2 == '+' || c2 == '-')) || (c == '\'' && is_ident(c2))) {
+                q += 2;
+                continue;
+            }
+        }
+        if (is_ident(c) || c == '.')
+            q++;
+        else
+            break;
+    }
+    lx->p = q;
+    return true;
+}
+
+/* At an identifier's first byte: false (nothing consumed) where a special
+ * byte ends it, which may be a splice inside it. */
+static bool fast_ident(struct lexer *lx)
+{
+    const char *start = lx->p, *q = lx->p + 1;
+    while (q < lx->end && is_ident((unsigned char)*q))
+        q++;
+    if (q < lx->end && special(lx, q))
+        return false;
+    lx->p = q;
+    size_t n = (size_t)(q - start);
+    bool raw = (n == 1 && start[0] == 'R') || (n == 3 && !memcmp(start, "u8R", 3)) ||
+               (n == 2 && (!memcmp(start, "uR", 2) || !memcmp(start, "UR", 2) ||
+                           !memcmp(start, "LR", 2)));
+    if (raw && peek(lx) == '"')
+        skip_raw_string(lx);
+    return true;
+}
+
 /* One reading of the text. */
-static int scan_pass(const char *text, size_t len, bool trigraphs, bool blank_splice,
+static int scan_pass(const char *text, size_t len, bool trigraphs, bool blank_splice, bool fast,
                      jitop__includes *out)
 {
     struct lexer lx = {text, text + len, 1, trigraphs, blank_splice};
     bool line_start = true; /* no token yet on this logical line */
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
         lx.p += 3; /* a UTF-8 byte order mark: gcc skips it (NVRTC rejects it) */
-    for (int c; (c = peek(&lx)) >= 0;) {
-        int c2 = peek2(&lx);
-        if (c == '\n') {
-            get(&lx);
+    while (lx.p < lx.end) {
+        int c = (unsigned char)*lx.p, c2;
+        bool done = true;
+        if (!fast || special(&lx, lx.p)) {
+            done = false;
+        } else if (c == '\n') {
+            lx.p++;
+            lx.line++;
             line_start = true;
         } else if (is_blank(c)) {
-            get(&lx);
-        } else if (c == '/' && c2 == '*') {
-            skip_block_comment(&lx);
-        } else if (c == '/' && c2 == '/') {
-            skip_line_comment(&lx);
-        } else if (line_start && (c == '#' || (c == '%' && c2 == ':'))) {
-            unsigned line = lx.line;
-            get(&lx);
-            if (c == '%')
-                get(&lx);
-            line_start = false;
-            /* "##" (or %:%:) first on a line is a token, not a directive. */
-            bool paste = peek(&lx) == '#' || (peek(&lx) == '%' && peek2(&lx) == ':');
-            int rc = paste ? JITOP_OK : directive(&lx, line, out);
-            if (rc != JITOP_OK)
-                return rc;
+            lx.p++;
+        } else if (c == '/') {
+            c2 = plain_next(&lx, lx.p);
+            if (c2 == '*')
+                fast_block_comment(&lx);
+            else if (c2 == '/')
+                fast_line_comment(&lx);
+            else if (c2 < 0 && lx.p + 1 < lx.end)
+                done = false;
+            else {
+                line_start = false;
+                lx.p++;
+            }
+        } else if (c == '#' || c == '%') {
+            done = false; /* a directive, or a token: slow_token tells */
         } else if (c == '"' || c == '\'') {
             line_start = false;
-            skip_literal(&lx);
-        } else if (is_digit(c) || (c == '.' && is_digit(c2))) {
-            line_start = false;
-            skip_pp_number(&lx);
+            fast_literal(&lx);
+        } else if (is_digit(c) || c == '.') {
+            c2 = plain_next(&lx, lx.p);
+            if (c == '.' && c2 < 0 && lx.p + 1 < lx.end) {
+                done = false;
+            } else if (c == '.' && !is_digit(c2)) {
+                line_start = false;
+                lx.p++;
+            } else {
+                line_start = false;
+                done = fast_pp_number(&lx);
+            }
         } else if (is_ident(c)) {
-            char word[8];
             line_start = false;
-            read_ident(&lx, word, sizeof word);
-            bool raw = !strcmp(word, "R") || !strcmp(word, "u8R") || !strcmp(word, "uR") ||
-                       !strcmp(word, "UR") || !strcmp(word, "LR");
-            if (raw && peek(&lx) == '"')
-                skip_raw_string(&lx);
+            done = fast_ident(&lx);
         } else {
             line_start = false;
-            get(&lx);
+            lx.p++;
+        }
+        if (!done) {
+            int rc = slow_token(&lx, &line_start, out);
+            if (rc != JITOP_OK)
+                return rc;
         }
     }
     return JITOP_OK;
@@ -518,45 +722,58 @@ static int scan_pass(const char *text, size_t len, bool trigraphs, bool blank_sp
 
 static bool has_trigraph(const char *text, size_t len)
 {
-    for (size_t i = 0; i + 2 < len; i++)
-        if (text[i] == '?' && text[i + 1] == '?' && trigraph(text[i + 2]))
+    const char *end = text + len;
+    for (const char *q = text; (q = memchr(q, '?', (size_t)(end - q))) != NULL; q++)
+        if (end - q >= 3 && q[1] == '?' && trigraph(q[2]))
             return true;
     return false;
 }
 
 /* A backslash (or ??/) with blanks before a newline: a splice for gcc, not
- * for NVRTC ("\\\r\n" is one for both and needs no second reading). */
+ * for NVRTC ("\\\r\n" is one for both and needs no second reading). Looked
+ * for back from each newline: the blanks before it, then the backslash. */
 static bool has_blank_splice(const char *text, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        bool backslash = text[i] == '\\' ||
-                         (text[i] == '/' && i >= 2 && text[i - 1] == '?' && text[i - 2] == '?');
-        if (!backslash)
+    const char *end = text + len;
+    for (const char *nl = text; (nl = memchr(nl, '\n', (size_t)(end - nl))) != NULL; nl++) {
+        const char *q = nl;
+        while (q > text && is_blank((unsigned char)q[-1]))
+            q--;
+        if (q == nl || q == text)
             continue;
-        size_t j = i + 1;
-        while (j < len && is_blank((unsigned char)text[j]))
-            j++;
-        bool crlf = j == i + 2 && text[i + 1] == '\r';
-        if (j > i + 1 && !crlf && j < len && text[j] == '\n')
+        bool backslash = q[-1] == '\\' || (q[-1] == '/' && q - text >= 3 && q[-2] == '?' &&
+                                          q[-3] == '?');
+        bool crlf = q == nl - 1 && nl[-1] == '\r';
+        if (backslash && !crlf)
             return true;
     }
     return false;
 }
 
-int jitop__scan_includes(const char *text, size_t len, jitop__includes *out)
+static int scan_all(const char *text, size_t len, bool fast, jitop__includes *out)
 {
     memset(out, 0, sizeof *out);
     bool tri = has_trigraph(text, len), blank = has_blank_splice(text, len);
-    int status = scan_pass(text, len, false, false, out);
+    int status = scan_pass(text, len, false, false, fast, out);
     if (status == JITOP_OK && tri)
-        status = scan_pass(text, len, true, false, out);
+        status = scan_pass(text, len, true, false, fast, out);
     if (status == JITOP_OK && blank)
-        status = scan_pass(text, len, false, true, out);
+        status = scan_pass(text, len, false, true, fast, out);
     if (status == JITOP_OK && tri && blank)
-        status = scan_pass(text, len, true, true, out);
+        status = scan_pass(text, len, true, true, fast, out);
     if (status != JITOP_OK)
         jitop__includes_free(out);
     return status;
+}
+
+int jitop__scan_includes(const char *text, size_t len, jitop__includes *out)
+{
+    return scan_all(text, len, true, out);
+}
+
+int jitop__scan_includes_reference(const char *text, size_t len, jitop__includes *out)
+{
+    return scan_all(text, len, false, out);
 }
 
 void jitop__includes_free(jitop__includes *l)

@@ -661,7 +661,7 @@ static bool if_cached(jitop_ctx *ctx, const char *src, const char *arch, const c
                       size_t nopts, int expect_status, jitop_build_result *r)
 {
     bool hit = true;
-    int st = jitop__build_if_cached(ctx, src, arch, opts, nopts, NULL, 0, &hit, r);
+    int st = jitop__build_if_cached(ctx, src, arch, opts, nopts, NULL, 0, &hit, r, NULL);
     if (st != expect_status)
         fail_msg("%s: %s: %s", src, jitop_strerror(st), jitop_errmsg(ctx));
     return hit;

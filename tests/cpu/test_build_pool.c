@@ -318,6 +318,54 @@ static void test_mem_guard_in_cli(void **state)
     free(dir);
 }
 
+/* Longest first, ties in the order given. */
+static void test_longest_first_order(void **state)
+{
+    (void)state;
+    size_t tasks[6] = {10, 11, 12, 13, 14, 15};
+    int64_t est[6] = {5, 900, 5, 0, 900, 7};
+    jitop_cli_longest_first(tasks, est, 6);
+    const size_t want[6] = {11, 14, 15, 10, 12, 13};
+    const int64_t want_est[6] = {900, 900, 7, 5, 5, 0};
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(tasks[i], want[i]);
+        assert_int_equal(est[i], want_est[i]);
+    }
+    jitop_cli_longest_first(tasks, est, 0); /* nothing to order */
+    jitop_cli_longest_first(tasks, est, 1);
+    assert_int_equal(tasks[0], 11);
+}
+
+/* With two workers and three sources, the one that reads the most bytes
+ * (the fp16 and bf16 headers) is handed out first although it comes last
+ * on the command line: it starts before the second small one, which waits
+ * for a worker to be free. */
+static void test_pool_starts_heaviest_first(void **state)
+{
+    (void)state;
+    char *dir = jt_tmpdir(), *src = jt_path(dir, "src"), *cache = jt_path(dir, "cache");
+    free(jt_write(src, "a.cu", "extern \"C\" __global__ void a(float *x) { x[0] = 1; }\n"));
+    free(jt_write(src, "b.cu", "extern \"C\" __global__ void b(float *x) { x[0] = 2; }\n"));
+    free(jt_write(src, "z.cu",
+                  "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+                  "extern \"C\" __global__ void z(__half *x) { x[0] = __float2half(3.0f); }\n"));
+    char args[2048];
+    snprintf(args, sizeof args, "build --cache-dir %s --arch sm_90 -j2 %s/a.cu %s/b.cu %s/z.cu",
+             cache, src, src, src);
+    char *out = run_cli("JITOP_JOB_MEM=0 JITOP_VERBOSE=1", args);
+    assert_true(strncmp(out, "rc=0\n", 5) == 0);
+    char zline[4096], bline[4096];
+    snprintf(zline, sizeof zline, "building %s/z.cu", src);
+    snprintf(bline, sizeof bline, "building %s/b.cu", src);
+    const char *z = strstr(out, zline), *b = strstr(out, bline);
+    if (!z || !b || z > b)
+        fail_msg("z.cu should start before b.cu:\n%s", out);
+    free(out);
+    free(cache);
+    free(src);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +374,8 @@ int main(void)
         cmocka_unit_test(test_mem_guard_in_cli),
         cmocka_unit_test(test_pool_builds_32_sources_once),
         cmocka_unit_test(test_worker_killed_fails_its_file),
+        cmocka_unit_test(test_longest_first_order),
+        cmocka_unit_test(test_pool_starts_heaviest_first),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();
