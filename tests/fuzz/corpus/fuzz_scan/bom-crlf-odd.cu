@@ -1,0 +1,5 @@
+﻿#include "a.h"
+  #  include   <sub/c.h>  
+#include "unterminated
+#include <>
+#include ""

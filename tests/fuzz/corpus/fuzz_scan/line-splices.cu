@@ -1,0 +1,6 @@
+#\
+ include "a.h"
+#inc\
+lude "b.h"
+#include "sub/\
+c.h"
