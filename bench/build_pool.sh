@@ -2,7 +2,7 @@
 # `jitop build -j N` on generated independent sources, each N from a cold
 # cache, and NVRTC's precompiled headers measured (bench/pch_probe.c).
 #
-#   bench/build_pool.sh [--jobs "1 2 4 8 16"] [--sources 32] [--reps 3] [--light]
+#   bench/build_pool.sh [--jobs "1 2 4 8 16"] [--sources 32] [--reps 3] [--light | --uniform]
 #                       [--pool-only]      (skip the two NVRTC probes)
 #
 # The sources are bench/build_pool_sources.sh's: realistic ops (compiles of
@@ -30,6 +30,7 @@ while [ $# -gt 0 ]; do
         --sources) NSRC=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --light) LIGHT=--light; shift ;;
+        --uniform) LIGHT=--uniform; shift ;;
         --pool-only) POOL_ONLY=1; shift ;;
         *) echo "build_pool.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -45,7 +46,7 @@ mkdir -p "$work/src"
 bench/build_pool_sources.sh "$work/src" "$NSRC" $LIGHT
 
 now_ms() { date +%s%N | awk '{printf "%.1f", $1 / 1e6}'; }
-echo "# jitop build -j N, $NSRC ${LIGHT:+light }sources, $ARCH, $(nproc) cores online, median of $REPS cold runs"
+echo "# jitop build -j N, $NSRC ${LIGHT:+${LIGHT#--} }sources, $ARCH, $(nproc) cores online, median of $REPS cold runs"
 base=
 for n in $JOBS; do
     times=()
