@@ -14,10 +14,12 @@
 # ~200 ms, layernorm ~600 ms, cooperative groups ~1.5 s; the header parse
 # is most of it, as in a real project's ops.
 #
-# --uniform: every source a layernorm forward of its own (one kind, each text
-# its own), so that no heavy file bounds the speed-up: with the default mix
-# the cooperative-groups sources (~1.8 s each on the H100 machine, 4 of 32)
-# make -j 16 at best ~5x whatever the pool does.
+# --uniform: every source a cooperative-groups reduction of its own (one
+# kind, each text its own: ~1.5 s each on the H100 machine, header parse
+# most of it), so that no single file bounds the speed-up: in the default mix
+# the 4 cooperative-groups files make -j 16 at best ~5x whatever the pool
+# does, and a mix of light files (~50 ms) is bound by each worker's first
+# NVRTC compile.
 #
 # --light: the earlier sources, a small templated reduction and two
 # elementwise kernels with no include (~20 ms each on the H100 machine, so
@@ -292,7 +294,7 @@ for i in $(seq 1 "$N"); do
         continue
     fi
     if [ "$LIGHT" = --uniform ]; then
-        layernorm_fwd "$i" > "$f"
+        reduce_cg "$i" > "$f"
         continue
     fi
     case $((i % 8)) in
