@@ -582,6 +582,8 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 // (65536 / (MINB * BLOCK)): a plan that wants several blocks per SM, so that
 // one block's reductions overlap another's loads, asks for it here, and
 // ptxas spills rather than exceed it (pick the bytes per thread to match).
+// ptxas also takes the cap as a budget: one above what a small block needs
+// raises its registers, and fewer of its blocks fit.
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
           int TPR = ln_min(ln_threads_per_row(N / VEC, VEC * sizeof(T), LN_FWD_MAX_BYTES),
                            LN_FWD_MAX_TPR),
@@ -869,7 +871,8 @@ __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
                   const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                   float *__restrict__ part, long long M)
 {
-    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC, ln_bwd_pf<T, N, 1, PF>()>(dy, x, gamma, mean, rstd, dx, part, M);
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC, ln_bwd_pf<T, N, 1, PF>()>(dy, x, gamma, mean, rstd,
+                                                                           dx, part, M);
 }
 
 template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC = true,
@@ -880,7 +883,8 @@ __global__ void LN_CLUSTER_DIMS(CL)
                           const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                           float *__restrict__ part, long long M)
 {
-    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC, ln_bwd_pf<T, N, CL, PF>()>(dy, x, gamma, mean, rstd, dx, part, M);
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC, ln_bwd_pf<T, N, CL, PF>()>(dy, x, gamma, mean,
+                                                                             rstd, dx, part, M);
 }
 
 // ------------------------------------------------ backward, copy-engine rows

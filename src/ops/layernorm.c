@@ -82,9 +82,8 @@ static int ln_threads_rule(int *rule)
 }
 
 /* The constants above as a plan, with JITOP_LN_PLAN's fields over them
- * (ops/ln_plan.h). The defaults leave every instance name as it was
- * before the plan was parametric: a default plan names no extra template
- * argument. */
+ * (ops/ln_plan.h). A default plan names no extra template argument, so its
+ * instances keep their short names, which are their cache keys. */
 static int ln_plan_cfg(jitop__ln_cfg *out)
 {
     static const jitop__ln_cfg defaults = {
@@ -440,7 +439,8 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
 {
     const int bulk = p->bulk;
     if (!p->special) {
-        snprintf(out, cap, "generic kernel (%d threads per row, row read from memory twice); plan %s",
+        snprintf(out, cap,
+                 "generic kernel (%d threads per row, row read from memory twice); plan %s",
                  LN_GENERIC_THREADS, p->plan);
         return;
     }
