@@ -541,12 +541,16 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, size_
 }
 
 /* The note of a row the plan sends to a copy-engine kernel that cannot
- * split it. */
-static void ln_bulk_note(ln_plan *p, const char *field, int chunk)
+ * take it (max_cl 1: no clusters before sm_90). */
+static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl)
 {
-    snprintf(p->note, sizeof p->note,
-             ", %s: N does not split into 16-byte vectors over 2-8 blocks of <= %d B, "
-             "register path", field, chunk);
+    if (max_cl < 2)
+        snprintf(p->note, sizeof p->note, ", %s: needs sm_90, register path", field);
+    else
+        snprintf(p->note, sizeof p->note,
+                 ", %s: N does not split into 16-byte vectors over 2-%d blocks of <= %d B, "
+                 "register path",
+                 field, max_cl, chunk);
 }
 
 static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
@@ -571,7 +575,7 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                      ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
             return;
         }
-        ln_bulk_note(p, "fwd_bulk", c->fwd_bulk_chunk);
+        ln_bulk_note(p, "fwd_bulk", c->fwd_bulk_chunk, max_cl);
     }
     p->special = ln_shape(n, es, vec, c->fwd_bytes, c->fwd_max_tpr, c->fwd_cluster_tpr,
                           c->fwd_fit, max_cl, rule, &p->tpr, &p->cl);
@@ -619,8 +623,8 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                  ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
         return;
     }
-    if (want && p->cl == 1)
-        ln_bulk_note(p, "bwd_bulk_bytes", c->bulk_chunk);
+    if (want)
+        ln_bulk_note(p, "bwd_bulk", c->bulk_chunk, max_cl);
     /* the register kernels' dgamma/dbeta accumulators (ln_bwd_smem_bytes) */
     p->dyn = 0;
     p->bulk = 0;
