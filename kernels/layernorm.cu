@@ -1146,7 +1146,8 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
-    static_assert(ln_fwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024, "the stages do not fit a block");
+    static_assert(ln_fwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024,
+                  "the stages do not fit a block");
     extern __shared__ __align__(16) unsigned char ln_stage[];
     __shared__ unsigned long long bar[2];
     __shared__ ln_red_smem<TPR / 32, 1, CL> red;

@@ -170,7 +170,9 @@ struct jitop__layernorm_state {
     ln_inst *insts;
     ln_ws *ws;
     int threads_rule; /* JITOP_LN_THREADS when the context first used LayerNorm */
-    jitop__ln_cfg cfg[2]; /* the plans of float32 [0] and 16-bit [1] rows (JITOP_LN_PLAN, read then too) */
+    /* the plans of float32 [0] and 16-bit [1] rows (JITOP_LN_PLAN, read then
+     * too) */
+    jitop__ln_cfg cfg[2];
 };
 
 /* ------------------------------------------------------------- state */

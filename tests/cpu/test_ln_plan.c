@@ -367,7 +367,8 @@ static void test_forward_bulk(void **state)
     /* a 32 KiB float32 row, a smaller share per block: 8 blocks of 4 KiB,
      * 128 threads of 8 elements */
     assert_int_equal(prewarm_plan("warps",
-                                  "fwd_bulk=1,fwd_bulk_bytes=32768,fwd_bulk_chunk=4096,fwd_bulk_ept=8",
+                                  "fwd_bulk=1,fwd_bulk_bytes=32768,fwd_bulk_chunk=4096,"
+                                  "fwd_bulk_ept=8",
                                   "layernorm:f32:8192", &out),
                      0);
     expect(out, "layernorm_fwd_bulk<float, 8192, true, 128, 8>: copy-engine cluster kernel");
