@@ -655,7 +655,7 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
 static void ln_log_plan(const jitop_ctx *ctx, const char *pass, jitop_dtype dtype, int n, int vec,
                         const ln_plan *p)
 {
-    char why[640];
+    char why[1280]; /* the description and the plan text (up to 768) */
     ln_plan_describe(p, n, vec, jitop_dtype_size(dtype), why, sizeof why);
     jitop__log(ctx, "layernorm %s %s N=%d: %s: %s", pass, ln_ctype(dtype), n, p->name, why);
 }
