@@ -56,6 +56,9 @@ def shape_of(name, why, dt, n):
     if name.startswith("layernorm_bwd_bulk<"):
         tpr, cl = int(args[3]), int(args[4])
         return tpr, (n // cl) * (4 * es + 4)
+    if name.startswith("layernorm_fwd_bulk<"):
+        tpr, cl = int(args[3]), int(args[4])
+        return tpr, 2 * (n // cl) * es
     vec, tpr = int(args[3]), int(args[4])
     cl = int(args[5]) if "_cluster<" in name else 1
     rows = 128 // tpr if cl == 1 and tpr < 128 else 1

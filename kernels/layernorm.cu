@@ -11,6 +11,7 @@
 //   layernorm_fwd<T, N, AFFINE[, VEC, TPR, MINB]>      one row per TPR threads
 //   layernorm_fwd_cluster<T, N, AFFINE, VEC, TPR, CL[, MINB]>  one row per CL-block cluster
 //   layernorm_fwd_generic<T, AFFINE, VEC>              any N at run time
+//   layernorm_fwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
 //   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC, PF, MINB]>
 //   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC, PF, MINB]>
 //   layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
@@ -40,7 +41,7 @@
 //   result is deterministic (block 32 x R for any R <= 32, grid
 //   (ceil(N / 32), 2)).
 //   generic kernels: block 512, forward grid M, backward grid any G.
-//   layernorm_bwd_bulk: see its comment.
+//   layernorm_fwd_bulk, layernorm_bwd_bulk: see their comments.
 // AFFINE: the forward reads gamma and beta, each may still be NULL (then
 // scale 1, shift 0); the backward scales by gamma (NULL: 1) and writes the
 // partials. mean_out / rstd_out may be NULL (not saved).
@@ -582,6 +583,8 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 // (65536 / (MINB * BLOCK)): a plan that wants several blocks per SM, so that
 // one block's reductions overlap another's loads, asks for it here, and
 // ptxas spills rather than exceed it (pick the bytes per thread to match).
+// ptxas also takes the cap as a budget: one above what a small block needs
+// raises its registers, and fewer of its blocks fit.
 template <typename T, int N, bool AFFINE, int VEC = ln_default_vec<T>(N),
           int TPR = ln_min(ln_threads_per_row(N / VEC, VEC * sizeof(T), LN_FWD_MAX_BYTES),
                            LN_FWD_MAX_TPR),
@@ -869,7 +872,8 @@ __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
                   const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                   float *__restrict__ part, long long M)
 {
-    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC, ln_bwd_pf<T, N, 1, PF>()>(dy, x, gamma, mean, rstd, dx, part, M);
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC, ln_bwd_pf<T, N, 1, PF>()>(dy, x, gamma, mean, rstd,
+                                                                           dx, part, M);
 }
 
 template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC = true,
@@ -880,7 +884,8 @@ __global__ void LN_CLUSTER_DIMS(CL)
                           const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                           float *__restrict__ part, long long M)
 {
-    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC, ln_bwd_pf<T, N, CL, PF>()>(dy, x, gamma, mean, rstd, dx, part, M);
+    ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC, ln_bwd_pf<T, N, CL, PF>()>(dy, x, gamma, mean,
+                                                                             rstd, dx, part, M);
 }
 
 // ------------------------------------------------ backward, copy-engine rows
@@ -1089,6 +1094,164 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         for (int q = t; q < CHUNK / 4; q += TPR) {
             pg[q] = acc[q];
             pb[q] = acc[CHUNK / 4 + q];
+        }
+    }
+    if constexpr (CL > 1)
+        ln_cluster_sync(); // the cluster's blocks leave together, after the last exchange
+#else
+    __trap(); // the copy engine and clusters are sm_90's
+#endif
+}
+
+// ------------------------------------------------- forward, copy-engine rows
+
+// layernorm_fwd_bulk<T, N, AFFINE, TPR, CL>: the forward for long rows, split
+// over a cluster of CL blocks, with the rows brought in by the copy engine.
+// The register kernels keep a row's loads in flight only while its threads
+// wait for it, so a long row (one block of 1024 threads, or a cluster of big
+// blocks) leaves memory idle between rows, and holding more rows needs more
+// registers than an SM has (16-bit 65536 spilled at 64 registers). Here one
+// thread asks the copy engine for the block's part of the next two rows (two
+// shared-memory stages, each completing on an mbarrier) while all threads
+// work on this one: the bytes in flight are bounded by shared memory, not
+// registers. Each thread moves its part of the stage into registers once
+// (raw T bits, as the register kernels hold them), frees the stage for the
+// row after next, then computes as ln_fwd_body: two exact passes, gamma and
+// beta read from global (L2-resident), y stored from the registers.
+//
+// Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop
+// over rows; best the clusters that fit at once, cuOccupancyMaxActiveClusters);
+// dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL>(); x and y 16-byte
+// aligned rows (VEC = 16 / sizeof(T) divides N / CL). In place (y == x) is
+// safe: a block reads a row's chunk (the copy engine's, complete) before it
+// writes it, and the copies in flight are of later rows. sm_90 and newer.
+template <typename T, int N, int CL> __host__ __device__ constexpr int ln_fwd_bulk_smem_bytes()
+{
+    return 2 * (N / CL) * static_cast<int>(sizeof(T)); // two stages of x
+}
+
+template <typename T, int N, bool AFFINE, int TPR, int CL>
+__global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
+    layernorm_fwd_bulk(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
+                       float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M,
+                       float eps)
+{
+    using C = ln_conv<T>;
+    constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+    constexpr int CHUNK = N / CL;               // columns of this block
+    constexpr int CVEC = CHUNK / VEC;           // 16-byte vectors of them
+    constexpr int VPT = (CVEC + TPR - 1) / TPR; // vectors per thread
+    constexpr bool FULL = CVEC % TPR == 0;
+    constexpr unsigned CB = CHUNK * sizeof(T); // bytes of one stage
+    static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
+    static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
+    static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
+    static_assert(ln_fwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024,
+                  "the stages do not fit a block");
+    extern __shared__ __align__(16) unsigned char ln_stage[];
+    __shared__ unsigned long long bar[2];
+    __shared__ ln_red_smem<TPR / 32, 1, CL> red;
+    if (blockDim.x != TPR)
+        __trap();
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
+    const long long first = blockIdx.x / CL, step = gridDim.x / CL;
+    const long long col0 = static_cast<long long>(rank) * CHUNK;
+    const int t = threadIdx.x;
+    auto issue = [&](long long row, int s) {
+        ln_mbar_expect(&bar[s], CB);
+        ln_bulk_load(ln_stage + s * CB, x + row * N + col0, CB, &bar[s]);
+    };
+    if (t == 0) {
+        ln_mbar_init(&bar[0]);
+        ln_mbar_init(&bar[1]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        for (int s = 0; s < 2; s++)
+            if (first + s * step < M)
+                issue(first + s * step, s);
+    }
+    __syncthreads();
+    ln_red_init<CL>(red);
+    unsigned use = 0; // rows done: stage use & 1, its phase parity (use >> 1) & 1
+    for (long long row = first; row < M; row += step, use++) {
+        const int s = use & 1;
+        const unsigned char *st = ln_stage + s * CB;
+        ln_mbar_wait(&bar[s], (use >> 1) & 1);
+        ln_raw<16> xv[VPT];
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            const int v = i * TPR + t;
+            xv[i] = (FULL || v < CVEC) ? ln_stage_load(st + v * 16) : ln_zero<16>();
+        }
+        __syncthreads(); // every thread has its part of stage s in registers
+        if (t == 0 && row + 2 * step < M) {
+            // generic-proxy reads of the stage before the copy engine's writes
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(row + 2 * step, s);
+        }
+        float sum[1] = {0.f};
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            float f[VEC];
+            C::unpack(&xv[i], f);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                sum[0] += f[e];
+        }
+        ln_row_sum<TPR, CL>(sum, red, 2 * use);
+        const float mu = sum[0] * (1.f / N);
+        float sq[1] = {0.f};
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            if (FULL || i * TPR + t < CVEC) {
+                float f[VEC];
+                C::unpack(&xv[i], f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const float d = f[e] - mu;
+                    sq[0] += d * d;
+                }
+            }
+        }
+        ln_row_sum<TPR, CL>(sq, red, 2 * use + 1);
+        const float rs = rsqrtf(sq[0] * (1.f / N) + eps);
+        T *yr = y + row * N + col0;
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            const int v = i * TPR + t;
+            if (FULL || v < CVEC) {
+                float f[VEC];
+                C::unpack(&xv[i], f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    f[e] = (f[e] - mu) * rs;
+                if (AFFINE && gamma != nullptr) {
+                    const ln_raw<16> gv = ln_load_ro<16>(gamma + col0 + v * VEC);
+                    float g[VEC];
+                    C::unpack(&gv, g);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        f[e] *= g[e];
+                }
+                if (AFFINE && beta != nullptr) {
+                    const ln_raw<16> bv = ln_load_ro<16>(beta + col0 + v * VEC);
+                    float b[VEC];
+                    C::unpack(&bv, b);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        f[e] += b[e];
+                }
+                ln_raw<16> out;
+                C::pack(f, &out);
+                ln_store<16>(yr + v * VEC, out);
+            }
+        }
+        if (rank == 0 && t == 0) {
+            if (mean_out != nullptr)
+                mean_out[row] = mu;
+            if (rstd_out != nullptr)
+                rstd_out[row] = rs;
         }
     }
     if constexpr (CL > 1)

@@ -57,6 +57,14 @@
  * (bench/layernorm_NOTES.md). */
 #define LN_BULK_CHUNK_BYTES 32768
 #define LN_BULK_ELEMS_PER_THREAD 16
+/* The forward's copy-engine kernel (layernorm_fwd_bulk, JITOP_LN_PLAN's
+ * fwd_bulk, off by default until the GPU has timed it): rows of 64 KiB or
+ * more (16-bit N >= 32768, float32 >= 16384, where one block per SM held
+ * the register kernel's row), 32 KiB of a row per block, 32 elements per
+ * thread (16-bit: 512 threads, float32: 256), two 32 KiB stages: 3 blocks
+ * per SM by shared memory, their loads in flight without registers. */
+#define LN_FWD_BULK_MIN_BYTES 65536
+#define LN_FWD_BULK_ELEMS_PER_THREAD 32
 #define LN_MAX_CLUSTER 8
 /* A block's shared memory at most (sm_90's opt-in limit). */
 #define LN_MAX_BLOCK_SMEM (227 * 1024)
@@ -81,35 +89,63 @@ static int ln_threads_rule(int *rule)
     return JITOP_OK;
 }
 
-/* The constants above as a plan, with JITOP_LN_PLAN's fields over them
- * (ops/ln_plan.h). The defaults leave every instance name as it was
- * before the plan was parametric: a default plan names no extra template
- * argument. */
-static int ln_plan_cfg(jitop__ln_cfg *out)
+/* The constants above as a plan: LN_PLAN_LEGACY, the same for every dtype,
+ * is the plan before the H100 A/B of bench/layernorm_NOTES.md (run 8,
+ * JITOP_LN_PLAN=legacy keeps it reachable); the defaults differ from it by
+ * dtype where that A/B won across neighbouring shapes and both 16-bit
+ * dtypes (ln_plan_defaults). A legacy plan names no extra template
+ * argument, so its instances keep their short names, the cache keys. */
+#define LN_PLAN_LEGACY                                                                             \
+    {                                                                                              \
+        .fwd_bytes = LN_FWD_MAX_BYTES, .fwd_max_tpr = LN_FWD_MAX_TPR,                              \
+        .fwd_cluster_tpr = LN_FWD_MAX_TPR, .fwd_fit = 0, .fwd_min_blocks = 0,                      \
+        .fwd_min_blocks_from = 0, .fwd_min_blocks_to = 1024, .bwd_bytes = LN_BWD_MAX_BYTES,        \
+        .bwd_long_bytes = LN_BWD_LONG_MAX_BYTES, .bwd_max_tpr = LN_BWD_MAX_TPR,                    \
+        .bwd_cluster_tpr = LN_BWD_CLUSTER_TPR, .bwd_fit = 0, .bwd_pf = -1, .bwd_min_blocks = 0,    \
+        .bwd_min_blocks_from = 0, .bwd_min_blocks_to = 1024, .bwd_bulk = 1,                        \
+        .bulk_chunk = LN_BULK_CHUNK_BYTES, .bulk_ept = LN_BULK_ELEMS_PER_THREAD,                   \
+        .bwd_bulk_bytes = 0, .fwd_bulk = 0, .fwd_bulk_bytes = LN_FWD_BULK_MIN_BYTES,               \
+        .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
+        .text = "default",                                                                         \
+    }
+
+/* The default plan for rows of es-byte elements (H100, quick mode, % of
+ * the D2D copy; bench/layernorm_NOTES.md, run 8 results):
+ * - float32 forward rows over 1024 threads (N >= 36864): a cluster of 8
+ *   blocks of at most 256 threads, shrunk to whole warps (4-8 blocks per
+ *   SM instead of one of 1024): 72-76% -> 81-84%.
+ * - 16-bit forward in blocks of 320-384 threads (N 20480-24576): launch
+ *   bounds for 2 blocks per SM (80 registers, 36 B spilled, 2 blocks
+ *   instead of 1 at 90 registers): 85-93% -> 91-95%.
+ * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
+ *   register block holds): the copy-engine kernel, 2 blocks of 512:
+ *   70-81% -> 86-88%.
+ * Everything else as LN_PLAN_LEGACY. */
+static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
-    static const jitop__ln_cfg defaults = {
-        .fwd_bytes = LN_FWD_MAX_BYTES,
-        .fwd_max_tpr = LN_FWD_MAX_TPR,
-        .fwd_cluster_tpr = LN_FWD_MAX_TPR,
-        .fwd_fit = 0,
-        .fwd_min_blocks = 0,
-        .fwd_min_blocks_from = 0,
-        .fwd_min_blocks_to = 1024,
-        .bwd_bytes = LN_BWD_MAX_BYTES,
-        .bwd_long_bytes = LN_BWD_LONG_MAX_BYTES,
-        .bwd_max_tpr = LN_BWD_MAX_TPR,
-        .bwd_cluster_tpr = LN_BWD_CLUSTER_TPR,
-        .bwd_fit = 0,
-        .bwd_pf = -1,
-        .bwd_min_blocks = 0,
-        .bwd_min_blocks_from = 0,
-        .bwd_min_blocks_to = 1024,
-        .bwd_bulk = 1,
-        .bulk_chunk = LN_BULK_CHUNK_BYTES,
-        .bulk_ept = LN_BULK_ELEMS_PER_THREAD,
-        .text = "default",
-    };
-    return jitop__ln_cfg_parse("JITOP_LN_PLAN", getenv("JITOP_LN_PLAN"), &defaults, out);
+    static const jitop__ln_cfg legacy = LN_PLAN_LEGACY;
+    *out = legacy;
+    if (es == 4) {
+        out->fwd_cluster_tpr = 256;
+        out->fwd_fit = 1;
+    } else {
+        out->fwd_min_blocks = 2;
+        out->fwd_min_blocks_from = 320;
+        out->fwd_min_blocks_to = 384;
+        out->bwd_bulk_bytes = 24576;
+    }
+}
+
+/* The plan for dtype: its defaults with JITOP_LN_PLAN's fields over them
+ * (ops/ln_plan.h). */
+static int ln_plan_cfg(jitop_dtype dtype, jitop__ln_cfg *out)
+{
+    static const jitop__ln_cfg legacy = LN_PLAN_LEGACY;
+    const size_t es = jitop_dtype_size(dtype);
+    jitop__ln_cfg defaults;
+    ln_plan_defaults(es, &defaults);
+    return jitop__ln_cfg_parse("JITOP_LN_PLAN", getenv("JITOP_LN_PLAN"), es, &defaults, &legacy,
+                               out);
 }
 
 typedef struct ln_inst {
@@ -134,7 +170,9 @@ struct jitop__layernorm_state {
     ln_inst *insts;
     ln_ws *ws;
     int threads_rule; /* JITOP_LN_THREADS when the context first used LayerNorm */
-    jitop__ln_cfg cfg; /* JITOP_LN_PLAN, read then too */
+    /* the plans of float32 [0] and 16-bit [1] rows (JITOP_LN_PLAN, read then
+     * too) */
+    jitop__ln_cfg cfg[2];
 };
 
 /* ------------------------------------------------------------- state */
@@ -174,6 +212,12 @@ static char *ln_source(const jitop_ctx *ctx)
 static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
                            const jitop__ln_cfg *cfg, jitop__strv *opts);
 
+/* The index of dtype's plan in the state's cfg. */
+static int ln_cfg_index(jitop_dtype dtype)
+{
+    return jitop_dtype_size(dtype) == 4 ? 0 : 1;
+}
+
 /* The first call loads the module with the instances a forward + backward
  * of its shape ask declared (-instance=, ln_load_options): a cold first
  * call compiles the source once with all of them, and the other gets of
@@ -189,12 +233,14 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     }
     jitop__strv opts = {0};
     int rule = LN_THREADS_WARPS;
-    jitop__ln_cfg cfg;
+    jitop__ln_cfg cfg[2];
     int rc = ln_threads_rule(&rule);
     if (rc == JITOP_OK)
-        rc = ln_plan_cfg(&cfg);
+        rc = ln_plan_cfg(JITOP_FLOAT32, &cfg[0]);
     if (rc == JITOP_OK)
-        rc = ln_load_options(ctx, dtype, n, affine, rule, &cfg, &opts);
+        rc = ln_plan_cfg(JITOP_FLOAT16, &cfg[1]);
+    if (rc == JITOP_OK)
+        rc = ln_load_options(ctx, dtype, n, affine, rule, &cfg[ln_cfg_index(dtype)], &opts);
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm");
     char *path = ln_source(ctx);
@@ -228,7 +274,7 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
         } else {
             s->module = m;
             s->threads_rule = rule;
-            s->cfg = cfg;
+            memcpy(s->cfg, cfg, sizeof s->cfg);
             __atomic_store_n(&ops->layernorm, s, __ATOMIC_RELEASE);
         }
     }
@@ -420,11 +466,12 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
  * for jitop_layernorm_prewarm, so that a prewarm builds what a call asks. */
 typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
-    int bulk;             /* backward: layernorm_bwd_bulk */
+    int bulk;             /* layernorm_fwd_bulk / layernorm_bwd_bulk */
     int minb;             /* the launch bounds' blocks per SM the plan asks (0: the kernel's) */
     int pf;               /* backward register kernels: prefetch of the next rows, resolved */
     size_t dyn;           /* backward: dynamic shared memory bytes of the instance */
     const char *plan;     /* the plan's fields (jitop__ln_cfg.text) */
+    char note[128];       /* why the plan's copy-engine kernel does not take the row ("": n/a) */
     char name[128];
 } ln_plan;
 
@@ -440,8 +487,9 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
 {
     const int bulk = p->bulk;
     if (!p->special) {
-        snprintf(out, cap, "generic kernel (%d threads per row, row read from memory twice); plan %s",
-                 LN_GENERIC_THREADS, p->plan);
+        snprintf(out, cap,
+                 "generic kernel (%d threads per row, row read from memory twice)%s; plan %s",
+                 LN_GENERIC_THREADS, p->note, p->plan);
         return;
     }
     const long long vb = bulk ? 16 : (long long)vec * (long long)es;
@@ -458,49 +506,29 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
         snprintf(minb, sizeof minb, ", launch bounds for %d blocks per SM", p->minb);
     snprintf(out, cap,
              "%s, %lld threads per row (%s), %lld vectors of %lld B per thread, %.0f%% of lanes "
-             "idle in the last pass%s%s%s; plan %s",
+             "idle in the last pass%s%s%s%s; plan %s",
              bulk ? "copy-engine cluster kernel" : p->cl > 1 ? "cluster kernel" : "register kernel",
              tt, split, vpt, vb, idle,
              bulk ? ", rows staged in shared memory" : p->dyn ? ", accumulators in shared memory" : "",
-             p->pf > 0 ? ", next rows prefetched" : "", minb, p->plan);
+             p->pf > 0 ? ", next rows prefetched" : "", minb, p->note, p->plan);
 }
 
-static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
-                        int vec, int max_cl, int rule)
-{
-    const size_t es = jitop_dtype_size(dtype);
-    p->special = ln_shape(n, es, vec, c->fwd_bytes, c->fwd_max_tpr, c->fwd_cluster_tpr,
-                          c->fwd_fit, max_cl, rule, &p->tpr, &p->cl);
-    p->dyn = 0;
-    p->bulk = 0;
-    p->pf = 0;
-    p->plan = c->text;
-    p->minb = 0;
-    const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
-    if (p->special && block >= c->fwd_min_blocks_from && block <= c->fwd_min_blocks_to)
-        p->minb = c->fwd_min_blocks;
-    char extra[16] = "";
-    if (p->minb > 0)
-        snprintf(extra, sizeof extra, ", %d", p->minb);
-    ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
-                     p->tpr, p->cl, extra);
-}
-
-/* layernorm_bwd_bulk's shape for a row of n elements of es bytes: the
+/* The copy-engine kernels' shape for a row of n elements of es bytes: the
  * fewest blocks (cl) whose share of the row fits chunk bytes (and whose
- * stages fit a block's shared memory), split in 16-byte vectors, with
- * threads enough (a power of two, 32 to 1024) for at most ept elements
- * each; 0 when none fits. A power of two under either threads rule: this
- * kernel reads its rows from shared memory, so idle lanes in its last pass
- * cost no bytes in flight, and the extra threads shorten its
- * instruction-bound row: whole warps are slower here
- * (bench/layernorm_NOTES.md). */
-static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int *tpr, int *cl)
+ * shared memory, smem_per_elem bytes per element of the share, fits a
+ * block's), split in 16-byte vectors, with threads enough (a power of two,
+ * 32 to 1024) for at most ept elements each; 0 when none fits. A power of
+ * two under either threads rule: the backward reads its rows from shared
+ * memory, so idle lanes in its last pass cost no bytes in flight, and the
+ * extra threads shorten its instruction-bound row: whole warps are slower
+ * there (bench/layernorm_NOTES.md). */
+static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, size_t smem_per_elem,
+                         int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
         if (n % (c * vec) != 0 || (size_t)(n / c) * es > (size_t)chunk ||
-            (size_t)(n / c) * (4 * es + 4) > 227 * 1024) /* ln_bwd_bulk_smem_bytes */
+            (size_t)(n / c) * smem_per_elem > LN_MAX_BLOCK_SMEM)
             continue;
         int t = 32;
         while (t < 1024 && (long long)t * ept < n / c)
@@ -514,6 +542,57 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int *
     return 0;
 }
 
+/* The note of a row the plan sends to a copy-engine kernel that cannot
+ * take it (max_cl 1: no clusters before sm_90). */
+static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl)
+{
+    if (max_cl < 2)
+        snprintf(p->note, sizeof p->note, ", %s: needs sm_90, register path", field);
+    else
+        snprintf(p->note, sizeof p->note,
+                 ", %s: N does not split into 16-byte vectors over 2-%d blocks of <= %d B, "
+                 "register path",
+                 field, max_cl, chunk);
+}
+
+static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
+                        int vec, int max_cl, int rule)
+{
+    const size_t es = jitop_dtype_size(dtype);
+    p->plan = c->text;
+    p->note[0] = '\0';
+    p->pf = 0;
+    p->minb = 0;
+    if (c->fwd_bulk && (long long)n * (long long)es >= c->fwd_bulk_bytes) {
+        int tpr, cl;
+        /* ln_fwd_bulk_smem_bytes: two stages of x */
+        if ((size_t)vec * es == 16 &&
+            ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 2 * es, &tpr, &cl)) {
+            p->special = 1;
+            p->tpr = tpr;
+            p->cl = cl;
+            p->bulk = 1;
+            p->dyn = 2 * (size_t)(n / cl) * es;
+            snprintf(p->name, sizeof p->name, "layernorm_fwd_bulk<%s, %d, %s, %d, %d>",
+                     ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
+            return;
+        }
+        ln_bulk_note(p, "fwd_bulk", c->fwd_bulk_chunk, max_cl);
+    }
+    p->special = ln_shape(n, es, vec, c->fwd_bytes, c->fwd_max_tpr, c->fwd_cluster_tpr,
+                          c->fwd_fit, max_cl, rule, &p->tpr, &p->cl);
+    p->dyn = 0;
+    p->bulk = 0;
+    const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
+    if (p->special && block >= c->fwd_min_blocks_from && block <= c->fwd_min_blocks_to)
+        p->minb = c->fwd_min_blocks;
+    char extra[16] = "";
+    if (p->minb > 0)
+        snprintf(extra, sizeof extra, ", %d", p->minb);
+    ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
+                     p->tpr, p->cl, extra);
+}
+
 static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
                         int vec, int max_cl, int rule)
 {
@@ -524,11 +603,18 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->special = ln_shape(n, es, vec, bwd_bytes, c->bwd_max_tpr, c->bwd_cluster_tpr, c->bwd_fit,
                           max_cl, rule, &p->tpr, &p->cl);
     p->plan = c->text;
+    p->note[0] = '\0';
     p->minb = 0;
     p->pf = 0;
     int tpr, cl;
-    if (p->special && p->cl > 1 && c->bwd_bulk && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, &tpr, &cl)) {
+    /* the bulk kernel for rows over a cluster, and for rows of at least
+     * bwd_bulk_bytes that one register block would hold */
+    const int want = p->special && c->bwd_bulk &&
+                     (p->cl > 1 || (c->bwd_bulk_bytes > 0 &&
+                                    (long long)n * (long long)es >= c->bwd_bulk_bytes));
+    /* ln_bwd_bulk_smem_bytes: two stages of x and dy, and gamma in float32 */
+    if (want && (size_t)vec * es == 16 &&
+        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, 4 * es + 4, &tpr, &cl)) {
         /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
          * gamma in float32 */
         p->tpr = tpr;
@@ -539,6 +625,8 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                  ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
         return;
     }
+    if (want)
+        ln_bulk_note(p, "bwd_bulk", c->bulk_chunk, max_cl);
     /* the register kernels' dgamma/dbeta accumulators (ln_bwd_smem_bytes) */
     p->dyn = 0;
     p->bulk = 0;
@@ -567,7 +655,7 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
 static void ln_log_plan(const jitop_ctx *ctx, const char *pass, jitop_dtype dtype, int n, int vec,
                         const ln_plan *p)
 {
-    char why[640];
+    char why[1280]; /* the description and the plan text (up to 768) */
     ln_plan_describe(p, n, vec, jitop_dtype_size(dtype), why, sizeof why);
     jitop__log(ctx, "layernorm %s %s N=%d: %s: %s", pass, ln_ctype(dtype), n, p->name, why);
 }
@@ -624,6 +712,38 @@ static int ln_check_common(jitop_ctx *ctx, const char *fn, jitop_dtype dtype, in
     return JITOP_OK;
 }
 
+/* The persistent grid of the backward and of layernorm_fwd_bulk, in groups
+ * of rpb rows (a group is a cluster of
+ * `clusters` blocks when clusters > 1): a persistent grid of one wave, and
+ * no more groups than rows need. Clusters: as many as the device holds at
+ * once, which can be fewer than SMs / cluster size: one more makes a
+ * second wave, at about half the speed (bench/layernorm_NOTES.md). */
+static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, int clusters,
+                         int rpb, int64_t rows, long long *out)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    long long groups;
+    if (clusters > 1) {
+        /* asked once per instance: its block and shared memory are fixed */
+        int fit = atomic_load_explicit(&inst->clusters, memory_order_relaxed);
+        if (fit == 0) {
+            int rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit);
+            if (rc != JITOP_OK)
+                return rc;
+            atomic_store_explicit(&inst->clusters, fit, memory_order_relaxed);
+        }
+        groups = fit;
+    } else {
+        groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn);
+    }
+    if (groups < 1)
+        groups = 1;
+    if (groups > (rows + rpb - 1) / rpb)
+        groups = (rows + rpb - 1) / rpb;
+    *out = groups;
+    return JITOP_OK;
+}
+
 /* ------------------------------------------------------------- forward */
 
 int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
@@ -655,7 +775,8 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
             ptrs_nonnull[np++] = ptrs[k];
     const int vec = ln_vec(n, es, ptrs_nonnull, np);
     ln_plan plan;
-    ln_fwd_plan(&plan, &s->cfg, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
+    ln_fwd_plan(&plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, vec, ln_max_cluster(ctx),
+                s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
     int fresh;
@@ -666,7 +787,22 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
 
     long long m = rows;
     jitop_dim3 grid, block;
-    if (!special) {
+    if (plan.bulk) {
+        /* a persistent grid, as the backward's */
+        long long groups = 0;
+        if (inst->smem + plan.dyn > LN_MAX_BLOCK_SMEM)
+            return jitop__fail(JITOP_EINVAL,
+                               "%s: %s needs %zu bytes of shared memory, over a block's %d (plan "
+                               "%s: lower fwd_bulk_chunk)",
+                               fn, plan.name, inst->smem + plan.dyn, LN_MAX_BLOCK_SMEM, plan.plan);
+        if ((rc = ln_bwd_groups(ctx, inst, tpr, plan.dyn, cl, 1, rows, &groups)) != JITOP_OK)
+            return jitop__fail_prefix(rc, "%s", fn);
+        grid = (jitop_dim3){(unsigned)(groups * cl), 1, 1};
+        block = (jitop_dim3){(unsigned)tpr, 1, 1};
+        void *args[] = {&x, &gamma, &beta, &y, &mean, &rstd, &m, &eps};
+        size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 4};
+        rc = jitop_launch(inst->op, grid, block, plan.dyn, stream, args, sizes, 8);
+    } else if (!special) {
         if (rows > 0x7fffffffLL)
             return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, m);
         grid = (jitop_dim3){(unsigned)rows, 1, 1};
@@ -707,37 +843,6 @@ static int ln_bwd_check(const char *fn, const void *dy, const void *x, const flo
     return JITOP_OK;
 }
 
-/* The backward's grid, in groups of rpb rows (a group is a cluster of
- * `clusters` blocks when clusters > 1): a persistent grid of one wave, and
- * no more groups than rows need. Clusters: as many as the device holds at
- * once, which can be fewer than SMs / cluster size: one more makes a
- * second wave, at about half the speed (bench/layernorm_NOTES.md). */
-static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, int clusters,
-                         int rpb, int64_t rows, long long *out)
-{
-    const jitop__driver *d = jitop__driver_of(ctx);
-    long long groups;
-    if (clusters > 1) {
-        /* asked once per instance: its block and shared memory are fixed */
-        int fit = atomic_load_explicit(&inst->clusters, memory_order_relaxed);
-        if (fit == 0) {
-            int rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit);
-            if (rc != JITOP_OK)
-                return rc;
-            atomic_store_explicit(&inst->clusters, fit, memory_order_relaxed);
-        }
-        groups = fit;
-    } else {
-        groups = (long long)d->sm_count * ln_blocks_per_sm(inst, block, dyn);
-    }
-    if (groups < 1)
-        groups = 1;
-    if (groups > (rows + rpb - 1) / rpb)
-        groups = (rows + rpb - 1) / rpb;
-    *out = groups;
-    return JITOP_OK;
-}
-
 int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
                              const void *dy, const void *x, const void *gamma, const float *mean,
                              const float *rstd, void *dx, void *dgamma, void *dbeta, void *stream)
@@ -764,7 +869,8 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         all[np++] = gamma;
     const int vec = ln_vec(n, es, all, np);
     ln_plan plan;
-    ln_bwd_plan(&plan, &s->cfg, dtype, n, affine, vec, ln_max_cluster(ctx), s->threads_rule);
+    ln_bwd_plan(&plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, vec, ln_max_cluster(ctx),
+                s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
     int fresh;
@@ -869,7 +975,7 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
     int rule;
     jitop__ln_cfg cfg;
-    if ((rc = ln_threads_rule(&rule)) != JITOP_OK || (rc = ln_plan_cfg(&cfg)) != JITOP_OK)
+    if ((rc = ln_threads_rule(&rule)) != JITOP_OK || (rc = ln_plan_cfg(dtype, &cfg)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     ln_plan plan;
     char names[5][sizeof plan.name];

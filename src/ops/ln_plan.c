@@ -42,6 +42,11 @@ static const struct {
     {"bwd_bulk", offsetof(jitop__ln_cfg, bwd_bulk), LN_BOOL, 0, 1, 1},
     {"bulk_chunk", offsetof(jitop__ln_cfg, bulk_chunk), LN_INT, 512, 65536, 16},
     {"bulk_ept", offsetof(jitop__ln_cfg, bulk_ept), LN_INT, 1, 256, 1},
+    {"bwd_bulk_bytes", offsetof(jitop__ln_cfg, bwd_bulk_bytes), LN_INT, 0, 1 << 30, 1},
+    {"fwd_bulk", offsetof(jitop__ln_cfg, fwd_bulk), LN_BOOL, 0, 1, 1},
+    {"fwd_bulk_bytes", offsetof(jitop__ln_cfg, fwd_bulk_bytes), LN_INT, 0, 1 << 30, 1},
+    {"fwd_bulk_chunk", offsetof(jitop__ln_cfg, fwd_bulk_chunk), LN_INT, 512, 65536, 16},
+    {"fwd_bulk_ept", offsetof(jitop__ln_cfg, fwd_bulk_ept), LN_INT, 1, 256, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 
@@ -82,21 +87,41 @@ static int ln_value(const char *what, size_t k, const char *v, int *out)
     }
 }
 
-static int ln_item(const char *what, char *item, jitop__ln_cfg *out, unsigned *set)
+/* The dtype prefixes: a field named "f32_" or "h16_" plus a field's name
+ * applies to float32 rows or to 16-bit rows only, over the unprefixed one
+ * whatever their order (the more specific wins). */
+static const char *const LN_PREFIX[2] = {"f32_", "h16_"};
+
+/* One item of the spec, into scoped[0] unprefixed, scoped[1] with this
+ * dtype's prefix (self: 0 float32, 1 16-bit); the other dtype's is checked,
+ * not applied. set[scope] the fields seen (scope 2: the other dtype's). */
+static int ln_item(const char *what, char *item, int self, jitop__ln_cfg *scoped[2],
+                   unsigned set[3])
 {
     char *eq = strchr(item, '=');
     if (eq == NULL)
         return jitop__fail(JITOP_EINVAL, "%s: '%s' is not field=value", what, item);
     *eq = '\0';
+    const char *name = item;
+    int scope = 0;
+    for (int d = 0; d < 2; d++)
+        if (strncmp(item, LN_PREFIX[d], 4) == 0) {
+            name = item + 4;
+            scope = d == self ? 1 : 2;
+        }
     for (size_t k = 0; k < LN_NFIELDS; k++) {
-        if (strcmp(item, LN_FIELDS[k].name) != 0)
+        if (strcmp(name, LN_FIELDS[k].name) != 0)
             continue;
-        if (*set & (1u << k))
+        if (set[scope] & (1u << k))
             return jitop__fail(JITOP_EINVAL, "%s: %s is set twice", what, item);
-        *set |= 1u << k;
-        return ln_value(what, k, eq + 1, ln_field(out, k));
+        set[scope] |= 1u << k;
+        int v = 0;
+        int rc = ln_value(what, k, eq + 1, &v);
+        if (rc == JITOP_OK && scope < 2)
+            *ln_field(scoped[scope], k) = v;
+        return rc;
     }
-    char names[640];
+    char names[768];
     size_t len = 0;
     names[0] = '\0';
     for (size_t k = 0; k < LN_NFIELDS; k++) {
@@ -105,14 +130,17 @@ static int ln_item(const char *what, char *item, jitop__ln_cfg *out, unsigned *s
             break;
         len += (size_t)w;
     }
-    return jitop__fail(JITOP_EINVAL, "%s: unknown field '%s' (fields: %s)", what, item, names);
+    return jitop__fail(JITOP_EINVAL, "%s: unknown field '%s' (fields: %s, each also with an f32_ "
+                       "or h16_ prefix)", what, name, names);
 }
 
-/* The canonical text of the fields in set. */
-static void ln_text(jitop__ln_cfg *c, unsigned set)
+/* The canonical text of the fields in set, after "legacy" when legacy. */
+static void ln_text(jitop__ln_cfg *c, unsigned set, int legacy)
 {
     size_t len = 0;
     c->text[0] = '\0';
+    if (legacy)
+        len = (size_t)snprintf(c->text, sizeof c->text, "legacy");
     for (size_t k = 0; k < LN_NFIELDS; k++) {
         if (!(set & (1u << k)))
             continue;
@@ -122,7 +150,7 @@ static void ln_text(jitop__ln_cfg *c, unsigned set)
             snprintf(val, sizeof val, "auto");
         else
             snprintf(val, sizeof val, "%d", v);
-        /* 19 fields of at most 26 characters fit text */
+        /* 24 fields of at most 26 characters fit text */
         int w = snprintf(c->text + len, sizeof c->text - len, "%s%s=%s", len ? "," : "",
                          LN_FIELDS[k].name, val);
         if (w > 0 && (size_t)w < sizeof c->text - len)
@@ -132,27 +160,43 @@ static void ln_text(jitop__ln_cfg *c, unsigned set)
         snprintf(c->text, sizeof c->text, "default");
 }
 
-int jitop__ln_cfg_parse(const char *what, const char *spec, const jitop__ln_cfg *defaults,
+int jitop__ln_cfg_parse(const char *what, const char *spec, size_t es,
+                        const jitop__ln_cfg *defaults, const jitop__ln_cfg *legacy,
                         jitop__ln_cfg *out)
 {
     _Static_assert(LN_NFIELDS <= sizeof(unsigned) * CHAR_BIT, "one bit per field");
-    *out = *defaults;
-    unsigned set = 0;
+    const int self = es == 4 ? 0 : 1;
+    int is_legacy = 0;
+    /* the prefixed fields go to their own copy first, laid over the rest
+     * at the end */
+    jitop__ln_cfg all, mine;
+    unsigned set[3] = {0, 0, 0};
     int rc = JITOP_OK;
-    if (spec != NULL && *spec != '\0') {
-        char *copy = strdup(spec);
-        if (copy == NULL)
-            return jitop__fail(JITOP_ENOMEM, "%s: out of memory", what);
-        char *save = NULL;
-        for (char *item = strtok_r(copy, ",", &save); item != NULL && rc == JITOP_OK;
-             item = strtok_r(NULL, ",", &save))
-            rc = ln_item(what, item, out, &set);
-        free(copy);
+    char *copy = NULL;
+    if (spec != NULL && *spec != '\0' && (copy = strdup(spec)) == NULL)
+        return jitop__fail(JITOP_ENOMEM, "%s: out of memory", what);
+    char *save = NULL;
+    char *item = copy != NULL ? strtok_r(copy, ",", &save) : NULL;
+    if (item != NULL && strcmp(item, "legacy") == 0) {
+        is_legacy = 1;
+        item = strtok_r(NULL, ",", &save);
     }
+    all = is_legacy ? *legacy : *defaults;
+    mine = all;
+    jitop__ln_cfg *scoped[2] = {&all, &mine};
+    for (; item != NULL && rc == JITOP_OK; item = strtok_r(NULL, ",", &save))
+        rc = strcmp(item, "legacy") == 0
+                 ? jitop__fail(JITOP_EINVAL, "%s: legacy must come first", what)
+                 : ln_item(what, item, self, scoped, set);
+    free(copy);
     if (rc != JITOP_OK) {
         *out = *defaults;
         return rc;
     }
-    ln_text(out, set);
+    *out = all;
+    for (size_t k = 0; k < LN_NFIELDS; k++)
+        if (set[1] & (1u << k))
+            *ln_field(out, k) = *ln_field(&mine, k);
+    ln_text(out, set[0] | set[1], is_legacy);
     return JITOP_OK;
 }

@@ -28,25 +28,50 @@
  *                    where it fits (16-byte vectors), 0: never
  *   bulk_chunk, bulk_ept: that kernel's bytes of a row per block at most and
  *                    elements per thread at most
+ *   bwd_bulk_bytes   rows of at least this many bytes take the copy-engine
+ *                    kernel where it splits them even when one block of the
+ *                    register kernel holds them (0: only rows over a cluster)
+ *   fwd_bulk         1: forward rows of at least fwd_bulk_bytes take the
+ *                    copy-engine kernel (layernorm_fwd_bulk) where it splits
+ *                    them (16-byte vectors, N a multiple of 2-8 blocks' vectors,
+ *                    each block's share <= fwd_bulk_chunk bytes, threads a
+ *                    power of two for <= fwd_bulk_ept elements each); other
+ *                    rows (odd or uneven N) keep the register kernels, which
+ *                    the plan line says
+ * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
+ * to apply to that dtype only. The defaults differ by dtype
+ * (src/ops/layernorm.c, from the H100 A/B of bench/layernorm_NOTES.md);
+ * "legacy" as the first item starts from the plan before them, the same for
+ * every dtype:
+ *
+ *   JITOP_LN_PLAN=legacy,h16_fwd_min_blocks=2
  * A malformed spec is JITOP_EINVAL naming the field and value at fault.
  */
 #ifndef JITOP_OPS_LN_PLAN_H
 #define JITOP_OPS_LN_PLAN_H
+
+#include <stddef.h>
 
 typedef struct jitop__ln_cfg {
     int fwd_bytes, fwd_max_tpr, fwd_cluster_tpr, fwd_fit;
     int fwd_min_blocks, fwd_min_blocks_from, fwd_min_blocks_to;
     int bwd_bytes, bwd_long_bytes, bwd_max_tpr, bwd_cluster_tpr, bwd_fit, bwd_pf;
     int bwd_min_blocks, bwd_min_blocks_from, bwd_min_blocks_to;
-    int bwd_bulk, bulk_chunk, bulk_ept;
-    /* the fields set, canonical (table order, "name=value" joined by ','),
+    int bwd_bulk, bulk_chunk, bulk_ept, bwd_bulk_bytes;
+    int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
+    /* the fields set for this dtype, canonical (table order, "name=value"
+     * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */
-    char text[512];
+    char text[768];
 } jitop__ln_cfg;
 
-/* *out = *defaults with spec's fields over it (spec NULL or "": none);
- * what names the spec in errors (e.g. "JITOP_LN_PLAN"). */
-int jitop__ln_cfg_parse(const char *what, const char *spec, const jitop__ln_cfg *defaults,
+/* *out = the plan for rows of es-byte elements (4: float32, 2: 16-bit):
+ * *defaults (*legacy when spec starts with "legacy") with spec's fields
+ * over it, those prefixed f32_ / h16_ only for their dtype and over the
+ * unprefixed (spec NULL or "": none); what names the spec in errors (e.g.
+ * "JITOP_LN_PLAN"). */
+int jitop__ln_cfg_parse(const char *what, const char *spec, size_t es,
+                        const jitop__ln_cfg *defaults, const jitop__ln_cfg *legacy,
                         jitop__ln_cfg *out);
 
 #endif

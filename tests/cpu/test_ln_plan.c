@@ -162,7 +162,9 @@ static void test_cluster_fit(void **state)
 {
     (void)state;
     char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512", "layernorm:f32:36864", &out), 0);
+    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=0", "layernorm:f32:36864",
+                                  &out),
+                     0);
     expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 512, 4>: cluster kernel, 2048 "
                 "threads per row (over a cluster of 4 blocks), 5 vectors of 16 B per thread, 10% "
                 "of lanes idle");
@@ -229,25 +231,161 @@ static void test_plan_parse(void **state)
     jitop__ln_cfg d = {.fwd_bytes = 128, .fwd_max_tpr = 1024, .bwd_pf = -1, .bwd_bulk = 1},
                   c;
     snprintf(d.text, sizeof d.text, "default");
-    assert_int_equal(jitop__ln_cfg_parse("P", NULL, &d, &c), JITOP_OK);
+    assert_int_equal(jitop__ln_cfg_parse("P", NULL, 4, &d, &d, &c), JITOP_OK);
     assert_string_equal(c.text, "default");
     assert_int_equal(c.fwd_bytes, 128);
-    assert_int_equal(jitop__ln_cfg_parse("P", "bwd_pf=auto,fwd_bytes=64,,bwd_bulk=0,", &d, &c),
-                     JITOP_OK);
+    assert_int_equal(
+        jitop__ln_cfg_parse("P", "bwd_pf=auto,fwd_bytes=64,,bwd_bulk=0,", 4, &d, &d, &c), JITOP_OK);
     assert_string_equal(c.text, "fwd_bytes=64,bwd_pf=auto,bwd_bulk=0");
     assert_int_equal(c.fwd_bytes, 64);
     assert_int_equal(c.bwd_pf, -1);
     assert_int_equal(c.bwd_bulk, 0);
     assert_int_equal(c.fwd_max_tpr, 1024);
-    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=64,bwd_bytes=1025", &d, &c), JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=64,bwd_bytes=1025", 4, &d, &d, &c),
+                     JITOP_EINVAL);
     assert_non_null(strstr(jitop_errmsg(NULL), "P: bwd_bytes is '1025'"));
     assert_int_equal(c.fwd_bytes, 128);
     assert_string_equal(c.text, "default");
-    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=99999999999999999999", &d, &c),
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=99999999999999999999", 4, &d, &d, &c),
                      JITOP_EINVAL);
-    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=64x", &d, &c), JITOP_EINVAL);
-    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=-64", &d, &c), JITOP_EINVAL);
-    assert_int_equal(jitop__ln_cfg_parse("P", "bwd_pf=-1", &d, &c), JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=64x", 4, &d, &d, &c), JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bytes=-64", 4, &d, &d, &c), JITOP_EINVAL);
+    assert_int_equal(jitop__ln_cfg_parse("P", "bwd_pf=-1", 4, &d, &d, &c), JITOP_EINVAL);
+}
+
+/* Dtype prefixes and legacy: f32_ fields apply to float32 rows only, h16_
+ * to 16-bit ones, over the unprefixed field whatever the order; the other
+ * dtype's fields are still checked; legacy (first only) swaps the base. */
+static void test_plan_parse_dtype(void **state)
+{
+    (void)state;
+    jitop__ln_cfg d = {.fwd_bytes = 128, .fwd_fit = 1, .bwd_pf = -1}, old = {.fwd_bytes = 96},
+                  c;
+    snprintf(d.text, sizeof d.text, "default");
+    const char *spec = "h16_fwd_bytes=32,fwd_bytes=64,f32_fwd_bulk=1";
+    assert_int_equal(jitop__ln_cfg_parse("P", spec, 2, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.fwd_bytes, 32);
+    assert_int_equal(c.fwd_bulk, 0);
+    assert_int_equal(c.fwd_fit, 1);
+    assert_string_equal(c.text, "fwd_bytes=32");
+    assert_int_equal(jitop__ln_cfg_parse("P", spec, 4, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.fwd_bytes, 64);
+    assert_int_equal(c.fwd_bulk, 1);
+    assert_string_equal(c.text, "fwd_bytes=64,fwd_bulk=1");
+    /* legacy: the other base, its fields over it, said in the text */
+    assert_int_equal(jitop__ln_cfg_parse("P", "legacy", 4, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.fwd_bytes, 96);
+    assert_int_equal(c.fwd_fit, 0);
+    assert_string_equal(c.text, "legacy");
+    assert_int_equal(jitop__ln_cfg_parse("P", "legacy,f32_fwd_fit=1", 4, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.fwd_bytes, 96);
+    assert_int_equal(c.fwd_fit, 1);
+    assert_string_equal(c.text, "legacy,fwd_fit=1");
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_fit=0,legacy", 4, &d, &old, &c), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "P: legacy must come first"));
+    /* the other dtype's field is checked */
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_fwd_bulk=2", 4, &d, &old, &c), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "P: fwd_bulk is '2': expected 0 or 1"));
+    assert_int_equal(c.fwd_bytes, 128);
+    /* once per scope */
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_fwd_bulk=1,h16_fwd_bulk=0", 2, &d, &old, &c),
+                     JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "P: h16_fwd_bulk is set twice"));
+    assert_int_equal(jitop__ln_cfg_parse("P", "f32_nope=1", 2, &d, &old, &c), JITOP_EINVAL);
+    assert_non_null(strstr(jitop_errmsg(NULL), "P: unknown field 'nope'"));
+}
+
+/* The default plan differs by dtype where the H100 A/B won (float32 long
+ * forward rows over 8 small blocks, 16-bit 320-384-thread forward blocks at
+ * 2 per SM, 16-bit backward rows of 24 KiB or more on the copy-engine
+ * kernel); JITOP_LN_PLAN=legacy gives the plan before, short names. */
+static void test_defaults_by_dtype(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *now, *legacy;
+    } rows[] = {
+        {"layernorm:f32:36864",
+         "layernorm_fwd_cluster<float, 36864, true, 4, 160, 8>: cluster kernel, 1280 threads per "
+         "row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 10% of lanes idle in the "
+         "last pass; plan default",
+         "layernorm_fwd_cluster<float, 36864, true, 4, 1024, 2>: cluster kernel"},
+        {"layernorm:f16:24576",
+         "layernorm_fwd<__half, 24576, true, 8, 384, 2>: register kernel, 384 threads per row (1 "
+         "row per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last pass, launch "
+         "bounds for 2 blocks per SM; plan default",
+         "layernorm_fwd<__half, 24576, true, 8, 384>: register kernel"},
+        {"layernorm:bf16:12288",
+         "layernorm_bwd_bulk<__nv_bfloat16, 12288, true, 512, 2>: copy-engine cluster kernel, 1024 "
+         "threads per row (over a cluster of 2 blocks)",
+         "layernorm_bwd<__nv_bfloat16, 12288, true, 8, 768>: register kernel"},
+        {"layernorm:f16:16384", "layernorm_bwd_bulk<__half, 16384, true, 512, 2>: copy-engine",
+         "layernorm_bwd<__half, 16384, true, 8, 1024>: register kernel"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char *out = NULL;
+        assert_int_equal(prewarm_plan("warps", "", rows[i].spec, &out), 0);
+        expect(out, rows[i].now);
+        free(out);
+        assert_int_equal(prewarm_plan("warps", "legacy", rows[i].spec, &out), 0);
+        expect(out, rows[i].legacy);
+        expect(out, "; plan legacy");
+        free(out);
+    }
+    /* left as they were: the float32 backward, 16-bit backward rows under
+     * 24 KiB, float32 forward rows one block holds */
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "", "layernorm:f16:9216", &out), 0);
+    expect(out, "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "", "layernorm:f32:12288", &out), 0);
+    expect(out, "layernorm_fwd<float, 12288, true, 4, 384>: register kernel");
+    expect(out, "layernorm_bwd_bulk<float, 12288, true, 512, 2>: copy-engine");
+    free(out);
+    /* a prefixed field reaches its dtype only */
+    assert_int_equal(prewarm_plan("warps", "h16_fwd_fit=0,f32_fwd_fit=0", "layernorm:f32:36864",
+                                  &out),
+                     0);
+    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 256, 8>: cluster kernel");
+    expect(out, "; plan fwd_fit=0");
+    free(out);
+}
+
+/* fwd_bulk: long rows (64 KiB or more by default) over the forward's
+ * copy-engine kernel, compiled by NVRTC for sm_90 here; rows it cannot
+ * split keep the register kernels, and the plan line says why. */
+static void test_forward_bulk(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:f16:65536", &out), 0);
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 512, 4>: copy-engine cluster kernel, "
+                "2048 threads per row (over a cluster of 4 blocks), 4 vectors of 16 B per thread, "
+                "0% of lanes idle in the last pass, rows staged in shared memory; plan fwd_bulk=1");
+    expect(out, "prewarmed");
+    free(out);
+    /* a 32 KiB float32 row, a smaller share per block: 8 blocks of 4 KiB,
+     * 128 threads of 8 elements */
+    assert_int_equal(prewarm_plan("warps",
+                                  "fwd_bulk=1,fwd_bulk_bytes=32768,fwd_bulk_chunk=4096,"
+                                  "fwd_bulk_ept=8",
+                                  "layernorm:f32:8192", &out),
+                     0);
+    expect(out, "layernorm_fwd_bulk<float, 8192, true, 128, 8>: copy-engine cluster kernel");
+    expect(out, "prewarmed");
+    free(out);
+    /* 50000 16-bit: 16-byte vectors over 2 blocks only, 50000 B each */
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:bf16:50000", &out), 0);
+    expect(out, "layernorm_fwd<__nv_bfloat16, 50000, true, 8, 800>: register kernel");
+    expect(out, "fwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, "
+                "register path; plan fwd_bulk=1");
+    free(out);
+    /* under fwd_bulk_bytes: the register kernel, nothing said */
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:f16:16384", &out), 0);
+    expect(out, "layernorm_fwd<__half, 16384, true, 8, 256>: register kernel");
+    if (strstr(out, "fwd_bulk:") != NULL)
+        fail_msg("no copy-engine note expected under fwd_bulk_bytes:\n%s", out);
+    free(out);
 }
 
 static void test_bad_rule_is_refused(void **state)
@@ -273,6 +411,9 @@ int main(void)
         cmocka_unit_test(test_backward_kernels),
         cmocka_unit_test(test_bad_plan_is_refused),
         cmocka_unit_test(test_plan_parse),
+        cmocka_unit_test(test_plan_parse_dtype),
+        cmocka_unit_test(test_defaults_by_dtype),
+        cmocka_unit_test(test_forward_bulk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,9 @@
  * LayerNorm, so the whole program checks the plan they name:
  *   JITOP_LN_PLAN=fwd_cluster_tpr=256,fwd_fit=1 \
  *   JITOP_TEST_FILTER=test_row_length_sweep build/tests/gpu/test_layernorm
- * (JITOP_TEST_FILTER: cmocka's pattern of the tests to run, * and ? allowed). */
+ * (JITOP_TEST_FILTER: cmocka's pattern of the tests to run, * and ? allowed;
+ * JITOP_LN_PLAN=legacy the plan before the per-dtype defaults,
+ * JITOP_LN_PLAN=fwd_bulk=1 the forward's copy-engine kernel for long rows). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -410,6 +412,10 @@ static void test_cluster_rows_reused(void **state)
     check_case(JITOP_BFLOAT16, 300, 24576, 1, INPLACE);
     check_case(JITOP_FLOAT32, 300, 20480, 1, PLAIN);
     check_case(JITOP_FLOAT32, 200, 32768, 0, PLAIN);
+    /* several rows per cluster for rows over 4 and 8 blocks too (the
+     * forward's copy-engine kernel under fwd_bulk=1), in place */
+    check_case(JITOP_BFLOAT16, 256, 65536, 1, INPLACE);
+    check_case(JITOP_FLOAT32, 256, 36864, 1, PLAIN);
 }
 
 /* A sample of bench/layernorm_bench.py --sweep's row lengths and hidden
@@ -444,6 +450,9 @@ static void test_row_length_sweep(void **state)
         {JITOP_FLOAT16, 9216},  {JITOP_FLOAT16, 16384}, {JITOP_FLOAT16, 22528},
         {JITOP_BFLOAT16, 61440}, {JITOP_FLOAT32, 36864}, {JITOP_FLOAT32, 50000},
         {JITOP_BFLOAT16, 45056},
+        /* rows the forward's copy-engine kernel takes under fwd_bulk=1 (64
+         * KiB and more, over 2 and 4 blocks) */
+        {JITOP_FLOAT16, 65536}, {JITOP_FLOAT32, 16384}, {JITOP_BFLOAT16, 32768},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int n = cases[i].n;
