@@ -120,6 +120,10 @@ static int ln_threads_rule(int *rule)
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512:
  *   70-81% -> 86-88%.
+ * - 16-bit forward rows of 120 KiB or more (N >= 61440): the copy-engine
+ *   forward kernel, blocks of 16 KiB of a row (8 per row): 70-73% ->
+ *   76-79% (run 9; 32 KiB blocks 74-77%; below 120 KiB the register and
+ *   cluster kernels win, 86-93% against 73-86%).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -133,6 +137,9 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_min_blocks_from = 320;
         out->fwd_min_blocks_to = 384;
         out->bwd_bulk_bytes = 24576;
+        out->fwd_bulk = 1;
+        out->fwd_bulk_bytes = 122880;
+        out->fwd_bulk_chunk = 16384;
     }
 }
 

@@ -91,13 +91,15 @@ static void test_power_of_two_rows_unchanged(void **state)
 }
 
 /* No JITOP_LN_PLAN, or an empty one: the default plan, said so, with the
- * short names (no extra template argument: the same cache keys). */
+ * short names (no extra template argument: the same cache keys); a 16-bit
+ * row of 120 KiB or more takes the copy-engine forward in 16 KiB blocks. */
 static void test_default_plan_named(void **state)
 {
     (void)state;
     char *out = NULL;
     assert_int_equal(prewarm_plan("warps", "", "layernorm:bf16:65536", &out), 0);
-    expect(out, "layernorm_fwd<__nv_bfloat16, 65536, true, 8, 1024>: register kernel");
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 256, 8>: copy-engine cluster "
+                "kernel, 2048 threads per row (over a cluster of 8 blocks)");
     expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 1024, 4>: copy-engine cluster "
                 "kernel");
     expect(out, "; plan default");
@@ -358,10 +360,13 @@ static void test_forward_bulk(void **state)
 {
     (void)state;
     char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:f16:65536", &out), 0);
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=32768", "layernorm:f16:65536",
+                                  &out),
+                     0);
     expect(out, "layernorm_fwd_bulk<__half, 65536, true, 512, 4>: copy-engine cluster kernel, "
                 "2048 threads per row (over a cluster of 4 blocks), 4 vectors of 16 B per thread, "
-                "0% of lanes idle in the last pass, rows staged in shared memory; plan fwd_bulk=1");
+                "0% of lanes idle in the last pass, rows staged in shared memory; plan fwd_bulk=1,"
+                "fwd_bulk_chunk=32768");
     expect(out, "prewarmed");
     free(out);
     /* a 32 KiB float32 row, a smaller share per block: 8 blocks of 4 KiB,
@@ -375,10 +380,12 @@ static void test_forward_bulk(void **state)
     expect(out, "prewarmed");
     free(out);
     /* 50000 16-bit: 16-byte vectors over 2 blocks only, 50000 B each */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:bf16:50000", &out), 0);
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768",
+                                  "layernorm:bf16:50000", &out),
+                     0);
     expect(out, "layernorm_fwd<__nv_bfloat16, 50000, true, 8, 800>: register kernel");
     expect(out, "fwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, "
-                "register path; plan fwd_bulk=1");
+                "register path; plan fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768");
     free(out);
     /* under fwd_bulk_bytes: the register kernel, nothing said */
     assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:f16:16384", &out), 0);
