@@ -572,6 +572,7 @@ static jitop_ctx *path_ctx(const char *path)
     char *dir = jt_tmpdir();
     char *cache = jt_path(dir, "cache");
     jitop_ctx *c = jt_ctx_driver(cache);
+    free(cache);
     OK(jitop_ctx_cuda(c, NULL, NULL));
     const char *was = getenv("JITOP_INPLACE_SOFTMAX");
     char *saved = was != NULL ? strdup(was) : NULL;
