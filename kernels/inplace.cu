@@ -8,6 +8,8 @@
 //   softmax_rows<T, N, VEC, TPR, MASK>   x <- softmax(scale * x) per row, row in registers
 //   softmax_cluster<T, N, VEC, TPR, CL, MASK>  a row over a cluster of CL blocks (sm_90)
 //   softmax_split<T, N, VEC, TPR, CL, MASK>    the same over smaller blocks, several per SM
+//   softmax_rows_lean<T, N, VEC, TPR>, softmax_lean<T, N, VEC, TPR, CL>  softmax_rows and
+//                                         softmax_split with fewer ALU ops (no mask)
 //   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
 //
 // Larger square products run through cuBLAS in row chunks (src/ops/inplace.c);
@@ -530,6 +532,15 @@ __global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
     softmax_rows(T *x, long long rows, float scale, int qlen)
 {
     softmax_body<T, N, VEC, TPR, 1, MASK>(x, rows, scale, qlen);
+}
+
+// softmax_rows with the LEAN arithmetic (JITOP_INPLACE_SOFTMAX=leanblock, to
+// compare); a masked row takes softmax_rows.
+template <typename T, int N, int VEC, int TPR>
+__global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
+    softmax_rows_lean(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, 1, false, true>(x, rows, scale, qlen);
 }
 
 // Rows over one block's registers: a cluster of CL blocks per row (grid =

@@ -60,14 +60,14 @@
  *   before sm_90: float32 rows to 128 KiB one block, the rest softmax_long;
  *   longer rows: softmax_long.
  * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256|split128|lean|
- * lean256 forces a path where it can run (read once per context, for the
+ * lean256|leanblock forces a path where it can run (read once per context, for the
  * benchmark's comparison). split: softmax_split with blocks of
  * IP_SOFTMAX_SPLIT_TPR threads (split256: 256, split128: 128), each thread
  * holding at most IP_SOFTMAX_SPLIT_BYTES of the row (twice that where the row
  * needs it), over a cluster of 2 to IP_SOFTMAX_MAX_CLUSTER blocks: rows of
  * 16 KiB (8 KiB, 4 KiB) to 512 KiB (256 KiB, 128 KiB). lean, lean256: split,
  * split256 with softmax_lean's arithmetic (fewer ALU ops a 16-bit element,
- * the same bits; masked rows take softmax_split). */
+ * the same bits; masked rows take softmax_split); leanblock: block with it. */
 #define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
@@ -86,7 +86,8 @@ enum ip_softmax_path {
     SM_SPLIT256,
     SM_SPLIT128,
     SM_LEAN,
-    SM_LEAN256
+    SM_LEAN256,
+    SM_LEANBLOCK
 };
 /* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
  * (many rows per SM), 128 above, where fewer threads per row means fewer
@@ -254,6 +255,7 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
                               : strcmp(sp, "split128") == 0 ? SM_SPLIT128
                               : strcmp(sp, "lean") == 0    ? SM_LEAN
                               : strcmp(sp, "lean256") == 0 ? SM_LEAN256
+                              : strcmp(sp, "leanblock") == 0 ? SM_LEANBLOCK
                                                            : SM_AUTO;
             __atomic_store_n(&ops->inplace, s, __ATOMIC_RELEASE);
         }
@@ -723,7 +725,7 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         ((path == SM_SPLIT256 || path == SM_LEAN256) && cl256 == 0) ||
         (path == SM_SPLIT128 && cl128 == 0))
         path = SM_AUTO;
-    if (path == SM_BLOCK && !block_ok)
+    if ((path == SM_BLOCK || path == SM_LEANBLOCK) && !block_ok)
         path = SM_AUTO;
     if (path == SM_CLUSTER && !cluster_ok)
         path = SM_AUTO;
@@ -778,9 +780,13 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         size_t sizes[] = {8, 8, 4, 4};
         rc = jitop_launch(op, (jitop_dim3){(unsigned)(rows * cl), 1, 1},
                           (jitop_dim3){IP_SOFTMAX_MAX_TPR, 1, 1}, 0, stream, args, sizes, 4);
-    } else if (path == SM_BLOCK) {
-        snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype), (int)n,
-                 vec, tpr, mask);
+    } else if (path == SM_BLOCK || path == SM_LEANBLOCK) {
+        if (path == SM_LEANBLOCK && causal_q == 0)
+            snprintf(name, sizeof name, "softmax_rows_lean<%s, %d, %d, %d>", ip_ctype(dtype),
+                     (int)n, vec, tpr);
+        else
+            snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype),
+                     (int)n, vec, tpr, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
         const int rpb = tpr < 128 ? 128 / tpr : 1;
