@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--no-ref", action="store_true", help="skip building the warp-per-row extension")
     ap.add_argument("--sections", default="mm,var,sm,paths",
                     help="comma-separated: mm (matmul), var (matmul variants), sm (softmax), paths (softmax paths)")
+    ap.add_argument("--paths", default=None,
+                    help="comma-separated softmax paths for the paths table (default: all)")
     args = ap.parse_args()
     import torch
 
@@ -272,8 +274,13 @@ def main():
     out_md.append("\n## Softmax paths for long rows (JITOP_INPLACE_SOFTMAX), GB/s\n")
     # (a path that cannot run a shape falls back to the automatic choice:
     # block over 128 bytes a thread, cluster under 64 KiB rows, split outside
-    # 16 KiB (split256: 8 KiB) to 512 KiB rows, see src/ops/inplace.c)
-    pnames = ("auto", "block", "cluster", "long", "split", "split256")
+    # 16 KiB (split256: 8 KiB, split128: 4 KiB) to 512 KiB rows (256 KiB,
+    # 128 KiB), see src/ops/inplace.c; lean, lean256: split and split256 with
+    # softmax_lean's arithmetic; leanblock: block with it)
+    pnames = ("auto", "block", "cluster", "long", "split", "split256", "split128", "lean",
+              "lean256", "leanblock")
+    if args.paths:
+        pnames = tuple(p for p in args.paths.split(",") if p)
     out_md.append("| dtype | N | " + " | ".join(pnames) + " | copy | best / copy |")
     out_md.append("|---" * (len(pnames) + 4) + "|")
     pctx = {}

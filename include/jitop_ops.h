@@ -161,13 +161,13 @@ JITOP_API int jitop_inplace_release(jitop_ctx *ctx);
  * queries each (row r is query r % Q), and row r keeps its first
  * r % Q + n - Q + 1 elements, writing 0 over the rest. A row whose kept
  * elements are all -inf is written as zeros. Compiled per (dtype, n,
- * alignment, mask): rows up to 64 KiB (float32 up to 128 KiB) are read
- * once into one block's registers and written once; float32 rows up to
- * 512 KiB (n <= 131072) into a thread-block cluster's (sm_90, n a multiple
- * of the cluster's vectors); other rows are read twice (the second read
- * mostly from L2). Near copy speed (>= 92% on an H100) for rows up to 32768
- * elements (bfloat16: 16384); 50-75% for longer ones (bench/INPLACE_NOTES.md).
- * No scratch. */
+ * alignment, mask): rows up to 64 KiB (and float32 rows of 32768) are read
+ * once into one block's registers and written once; longer rows up to
+ * 512 KiB (float32 n <= 131072, 16-bit n <= 262144) into the registers of a
+ * thread-block cluster of 2-8 smaller blocks (sm_90); other rows are read
+ * twice (the second read mostly from L2). On an H100: 88-99% of a device
+ * copy's speed for rows of 256 to 32768 elements, float32 rows of 40000 to
+ * 131072 83-92%, 16-bit ones 80-85% (bench/INPLACE_NOTES.md). No scratch. */
 JITOP_API int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n,
                                     void *x, float scale, int64_t causal_q, void *stream);
 

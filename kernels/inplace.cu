@@ -8,6 +8,8 @@
 //   softmax_rows<T, N, VEC, TPR, MASK>   x <- softmax(scale * x) per row, row in registers
 //   softmax_cluster<T, N, VEC, TPR, CL, MASK>  a row over a cluster of CL blocks (sm_90)
 //   softmax_split<T, N, VEC, TPR, CL, MASK>    the same over smaller blocks, several per SM
+//   softmax_rows_lean<T, N, VEC, TPR>, softmax_lean<T, N, VEC, TPR, CL>  softmax_rows and
+//                                         softmax_split with fewer ALU ops (no mask)
 //   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
 //
 // Larger square products run through cuBLAS in row chunks (src/ops/inplace.c);
@@ -41,6 +43,7 @@
 
 // NVRTC has no <math.h>: -inf by its bits.
 #define IP_NINF __int_as_float(0xff800000)
+#define IP_PINF __int_as_float(0x7f800000)
 
 template <typename T> struct ip_conv;
 template <> struct ip_conv<float> {
@@ -77,6 +80,62 @@ template <typename T, int VEC> __device__ __forceinline__ void ip_opaque(ip_vec<
     } else {
         unsigned short *h = reinterpret_cast<unsigned short *>(&v);
         asm("" : "+h"(*h));
+    }
+}
+
+// Two 16-bit elements as one register, for softmax_lean's packed max and
+// stores (one HMNMX2 for two elements' max; one pack of two floats, RN each,
+// the same bits as two conversions).
+template <typename T> struct ip_pair;
+template <> struct ip_pair<__half> {
+    typedef __half2 P;
+    static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
+    static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
+    static __device__ __forceinline__ P pack(float a, float b) { return __floats2half2_rn(a, b); }
+};
+template <> struct ip_pair<__nv_bfloat16> {
+    typedef __nv_bfloat162 P;
+    static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
+    static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
+    static __device__ __forceinline__ P pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+
+// The largest (HI) or smallest raw element of a vector folded into acc, NaN
+// ignored as fmaxf / fminf do (__hmax2 / __hmin2 return the other input too).
+template <bool HI, typename T, int VEC>
+__device__ __forceinline__ void ip_fold(float &acc, const ip_vec<T, VEC> &v)
+{
+    if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+        typedef ip_pair<T> PT;
+        typedef typename PT::P P;
+        const P *p = reinterpret_cast<const P *>(v.v);
+        P a = p[0];
+#pragma unroll
+        for (int k = 1; k < VEC / 2; k++)
+            a = HI ? PT::max(a, p[k]) : PT::min(a, p[k]);
+        const float x = ip_conv<T>::to(a.x), y = ip_conv<T>::to(a.y);
+        acc = HI ? fmaxf(acc, fmaxf(x, y)) : fminf(acc, fminf(x, y));
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            acc = HI ? fmaxf(acc, ip_conv<T>::to(v.v[e])) : fminf(acc, ip_conv<T>::to(v.v[e]));
+    }
+}
+
+// o.v[e] = T(w[e]) (round to nearest), two at a time for 16-bit pairs.
+template <typename T, int VEC>
+__device__ __forceinline__ void ip_put(ip_vec<T, VEC> &o, const float (&w)[VEC])
+{
+    if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+        typedef typename ip_pair<T>::P P;
+        P *p = reinterpret_cast<P *>(o.v);
+#pragma unroll
+        for (int k = 0; k < VEC / 2; k++)
+            p[k] = ip_pair<T>::pack(w[2 * k], w[2 * k + 1]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            o.v[e] = ip_conv<T>::from(w[e]);
     }
 }
 
@@ -322,13 +381,27 @@ template <typename T, int N, int VEC, int TPR, int CL> struct ip_share {
 // pushes may only start once every peer has started (its shared memory
 // exists): the block arrives (relaxed) at a first barrier on entry and waits
 // on it just before pushing, by when its peers have long arrived.
-template <typename T, int N, int VEC, int TPR, int CL, bool MASK>
+//
+// LEAN (softmax_lean, no mask): the max pass takes the largest (scale < 0:
+// smallest) raw element, and, where the maximum is finite (not +inf), each
+// weight is ex2(c2e * fma(sg, x, -m)): the same bits as ip_weight's
+// c2e * (sg * x - m) (sg * x is exact), without its y == m test, which only
+// matters for m = +inf. Per 16-bit element that is ~11 ALU ops instead of
+// ~19 over the three passes, which bounds long 16-bit rows (two SFU ops per
+// element, and the issue slots the loads and stores share).
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK, bool LEAN = false>
 __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, int qlen)
 {
     typedef ip_share<T, N, VEC, TPR, CL> S;
     static_assert(CL == 1 || TPR >= 128, "softmax: a cluster splits rows of whole blocks");
     constexpr int RPB = TPR < 128 ? 128 / TPR : 1;
     constexpr int SV = S::SV, CNT = S::CNT;
+    // Raw registers made opaque between passes only for shares over 32 bytes:
+    // there a float copy would double the registers that bound the rows in
+    // flight; at 32 bytes or less (rows to 8 KiB, many per SM) the copy is at
+    // most 16 registers, and redoing the conversions cost 16-bit rows of 4096
+    // 10% of their speed on the H100 (0.88 of copy against 0.98).
+    constexpr bool OPQ = S::REG > 32;
     typedef ip_vec<T, VEC> V;
     __shared__ ip_ms red[TPR > 32 ? RPB * (TPR / 32) : 1];
     __shared__ __align__(8) ip_ms parts[CL];
@@ -353,27 +426,57 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
             v[c] = xr[j];
     }
     ip_ms ms = {IP_NINF, 0.f};
+    constexpr bool LN = LEAN && !MASK;
+    if (LN && sg != 0.f) {
+        // largest and smallest raw element (NaN ignored, as fmaxf does)
+        float hi = IP_NINF, lo = IP_PINF;
+        if (sg > 0.f) {
 #pragma unroll
-    for (int c = 0; c < CNT; c++) {
-        const int j = c * TPR + t;
-        if (live && (!S::RAGGED || j < sv))
+            for (int c = 0; c < CNT; c++)
+                if (live && (!S::RAGGED || c * TPR + t < sv))
+                    ip_fold<true>(hi, v[c]);
+        } else {
 #pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (!MASK || e0 + j * VEC + e < keep)
-                    ms.m = fmaxf(ms.m, sg * ip_conv<T>::to(v[c].v[e]));
+            for (int c = 0; c < CNT; c++)
+                if (live && (!S::RAGGED || c * TPR + t < sv))
+                    ip_fold<false>(lo, v[c]);
+        }
+        ms.m = sg > 0.f ? hi : -lo;
+    } else {
+#pragma unroll
+        for (int c = 0; c < CNT; c++) {
+            const int j = c * TPR + t;
+            if (live && (!S::RAGGED || j < sv))
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    if (!MASK || e0 + j * VEC + e < keep)
+                        ms.m = fmaxf(ms.m, sg * ip_conv<T>::to(v[c].v[e]));
+        }
     }
     const float lm = ms.m == IP_NINF ? 0.f : ms.m;
+    if (OPQ)
 #pragma unroll
-    for (int c = 0; c < CNT; c++)
-        ip_opaque(v[c]);
+        for (int c = 0; c < CNT; c++)
+            ip_opaque(v[c]);
+    if (LN && lm != IP_PINF) {
 #pragma unroll
-    for (int c = 0; c < CNT; c++) {
-        const int j = c * TPR + t;
-        if (live && (!S::RAGGED || j < sv))
+        for (int c = 0; c < CNT; c++) {
+            const int j = c * TPR + t;
+            if (live && (!S::RAGGED || j < sv))
 #pragma unroll
-            for (int e = 0; e < VEC; e++)
-                if (!MASK || e0 + j * VEC + e < keep)
-                    ms.s += ip_weight(sg * ip_conv<T>::to(v[c].v[e]), lm, c2e);
+                for (int e = 0; e < VEC; e++)
+                    ms.s += ip_ex2(c2e * fmaf(sg, ip_conv<T>::to(v[c].v[e]), -lm));
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < CNT; c++) {
+            const int j = c * TPR + t;
+            if (live && (!S::RAGGED || j < sv))
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    if (!MASK || e0 + j * VEC + e < keep)
+                        ms.s += ip_weight(sg * ip_conv<T>::to(v[c].v[e]), lm, c2e);
+        }
     }
     ip_ms tot = ip_row_reduce<TPR>(ms, red, c2e);
     if (CL > 1) {
@@ -388,21 +491,38 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
     }
     const float mx = tot.m == IP_NINF ? 0.f : tot.m;
     const float inv = tot.s > 0.f ? 1.f / tot.s : 0.f;
+    if (OPQ)
 #pragma unroll
-    for (int c = 0; c < CNT; c++)
-        ip_opaque(v[c]);
+        for (int c = 0; c < CNT; c++)
+            ip_opaque(v[c]);
+    if (LN && mx != IP_PINF) {
 #pragma unroll
-    for (int c = 0; c < CNT; c++) {
-        const int j = c * TPR + t;
-        if (live && (!S::RAGGED || j < sv)) {
-            V o;
+        for (int c = 0; c < CNT; c++) {
+            const int j = c * TPR + t;
+            if (live && (!S::RAGGED || j < sv)) {
+                float w[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                const bool kept = !MASK || e0 + j * VEC + e < keep;
-                o.v[e] = ip_conv<T>::from(
-                    kept ? ip_weight(sg * ip_conv<T>::to(v[c].v[e]), mx, c2e) * inv : 0.f);
+                for (int e = 0; e < VEC; e++)
+                    w[e] = ip_ex2(c2e * fmaf(sg, ip_conv<T>::to(v[c].v[e]), -mx)) * inv;
+                V o;
+                ip_put(o, w);
+                xr[j] = o;
             }
-            xr[j] = o;
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < CNT; c++) {
+            const int j = c * TPR + t;
+            if (live && (!S::RAGGED || j < sv)) {
+                V o;
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const bool kept = !MASK || e0 + j * VEC + e < keep;
+                    o.v[e] = ip_conv<T>::from(
+                        kept ? ip_weight(sg * ip_conv<T>::to(v[c].v[e]), mx, c2e) * inv : 0.f);
+                }
+                xr[j] = o;
+            }
         }
     }
 }
@@ -412,6 +532,15 @@ __global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
     softmax_rows(T *x, long long rows, float scale, int qlen)
 {
     softmax_body<T, N, VEC, TPR, 1, MASK>(x, rows, scale, qlen);
+}
+
+// softmax_rows with the LEAN arithmetic (JITOP_INPLACE_SOFTMAX=leanblock, to
+// compare); a masked row takes softmax_rows.
+template <typename T, int N, int VEC, int TPR>
+__global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
+    softmax_rows_lean(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, 1, false, true>(x, rows, scale, qlen);
 }
 
 // Rows over one block's registers: a cluster of CL blocks per row (grid =
@@ -447,6 +576,18 @@ __global__ void IP_CLUSTER_DIMS(CL)
 {
     static_assert(ip_share<T, N, VEC, TPR, CL>::REG <= 128, "softmax_split: share over 128 bytes");
     softmax_body<T, N, VEC, TPR, CL, MASK>(x, rows, scale, qlen);
+}
+
+// softmax_split with the LEAN arithmetic (see softmax_body), to compare
+// (JITOP_INPLACE_SOFTMAX=lean, lean256): the same bits on every row whose
+// maximum is finite; a masked row takes softmax_split.
+template <typename T, int N, int VEC, int TPR, int CL>
+__global__ void IP_CLUSTER_DIMS(CL)
+    __launch_bounds__(TPR, (ip_split_min_blocks<T, N, VEC, TPR, CL, false>()))
+        softmax_lean(T *x, long long rows, float scale, int qlen)
+{
+    static_assert(ip_share<T, N, VEC, TPR, CL>::REG <= 128, "softmax_lean: share over 128 bytes");
+    softmax_body<T, N, VEC, TPR, CL, false, true>(x, rows, scale, qlen);
 }
 
 // Rows too long for registers: one block of 1024 threads per row (grid-stride

@@ -15,10 +15,10 @@
  *    compute-bound there; the copy moves bytes). The scratch, per caller
  *    stream, holds at most 2 x max(IP_CHUNK_BYTES, one row) bytes whatever
  *    m is (jitop_inplace_scratch_bytes says how much is held now).
- * Softmax: softmax_rows (a row in one block's registers), softmax_cluster
- * (a row over a cluster's registers, sm_90), else softmax_long (two reads);
- * softmax_split (a row over a cluster of smaller blocks, several per SM) only
- * when asked for.
+ * Softmax: softmax_rows (a row in one block's registers), softmax_split (a
+ * row over a cluster of smaller blocks, several per SM, sm_90), else
+ * softmax_long (two reads); softmax_cluster (a cluster of 1024-thread
+ * blocks) and softmax_lean only when asked for.
  *
  * Per-context state (ctx->ops->inplace): the module, the instances already
  * got (a short list under s->lock), cuBLAS, and the scratch per stream. The
@@ -46,19 +46,28 @@
  * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
  * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
- * 512 KiB. Which path a row length takes (the fastest of the three when
- * each was forced; the figures are in bench/INPLACE_NOTES.md):
- *   up to 64 KiB: one block;
- *   64-128 KiB: float32 one block; 16-bit the long kernel (one block spills
- *     bfloat16 rows, and clusters lose to the long kernel's two reads);
- *   128-512 KiB: float32 a cluster, 16-bit the long kernel;
- *   longer, or rows not splitting into whole vectors: softmax_long.
- * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256 forces a path
- * where it can run (read once per context, for the benchmark's comparison).
- * split: softmax_split with blocks of IP_SOFTMAX_SPLIT_TPR threads (split256:
- * 256), each thread holding at most IP_SOFTMAX_SPLIT_BYTES of the row (twice
- * that where the row needs it), over a cluster of 2 to IP_SOFTMAX_MAX_CLUSTER
- * blocks: rows of 16 KiB (8 KiB for split256) to 512 KiB (256 KiB). */
+ * 512 KiB. Which path a row length takes (the fastest when each was forced,
+ * the H100 run of 31ef3bc in bench/INPLACE_NOTES.md):
+ *   up to 64 KiB: one block (93-99% of copy; split256 3-10% slower there);
+ *   float32 rows filling a 1024-thread block at 128 bytes a thread (32768):
+ *     one block (2646 GB/s against split256's 2563);
+ *   other rows over 64 KiB, sm_90: softmax_split in blocks of 256 (split256,
+ *     rows to 256 KiB: float32 24576 and 40000-65536 at 88-92% of copy,
+ *     16-bit 40000-131072 at 80-83%, where one block, a cluster of 1024s or
+ *     the long kernel gave 53-78%), else of 512 (to 512 KiB: float32 131072
+ *     83% against the cluster's 69%); any alignment (odd rows: one element a
+ *     vector, the last slice shorter);
+ *   before sm_90: float32 rows to 128 KiB one block, the rest softmax_long;
+ *   longer rows: softmax_long.
+ * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256|split128|lean|
+ * lean256|leanblock forces a path where it can run (read once per context, for the
+ * benchmark's comparison). split: softmax_split with blocks of
+ * IP_SOFTMAX_SPLIT_TPR threads (split256: 256, split128: 128), each thread
+ * holding at most IP_SOFTMAX_SPLIT_BYTES of the row (twice that where the row
+ * needs it), over a cluster of 2 to IP_SOFTMAX_MAX_CLUSTER blocks: rows of
+ * 16 KiB (8 KiB, 4 KiB) to 512 KiB (256 KiB, 128 KiB). lean, lean256: split,
+ * split256 with softmax_lean's arithmetic (fewer ALU ops a 16-bit element,
+ * the same bits; masked rows take softmax_split); leanblock: block with it. */
 #define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
@@ -68,7 +77,18 @@
 #define IP_SOFTMAX_SPLIT_TPR 512
 #define IP_SOFTMAX_SPLIT_BYTES 64
 
-enum ip_softmax_path { SM_AUTO, SM_BLOCK, SM_CLUSTER, SM_LONG, SM_SPLIT, SM_SPLIT256 };
+enum ip_softmax_path {
+    SM_AUTO,
+    SM_BLOCK,
+    SM_CLUSTER,
+    SM_LONG,
+    SM_SPLIT,
+    SM_SPLIT256,
+    SM_SPLIT128,
+    SM_LEAN,
+    SM_LEAN256,
+    SM_LEANBLOCK
+};
 /* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
  * (many rows per SM), 128 above, where fewer threads per row means fewer
  * warps waiting at the row's two reductions and more rows in flight per SM
@@ -232,6 +252,10 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
                               : strcmp(sp, "long") == 0    ? SM_LONG
                               : strcmp(sp, "split") == 0   ? SM_SPLIT
                               : strcmp(sp, "split256") == 0 ? SM_SPLIT256
+                              : strcmp(sp, "split128") == 0 ? SM_SPLIT128
+                              : strcmp(sp, "lean") == 0    ? SM_LEAN
+                              : strcmp(sp, "lean256") == 0 ? SM_LEAN256
+                              : strcmp(sp, "leanblock") == 0 ? SM_LEANBLOCK
                                                            : SM_AUTO;
             __atomic_store_n(&ops->inplace, s, __ATOMIC_RELEASE);
         }
@@ -691,29 +715,52 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     }
     const int cluster_ok = d->cc_major >= 9 && row_bytes > IP_SOFTMAX_BLOCK_ROW &&
                            cl <= IP_SOFTMAX_MAX_CLUSTER && n % ((int64_t)cl * vec) == 0;
-    const int split_tpr = s->softmax_path == SM_SPLIT256 ? 256 : IP_SOFTMAX_SPLIT_TPR;
-    const int64_t vec_bytes = (int64_t)vec * (int64_t)es;
-    const int split_cl =
-        d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes < 4 ? 4 : vec_bytes, split_tpr) : 0;
+    /* softmax_split's cluster per block size (0: cannot run) */
+    const int64_t vec_bytes = (int64_t)vec * (int64_t)es < 4 ? 4 : (int64_t)vec * (int64_t)es;
+    const int cl512 = d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes, 512) : 0;
+    const int cl256 = d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes, 256) : 0;
+    const int cl128 = d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes, 128) : 0;
     enum ip_softmax_path path = s->softmax_path;
-    if ((path == SM_SPLIT || path == SM_SPLIT256) && split_cl == 0)
+    if (((path == SM_SPLIT || path == SM_LEAN) && cl512 == 0) ||
+        ((path == SM_SPLIT256 || path == SM_LEAN256) && cl256 == 0) ||
+        (path == SM_SPLIT128 && cl128 == 0))
         path = SM_AUTO;
-    if (path == SM_BLOCK && !block_ok)
+    if ((path == SM_BLOCK || path == SM_LEANBLOCK) && !block_ok)
         path = SM_AUTO;
     if (path == SM_CLUSTER && !cluster_ok)
         path = SM_AUTO;
     if (path == SM_AUTO) {
-        if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || es == 4) &&
-            row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
+        /* a float32 row filling a 1024-thread block at 128 bytes a thread
+         * (n = 32768) ran 3% faster in that block than split256 */
+        const int block_full = es == 4 && tpr == IP_SOFTMAX_MAX_TPR &&
+                               (int64_t)cnt * vec * (int64_t)es == IP_SOFTMAX_REG_BYTES &&
+                               nv % tpr == 0;
+        if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))
+            path = SM_BLOCK;
+        else if (cl256 > 0)
+            path = SM_SPLIT256;
+        else if (cl512 > 0)
+            path = SM_SPLIT;
+        else if (block_ok && es == 4 && row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
             path = SM_BLOCK;
         else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM && es == 4)
             path = SM_CLUSTER;
         else
             path = SM_LONG;
     }
-    if (path == SM_SPLIT || path == SM_SPLIT256) {
-        snprintf(name, sizeof name, "softmax_split<%s, %d, %d, %d, %d, %s>", ip_ctype(dtype),
-                 (int)n, vec, split_tpr, split_cl, mask);
+    if (path == SM_SPLIT || path == SM_SPLIT256 || path == SM_SPLIT128 || path == SM_LEAN ||
+        path == SM_LEAN256) {
+        const int split_tpr = path == SM_SPLIT128                          ? 128
+                              : path == SM_SPLIT256 || path == SM_LEAN256 ? 256
+                                                                          : IP_SOFTMAX_SPLIT_TPR;
+        const int split_cl = split_tpr == 128 ? cl128 : split_tpr == 256 ? cl256 : cl512;
+        /* the lean arithmetic has no mask: a masked row takes softmax_split */
+        if ((path == SM_LEAN || path == SM_LEAN256) && causal_q == 0)
+            snprintf(name, sizeof name, "softmax_lean<%s, %d, %d, %d, %d>", ip_ctype(dtype),
+                     (int)n, vec, split_tpr, split_cl);
+        else
+            snprintf(name, sizeof name, "softmax_split<%s, %d, %d, %d, %d, %s>",
+                     ip_ctype(dtype), (int)n, vec, split_tpr, split_cl, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
         if (rows > INT32_MAX / split_cl)
@@ -733,9 +780,13 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         size_t sizes[] = {8, 8, 4, 4};
         rc = jitop_launch(op, (jitop_dim3){(unsigned)(rows * cl), 1, 1},
                           (jitop_dim3){IP_SOFTMAX_MAX_TPR, 1, 1}, 0, stream, args, sizes, 4);
-    } else if (path == SM_BLOCK) {
-        snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype), (int)n,
-                 vec, tpr, mask);
+    } else if (path == SM_BLOCK || path == SM_LEANBLOCK) {
+        if (path == SM_LEANBLOCK && causal_q == 0)
+            snprintf(name, sizeof name, "softmax_rows_lean<%s, %d, %d, %d>", ip_ctype(dtype),
+                     (int)n, vec, tpr);
+        else
+            snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype),
+                     (int)n, vec, tpr, mask);
         if ((rc = ip_get(s, name, &op)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
         const int rpb = tpr < 128 ? 128 / tpr : 1;

@@ -172,6 +172,11 @@ static void test_instances_compile(void **state)
         "softmax_split<float, 131072, 4, 512, 8, false>",
         "softmax_split<__nv_bfloat16, 65537, 1, 512, 8, true>",
         "softmax_split<__half, 16384, 8, 256, 2, false>",
+        "softmax_split<__half, 65536, 8, 128, 8, false>",
+        "softmax_lean<__nv_bfloat16, 65536, 8, 256, 8>",
+        "softmax_lean<float, 50001, 1, 512, 7>",
+        "softmax_rows_lean<__half, 4096, 8, 256>",
+        "softmax_rows_lean<float, 7, 1, 4>",
     };
     jitop_build_result r;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -207,6 +212,10 @@ static void test_instances_no_spill(void **state)
         {"softmax_split<__nv_bfloat16, 131072, 8, 512, 8, true>", 42},
         {"softmax_split<__half, 40000, 8, 512, 3, false>", 32},
         {"softmax_split<float, 65536, 4, 256, 8, false>", 64},
+        {"softmax_lean<__half, 65536, 8, 256, 8>", 32},
+        {"softmax_lean<__nv_bfloat16, 131072, 8, 256, 8>", 64},
+        {"softmax_split<__half, 65536, 8, 128, 8, false>", 64},
+        {"softmax_rows_lean<__nv_bfloat16, 32768, 8, 512>", 64},
     };
     const char *opts[] = {"-Xptxas=-v"};
     jitop_build_result r;

@@ -17,8 +17,9 @@
  * and not (2 and -1.5 on rows near the dtype's top, 0), causal mask, unaligned
  * rows, rows of equal values, of very large values, spread over +-the top,
  * with -inf elements and all -inf, with +inf elements; no NaN, and guards
- * around x. The split kernel (JITOP_INPLACE_SOFTMAX=split and split256, in
- * contexts of their own) over its row lengths (16 KiB to 512 KiB, odd and
+ * around x. The split kernel (JITOP_INPLACE_SOFTMAX=split, split256, split128,
+ * and its lean arithmetic lean, lean256, leanblock for one block, in contexts
+ * of their own) over its row lengths (16 KiB to 512 KiB, odd and
  * not splitting into whole vectors per block), with the same options and
  * rows. */
 #include <stdarg.h>
@@ -42,7 +43,9 @@ static const jitop__cuda_api *cu;
 static jitop_ctx *ctx;
 /* the context softmax_case runs in: ctx, or one with a softmax path forced */
 static jitop_ctx *sm_ctx;
-static jitop_ctx *split_ctx[2];
+/* contexts forcing split, split256, split128, lean, lean256, leanblock */
+#define SPLIT_PATHS 6
+static jitop_ctx *split_ctx[SPLIT_PATHS];
 static jitop_module *fill_mod;
 static jitop_op *fill_op[3];
 
@@ -147,7 +150,7 @@ static void setup_ctx(void)
 static int teardown_all(void **state)
 {
     (void)state;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SPLIT_PATHS; i++) {
         jitop_ctx_destroy(split_ctx[i]);
         split_ctx[i] = NULL;
     }
@@ -572,6 +575,7 @@ static jitop_ctx *path_ctx(const char *path)
     char *dir = jt_tmpdir();
     char *cache = jt_path(dir, "cache");
     jitop_ctx *c = jt_ctx_driver(cache);
+    free(cache);
     OK(jitop_ctx_cuda(c, NULL, NULL));
     const char *was = getenv("JITOP_INPLACE_SOFTMAX");
     char *saved = was != NULL ? strdup(was) : NULL;
@@ -612,6 +616,24 @@ static void split_dtype(jitop_dtype dt)
     sm_ctx = split_ctx[1];
     softmax_case(dt, 2 * ROW_KINDS, 24576, -1.5f, 0, 0);
     softmax_case(dt, 11, 65536, 1.0f, 0, 0);
+    /* split128: 16-bit rows to 65536 (8 blocks of 128 bytes a thread) */
+    sm_ctx = split_ctx[2];
+    softmax_case(dt, 2 * ROW_KINDS, 32768, -1.5f, 0, 0);
+    softmax_case(dt, 7, 50001, 0.125f, 0, 1);
+    if (dt != JITOP_FLOAT32)
+        softmax_case(dt, 13, 65536, 1.0f, 0, 0);
+    /* lean, lean256: the special rows under both signs (+inf rows take the
+     * ip_weight form, scale < 0 the smallest element), odd, unaligned and
+     * masked rows (softmax_split), ragged slices */
+    for (int k = 3; k < 5; k++) {
+        sm_ctx = split_ctx[k];
+        softmax_case(dt, 2 * ROW_KINDS, 65536, 2.0f, 0, 0);
+        softmax_case(dt, 2 * ROW_KINDS, 40000, -1.5f, 0, 0);
+        softmax_case(dt, 3, 16384, 0.0f, 0, 0); /* scale 0: random rows only */
+        softmax_case(dt, 7, 50001, 0.125f, 0, 1);
+        softmax_case(dt, 64, 40000, 0.5f, 64, 0);
+        softmax_case(dt, 9, k == 3 ? 131072 : 24576, 1.0f, 0, 0);
+    }
     sm_ctx = NULL;
 }
 
@@ -625,13 +647,44 @@ static void test_softmax_split(void **state)
     CU(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
     if (major < 9)
         skip(); /* clusters: sm_90 on */
-    if (split_ctx[0] == NULL)
-        split_ctx[0] = path_ctx("split");
-    if (split_ctx[1] == NULL)
-        split_ctx[1] = path_ctx("split256");
+    static const char *const paths[SPLIT_PATHS] = {"split", "split256", "split128", "lean",
+                                                   "lean256"};
+    for (int i = 0; i < SPLIT_PATHS - 1; i++)
+        if (split_ctx[i] == NULL)
+            split_ctx[i] = path_ctx(paths[i]);
     split_dtype(JITOP_FLOAT32);
     split_dtype(JITOP_FLOAT16);
     split_dtype(JITOP_BFLOAT16);
+}
+
+/* softmax_rows_lean (JITOP_INPLACE_SOFTMAX=leanblock) over one block's row
+ * lengths: short rows several to a block, odd, unaligned, 32 and 128 bytes a
+ * thread, the special rows under both signs of scale, scale 0, and the mask
+ * (softmax_rows). */
+static void leanblock_dtype(jitop_dtype dt)
+{
+    static const int64_t ns[] = {1, 7, 128, 1000, 4096, 8192, 32768};
+    sm_ctx = split_ctx[SPLIT_PATHS - 1];
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        softmax_case(dt, ns[i] >= 8192 ? 9 : 37, ns[i], 1.0f, 0, 0);
+    softmax_case(dt, 2 * ROW_KINDS, 4096, 2.0f, 0, 0);
+    softmax_case(dt, 2 * ROW_KINDS, 16384, -1.5f, 0, 0);
+    softmax_case(dt, 3, 1000, 0.0f, 0, 0); /* scale 0: random rows only */
+    softmax_case(dt, 7, 4097, 0.125f, 0, 1); /* odd and unaligned */
+    softmax_case(dt, 64, 4096, 0.5f, 64, 0); /* causal: softmax_rows */
+    sm_ctx = NULL;
+}
+
+static void test_softmax_leanblock(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    if (split_ctx[SPLIT_PATHS - 1] == NULL)
+        split_ctx[SPLIT_PATHS - 1] = path_ctx("leanblock");
+    leanblock_dtype(JITOP_FLOAT32);
+    leanblock_dtype(JITOP_FLOAT16);
+    leanblock_dtype(JITOP_BFLOAT16);
 }
 
 /* argv[1]: a cmocka test-name pattern ("test_softmax*": the softmax tests only) */
@@ -644,6 +697,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_softmax_f16),
         cmocka_unit_test(test_softmax_bf16),
         cmocka_unit_test(test_softmax_split),
+        cmocka_unit_test(test_softmax_leanblock),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
