@@ -48,10 +48,17 @@
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
  * 512 KiB. Which path a row length takes (the fastest when each was forced,
  * the H100 run of 31ef3bc in bench/INPLACE_NOTES.md):
+ *   16-bit rows of 32-64 KiB: one block with softmax_lean's arithmetic
+ *     (softmax_rows_lean: 1-6% over softmax_rows at 16384-32768, H100 run
+ *     of session 14 in the notes);
  *   up to 64 KiB: one block (93-99% of copy; split256 3-10% slower there);
  *   float32 rows filling a 1024-thread block at 128 bytes a thread (32768):
  *     one block (2646 GB/s against split256's 2563);
- *   other rows over 64 KiB, sm_90: softmax_split in blocks of 256 (split256,
+ *   other rows over 64 KiB, sm_90: softmax_lean (the split layout with
+ *     fewer ALU ops an element, the same bits; masked rows softmax_split)
+ *     in blocks of 256, else 512 (session 14: float32 40000-65536 0.92-0.95
+ *     of copy, 16-bit 40000-131072 0.85-0.89); first measured as
+ *     softmax_split in blocks of 256 (split256,
  *     rows to 256 KiB: float32 24576 and 40000-65536 at 88-92% of copy,
  *     16-bit 40000-131072 at 80-83%, where one block, a cluster of 1024s or
  *     the long kernel gave 53-78%), else of 512 (to 512 KiB: float32 131072
@@ -735,12 +742,22 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         const int block_full = es == 4 && tpr == IP_SOFTMAX_MAX_TPR &&
                                (int64_t)cnt * vec * (int64_t)es == IP_SOFTMAX_REG_BYTES &&
                                nv % tpr == 0;
-        if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))
+        /* 16-bit rows of 32-64 KiB: one block with the lean arithmetic
+         * (H100, session 14: 2762-2880 GB/s against 2614-2860 for
+         * softmax_rows at 16384-32768; shorter rows were not measured and
+         * keep softmax_rows). Longer rows: the split layout with the lean
+         * arithmetic (float32 40000-65536 0.92-0.95 of copy against split's
+         * 0.88-0.91; 16-bit 40000-131072 0.85-0.89 against 0.80-0.83); a
+         * masked row takes softmax_split and softmax_rows (the lean kernels
+         * have no mask). */
+        if (block_ok && es == 2 && row_bytes >= 32768 && row_bytes <= IP_SOFTMAX_BLOCK_ROW)
+            path = SM_LEANBLOCK;
+        else if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))
             path = SM_BLOCK;
         else if (cl256 > 0)
-            path = SM_SPLIT256;
+            path = SM_LEAN256;
         else if (cl512 > 0)
-            path = SM_SPLIT;
+            path = SM_LEAN;
         else if (block_ok && es == 4 && row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
             path = SM_BLOCK;
         else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM && es == 4)
