@@ -430,6 +430,17 @@ static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int c
     long long c = 1;
     while (c * cluster_tpr < tt)
         c *= 2;
+    if (c > max_cl && cluster_tpr < max_tpr) {
+        /* A row that max_cl blocks of the plan's cluster block cannot
+         * hold takes blocks of max_tpr, unfitted, as the plan before
+         * (float32 rows of 65537-262144 with the 256-thread default),
+         * rather than the generic kernel's two reads. */
+        cluster_tpr = max_tpr;
+        fit = 0;
+        c = 1;
+        while (c * cluster_tpr < tt)
+            c *= 2;
+    }
     if (c > max_cl)
         return 0;
     *tpr = cluster_tpr;

@@ -307,6 +307,12 @@ static void test_defaults_by_dtype(void **state)
     static const struct {
         const char *spec, *now, *legacy;
     } rows[] = {
+        /* a float32 row 8 blocks of 256 cannot hold: the plan before's
+         * blocks of 1024, not the generic kernel */
+        {"layernorm:f32:131072",
+         "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4>: cluster kernel, 4096 threads per "
+         "row (over a cluster of 4 blocks)",
+         "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4>: cluster kernel"},
         {"layernorm:f32:36864",
          "layernorm_fwd_cluster<float, 36864, true, 4, 160, 8>: cluster kernel, 1280 threads per "
          "row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 10% of lanes idle in the "
