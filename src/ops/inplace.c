@@ -96,8 +96,9 @@ enum ip_softmax_path {
     SM_LEAN256,
     SM_LEANBLOCK
 };
-/* Target bytes per thread: 32 for rows up to IP_SOFTMAX_SHORT_ROW bytes
- * (many rows per SM), 128 above, where fewer threads per row means fewer
+/* Target bytes per thread: 32 for rows under IP_SOFTMAX_SHORT_ROW bytes
+ * (many rows per SM), 128 from there (16-bit rows of 4096, 8 KiB, at 32
+ * bytes ran at 88% of copy, at 128 at 97-98%), where fewer threads per row means fewer
  * warps waiting at the row's two reductions and more rows in flight per SM
  * (bench/INPLACE_NOTES.md). */
 #define IP_SOFTMAX_SHORT_ROW 8192
@@ -699,7 +700,7 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     const int nv = (int)(n / vec);
     const char *mask = causal_q > 0 ? "true" : "false";
     const int64_t row_bytes = n * (int64_t)es;
-    const int64_t per = row_bytes <= IP_SOFTMAX_SHORT_ROW ? IP_SOFTMAX_BYTES_SHORT
+    const int64_t per = row_bytes < IP_SOFTMAX_SHORT_ROW ? IP_SOFTMAX_BYTES_SHORT
                                                            : IP_SOFTMAX_BYTES_LONG;
     int tpr = 1;
     while (tpr < IP_SOFTMAX_MAX_TPR && (int64_t)tpr * per < row_bytes)
