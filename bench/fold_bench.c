@@ -22,14 +22,14 @@
  *                     step asks (forward and backward, float32 and bfloat16,
  *                     rows of 1024): reload vs raw with the same names
  * Fairness: NVRTC's first compile of a new kind of program in a process
- * costs several times a later one (its code paths and the headers' parse
- * paths are paged in and set up then: kernels/layernorm.cu took 845 ms at
- * its first compile in one run, 85 ms at the next), and whichever side runs
- * first in a repetition pays it. So each figure starts with one uncounted
- * repetition that runs both sides, and the counted ones alternate which
- * side goes first (even repetitions jitop, odd ones raw): neither side is
- * timed on NVRTC's first touch, and what one compile leaves warm for the
- * next favours both sides equally.
+ * costs several times a later one (about ten times for kernels/layernorm.cu,
+ * bench/fold_NOTES.md: its code paths and the headers' parse paths are paged
+ * in and set up then), and whichever side runs first in a repetition pays it.
+ * So each figure starts with one uncounted repetition that runs both
+ * sides, and the counted ones alternate which side goes first (even
+ * repetitions jitop, odd ones raw): neither side is timed on NVRTC's first
+ * touch, and what one compile leaves warm for the next favours both sides
+ * equally.
  * Without a GPU (or with --compile-only) the driver parts drop out: jitop's
  * side is jitop_build of the instance / the source with its list folded in
  * (what the load and the reload compile), raw's the NVRTC compile alone.
@@ -340,7 +340,7 @@ static pair reload_k(run *r, int k)
  * CuPy pass them: without them NVRTC has no <cuda_fp16.h> or
  * <cuda_bf16.h>, and layernorm.cu's __has_include test leaves out both
  * headers and its 16-bit kernels, a smaller program than the one jitop
- * compiles (on the H100 machine 49 ms against 84 ms for the same names);
+ * compiles, and so a faster raw side (bench/fold_NOTES.md);
  * on a GPU the module loaded and each name looked up. */
 static double raw_layernorm(run *r, const char *text, const char *src, const char *kdir,
                             const jitop__strv *names)

@@ -165,9 +165,9 @@ JITOP_API int jitop_inplace_release(jitop_ctx *ctx);
  * once into one block's registers and written once; longer rows up to
  * 512 KiB (float32 n <= 131072, 16-bit n <= 262144) into the registers of a
  * thread-block cluster of 2-8 smaller blocks (sm_90); other rows are read
- * twice (the second read mostly from L2). On an H100: 88-99% of a device
- * copy's speed for rows of 256 to 32768 elements, float32 rows of 40000 to
- * 131072 83-92%, 16-bit ones 80-85% (bench/INPLACE_NOTES.md). No scratch. */
+ * twice (the second read mostly from L2). Rows read once run close to a
+ * device copy's speed, longer ones somewhat below it (measurements in
+ * bench/INPLACE_NOTES.md). No scratch. */
 JITOP_API int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n,
                                     void *x, float scale, int64_t causal_q, void *stream);
 

@@ -399,8 +399,8 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
     // Raw registers made opaque between passes only for shares over 32 bytes:
     // there a float copy would double the registers that bound the rows in
     // flight; at 32 bytes or less (rows to 8 KiB, many per SM) the copy is at
-    // most 16 registers, and redoing the conversions cost 16-bit rows of 4096
-    // 10% of their speed on the H100 (0.88 of copy against 0.98).
+    // most 16 registers, and redoing the conversions markedly slows 16-bit
+    // rows of 4096 (bench/INPLACE_NOTES.md).
     constexpr bool OPQ = S::REG > 32;
     typedef ip_vec<T, VEC> V;
     __shared__ ip_ms red[TPR > 32 ? RPB * (TPR / 32) : 1];

@@ -339,14 +339,14 @@ out:
 
 /* Longest processing time first: a pool that takes its tasks in the order
  * given ends when its last task does, so a long task handed out last keeps
- * one worker busy while the others idle (with 32 sources of 74 ms to
- * 1.8 s, -j16 was bounded by the cooperative-groups sources that came
- * late). Taking the longest first bounds the makespan at 4/3 of the best
- * (Graham's bound for LPT) instead of nearly twice. The estimate is what is
- * known before any compile: the bytes a compile reads, which orders the
- * header-heavy sources first but not a small source that instantiates much;
- * a wrong estimate costs only the order. An insertion sort: stable, and n
- * is the number of files of one command. */
+ * one worker busy while the others idle (compile times of the sources
+ * differ by more than 20x, and the long cooperative-groups sources can come
+ * late; bench/BUILD_NOTES.md). Taking the longest first bounds the makespan
+ * at 4/3 of the best (Graham's bound for LPT) instead of nearly twice. The
+ * estimate is what is known before any compile: the bytes a compile reads,
+ * which orders the header-heavy sources first but not a small source that
+ * instantiates much; a wrong estimate costs only the order. An insertion
+ * sort: stable, and n is the number of files of one command. */
 void jitop_cli_longest_first(size_t *tasks, int64_t *est, size_t n)
 {
     for (size_t i = 1; i < n; i++) {

@@ -46,24 +46,19 @@
  * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
  * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
- * 512 KiB. Which path a row length takes (the fastest when each was forced,
- * the H100 run of 31ef3bc in bench/INPLACE_NOTES.md):
+ * 512 KiB. Which path a row length takes (the fastest when each path was
+ * forced; the measurements are in bench/INPLACE_NOTES.md):
  *   16-bit rows of 32-64 KiB: one block with softmax_lean's arithmetic
- *     (softmax_rows_lean: 1-6% over softmax_rows at 16384-32768, H100 run
- *     of session 14 in the notes);
- *   up to 64 KiB: one block (93-99% of copy; split256 3-10% slower there);
+ *     (softmax_rows_lean, which measured faster there than softmax_rows);
+ *   up to 64 KiB: one block (close to copy speed; split256 slower there);
  *   float32 rows filling a 1024-thread block at 128 bytes a thread (32768):
- *     one block (2646 GB/s against split256's 2563);
+ *     one block, which measured faster than split256;
  *   other rows over 64 KiB, sm_90: softmax_lean (the split layout with
  *     fewer ALU ops an element, the same bits; masked rows softmax_split)
- *     in blocks of 256, else 512 (session 14: float32 40000-65536 0.92-0.95
- *     of copy, 16-bit 40000-131072 0.85-0.89); first measured as
- *     softmax_split in blocks of 256 (split256,
- *     rows to 256 KiB: float32 24576 and 40000-65536 at 88-92% of copy,
- *     16-bit 40000-131072 at 80-83%, where one block, a cluster of 1024s or
- *     the long kernel gave 53-78%), else of 512 (to 512 KiB: float32 131072
- *     83% against the cluster's 69%); any alignment (odd rows: one element a
- *     vector, the last slice shorter);
+ *     in blocks of 256 for rows to 256 KiB, else 512: the lean arithmetic
+ *     beats softmax_split's in the same layout, and that layout beats one
+ *     block, a cluster of 1024s and the long kernel at these lengths; any
+ *     alignment (odd rows: one element a vector, the last slice shorter);
  *   before sm_90: float32 rows to 128 KiB one block, the rest softmax_long;
  *   longer rows: softmax_long.
  * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256|split128|lean|
@@ -97,10 +92,10 @@ enum ip_softmax_path {
     SM_LEANBLOCK
 };
 /* Target bytes per thread: 32 for rows under IP_SOFTMAX_SHORT_ROW bytes
- * (many rows per SM), 128 from there (16-bit rows of 4096, 8 KiB, at 32
- * bytes ran at 88% of copy, at 128 at 97-98%), where fewer threads per row means fewer
- * warps waiting at the row's two reductions and more rows in flight per SM
- * (bench/INPLACE_NOTES.md). */
+ * (many rows per SM), 128 from there (16-bit rows of 4096, 8 KiB, run
+ * markedly faster at 128 bytes than at 32), where fewer threads per row
+ * means fewer warps waiting at the row's two reductions and more rows in
+ * flight per SM (bench/INPLACE_NOTES.md). */
 #define IP_SOFTMAX_SHORT_ROW 8192
 #define IP_SOFTMAX_BYTES_SHORT 32
 #define IP_SOFTMAX_BYTES_LONG 128
@@ -739,18 +734,17 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         path = SM_AUTO;
     if (path == SM_AUTO) {
         /* a float32 row filling a 1024-thread block at 128 bytes a thread
-         * (n = 32768) ran 3% faster in that block than split256 */
+         * (n = 32768) is read once in that block, which measured faster than
+         * split256 (bench/INPLACE_NOTES.md) */
         const int block_full = es == 4 && tpr == IP_SOFTMAX_MAX_TPR &&
                                (int64_t)cnt * vec * (int64_t)es == IP_SOFTMAX_REG_BYTES &&
                                nv % tpr == 0;
-        /* 16-bit rows of 32-64 KiB: one block with the lean arithmetic
-         * (H100, session 14: 2762-2880 GB/s against 2614-2860 for
-         * softmax_rows at 16384-32768; shorter rows were not measured and
-         * keep softmax_rows). Longer rows: the split layout with the lean
-         * arithmetic (float32 40000-65536 0.92-0.95 of copy against split's
-         * 0.88-0.91; 16-bit 40000-131072 0.85-0.89 against 0.80-0.83); a
-         * masked row takes softmax_split and softmax_rows (the lean kernels
-         * have no mask). */
+        /* 16-bit rows of 32-64 KiB: one block with the lean arithmetic,
+         * which measured faster there than softmax_rows (shorter rows were
+         * not measured and keep softmax_rows). Longer rows: the split layout
+         * with the lean arithmetic, faster than softmax_split's for both
+         * float32 and 16-bit (bench/INPLACE_NOTES.md); a masked row takes
+         * softmax_split and softmax_rows (the lean kernels have no mask). */
         if (block_ok && es == 2 && row_bytes >= 32768 && row_bytes <= IP_SOFTMAX_BLOCK_ROW)
             path = SM_LEANBLOCK;
         else if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))

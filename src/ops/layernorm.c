@@ -90,8 +90,8 @@ static int ln_threads_rule(int *rule)
 }
 
 /* The constants above as a plan: LN_PLAN_LEGACY, the same for every dtype,
- * is the plan before the H100 A/B of bench/layernorm_NOTES.md (run 8,
- * JITOP_LN_PLAN=legacy keeps it reachable); the defaults differ from it by
+ * is the plan the A/B in bench/layernorm_NOTES.md compared against
+ * (JITOP_LN_PLAN=legacy keeps it reachable); the defaults differ from it by
  * dtype where that A/B won across neighbouring shapes and both 16-bit
  * dtypes (ln_plan_defaults). A legacy plan names no extra template
  * argument, so its instances keep their short names, the cache keys. */
@@ -109,21 +109,19 @@ static int ln_threads_rule(int *rule)
         .text = "default",                                                                         \
     }
 
-/* The default plan for rows of es-byte elements (H100, quick mode, % of
- * the D2D copy; bench/layernorm_NOTES.md, run 8 results):
+/* The default plan for rows of es-byte elements; each entry measured
+ * faster than LN_PLAN_LEGACY across its shapes (bench/layernorm_NOTES.md):
  * - float32 forward rows over 1024 threads (N >= 36864): a cluster of 8
  *   blocks of at most 256 threads, shrunk to whole warps (4-8 blocks per
- *   SM instead of one of 1024): 72-76% -> 81-84%.
+ *   SM instead of one of 1024, so more rows in flight).
  * - 16-bit forward in blocks of 320-384 threads (N 20480-24576): launch
  *   bounds for 2 blocks per SM (80 registers, 36 B spilled, 2 blocks
- *   instead of 1 at 90 registers): 85-93% -> 91-95%.
+ *   instead of 1 at 90 registers); the spill costs less than the lost block.
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
- *   register block holds): the copy-engine kernel, 2 blocks of 512:
- *   70-81% -> 86-88%.
+ *   register block holds): the copy-engine kernel, 2 blocks of 512.
  * - 16-bit forward rows of 120 KiB or more (N >= 61440): the copy-engine
- *   forward kernel, blocks of 16 KiB of a row (8 per row): 70-73% ->
- *   76-79% (run 9; 32 KiB blocks 74-77%; below 120 KiB the register and
- *   cluster kernels win, 86-93% against 73-86%).
+ *   forward kernel, blocks of 16 KiB of a row (8 per row), which beat
+ *   32 KiB blocks; below 120 KiB the register and cluster kernels win.
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {

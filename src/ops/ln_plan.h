@@ -40,7 +40,7 @@
  *                    the plan line says
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
- * (src/ops/layernorm.c, from the H100 A/B of bench/layernorm_NOTES.md);
+ * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
  * "legacy" as the first item starts from the plan before them, the same for
  * every dtype:
  *
