@@ -63,8 +63,8 @@ static int path_set_add(struct path_set *s, const char *path)
 /* The stat answers of one scan, by path: a header directive is looked for
  * beside its file and in each include dir, and a library's headers name
  * the same few hundred names from hundreds of files (cooperative_groups.h
- * alone: about 13,000 stat calls for 266 files, a few hundred of them
- * distinct). A path's first answer in the scan stands for the scan: that is
+ * asks for many more stats than it has distinct paths: bench/fold_NOTES.md).
+ * A path's first answer in the scan stands for the scan: that is
  * the order a scan that looked at it once would see, and a file or folder
  * created during the scan is caught where one created just after it would
  * be (the folder records taken before the look, the absent names looked for

@@ -115,8 +115,8 @@ static int ln_threads_rule(int *rule)
  *   blocks of at most 256 threads, shrunk to whole warps (4-8 blocks per
  *   SM instead of one of 1024, so more rows in flight).
  * - 16-bit forward in blocks of 320-384 threads (N 20480-24576): launch
- *   bounds for 2 blocks per SM (80 registers, 36 B spilled, 2 blocks
- *   instead of 1 at 90 registers); the spill costs less than the lost block.
+ *   bounds for 2 blocks per SM instead of 1: ptxas then spills a little,
+ *   which costs less than the lost block.
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512.
  * - 16-bit forward rows of 120 KiB or more (N >= 61440): the copy-engine
