@@ -11,9 +11,11 @@
 //   softmax_rows_lean<T, N, VEC, TPR>, softmax_lean<T, N, VEC, TPR, CL>  softmax_rows and
 //                                         softmax_split with fewer ALU ops (no mask)
 //   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
+//   ip_copy<W>                            bytes from one buffer to another in W-byte words
 //
 // Larger square products run through cuBLAS in row chunks (src/ops/inplace.c);
-// nothing here is used for them.
+// ip_copy is their copy-back from the scratch when JITOP_INPLACE_MM_COPY_SMS
+// keeps SMs from cuBLAS for it.
 //
 // In place is safe because no element is written before every read of its row
 // (sqmm_small: of its whole tile of rows) is done: the tile sits in shared
@@ -637,4 +639,51 @@ __global__ void __launch_bounds__(1024) softmax_long(T *x, long long rows, int n
             xr[j] = o;
         }
     }
+}
+
+// The copy-back of a square product's chunk from its scratch over A
+// (src/ops/inplace.c, JITOP_INPLACE_MM_COPY_SMS): launched on the copy stream
+// with a grid of at most the few SMs' worth of blocks that cuBLAS's SM count
+// target leaves free, so that it runs beside the next chunk's product
+// instead of between products. Few SMs must move a whole chunk, so each
+// thread issues IP_COPY_UNROLL independent W-byte loads before their stores
+// (16 KiB in flight per 256-thread block at W = 16) and loops over the chunk
+// (grid-stride: consecutive threads, consecutive words). Both pointers are
+// W-aligned (the host picks W, 16 where A and the chunk size allow); the
+// bytes after the last whole word (fewer than W) go one per thread.
+// Different buffers (scratch and A), so __restrict__ holds here.
+template <int W> struct ip_word;
+template <> struct ip_word<16> { typedef uint4 T; };
+template <> struct ip_word<8> { typedef uint2 T; };
+template <> struct ip_word<4> { typedef unsigned T; };
+template <> struct ip_word<2> { typedef unsigned short T; };
+template <> struct ip_word<1> { typedef unsigned char T; };
+
+#define IP_COPY_UNROLL 4
+
+template <int W>
+__global__ void __launch_bounds__(256) ip_copy(unsigned char *__restrict__ dst,
+                                               const unsigned char *__restrict__ src,
+                                               unsigned long long bytes)
+{
+    typedef typename ip_word<W>::T V;
+    V *d = reinterpret_cast<V *>(dst);
+    const V *s = reinterpret_cast<const V *>(src);
+    const unsigned long long words = bytes / W;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long i = t;
+    for (; i + (IP_COPY_UNROLL - 1) * stride < words; i += IP_COPY_UNROLL * stride) {
+        V v[IP_COPY_UNROLL];
+#pragma unroll
+        for (int u = 0; u < IP_COPY_UNROLL; u++)
+            v[u] = s[i + u * stride];
+#pragma unroll
+        for (int u = 0; u < IP_COPY_UNROLL; u++)
+            d[i + u * stride] = v[u];
+    }
+    for (; i < words; i += stride)
+        d[i] = s[i];
+    if (t < bytes - words * W)
+        dst[words * W + t] = src[words * W + t];
 }

@@ -58,6 +58,11 @@ void *jitop__cublas_open(jitop_ctx *ctx, const char *who, const char *fallback, 
     return NULL;
 }
 
+void *jitop__cublas_sym(const jitop__cublas *cb, const char *name)
+{
+    return dlsym(cb->lib, name);
+}
+
 void jitop__cublas_close(jitop_ctx *ctx, const char *who, jitop__cublas *cb, bool live)
 {
     if (live && cb->destroy(cb->handle) != 0)

@@ -28,6 +28,11 @@ typedef struct jitop__cublas {
 void *jitop__cublas_open(jitop_ctx *ctx, const char *who, const char *fallback, size_t size,
                          const char *const *names, void **fns, size_t n);
 
+/* An entry point that not every libcublas.so.13 may have (looked up after
+ * jitop__cublas_open, so that its absence fails nothing): NULL when the
+ * library lacks it. */
+void *jitop__cublas_sym(const jitop__cublas *cb, const char *name);
+
 /* Destroys the handle when live (ctx's CUDA context is current: at a
  * teardown the driver may be gone), closes the library and frees cb (the
  * block jitop__cublas_open returned). A failure is logged under who. */

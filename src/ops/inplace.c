@@ -10,11 +10,15 @@
  *  - larger n: cuBLAS (libcublas.so.13, opened at run time) in row chunks:
  *    chunk i's product goes to a scratch buffer, then is copied back over
  *    chunk i (cuMemcpyDtoDAsync). With two or more chunks the copies run on a
- *    second stream of the context's own, with two scratch buffers in turn,
- *    so that chunk i's copy overlaps chunk i+1's product (the product is
- *    compute-bound there; the copy moves bytes). The scratch, per caller
- *    stream, holds at most 2 x max(IP_CHUNK_BYTES, one row) bytes whatever
- *    m is (jitop_inplace_scratch_bytes says how much is held now).
+ *    second stream of the context's own, with b scratch buffers in turn
+ *    (2 by default), so that chunk i's copy overlaps chunk i+1's product (the
+ *    product is compute-bound there; the copy moves bytes). The scratch, per
+ *    caller stream, holds at most b x max(chunk, one row) bytes whatever m
+ *    is (jitop_inplace_scratch_bytes says how much is held now). cuBLAS's
+ *    kernels fill every SM, and the driver's copy runs on SMs too, so the
+ *    copies mostly run between products; $JITOP_INPLACE_MM_COPY_SMS=k keeps
+ *    k SMs from cuBLAS (its SM count target) and copies with ip_copy on them
+ *    instead. ops/ip_plan.h has the plan and the settings.
  * Softmax: softmax_rows (a row in one block's registers), softmax_split (a
  * row over a cluster of smaller blocks, several per SM, sm_90), else
  * softmax_long (two reads); softmax_cluster (a cluster of 1024-thread
@@ -27,6 +31,7 @@
  */
 #include "load/driver.h"
 #include "ops/cublas_dl.h"
+#include "ops/ip_plan.h"
 #include "ops/ops_state.h"
 
 #include <limits.h>
@@ -39,9 +44,6 @@
 /* The largest n sqmm_small takes (its W and tile fit the 48 KiB of static
  * shared memory: 33 KiB at 64). */
 #define IP_SMALL_N 64
-/* Bytes of A one product chunk covers ($JITOP_INPLACE_CHUNK_MB overrides,
- * read once per context). Two such buffers: 64 MiB of scratch at most. */
-#define IP_CHUNK_BYTES ((size_t)32 << 20)
 /* Bytes of a row one softmax_rows thread holds at most (raw T: 32 float32
  * or 64 16-bit elements) and its largest block: rows to 128 KiB fit one
  * block. softmax_cluster spreads a row over up to IP_SOFTMAX_MAX_CLUSTER
@@ -111,9 +113,20 @@ typedef int (*ip_cublas_gemm_ex_fn)(void *h, int ta, int tb, int m, int n, int k
                                     const void *b, int btype, int ldb, const void *beta, void *c,
                                     int ctype, int ldc, int compute, int algo);
 
+/* cublasSetSmCountTarget / cublasGetSmCountTarget: optional (NULL when the
+ * library lacks them; the copy-back then stays the driver's copy). */
+typedef int (*ip_cublas_set_int_fn)(void *h, int v);
+typedef int (*ip_cublas_get_int_fn)(void *h, int *v);
+
 typedef struct ip_cublas {
     jitop__cublas blas; /* first: jitop__cublas_open allocates the whole */
     ip_cublas_gemm_ex_fn gemm_ex;
+    ip_cublas_set_int_fn set_sm_target;
+    ip_cublas_get_int_fn get_sm_target;
+    /* the handle's SM count target when it was made, and now (under s->lock:
+     * the handle is the in-place state's own, lltm.c has another, so the
+     * target is set only when a call wants another than the one set) */
+    int sm_target_default, sm_target_now;
 } ip_cublas;
 
 typedef struct ip_inst {
@@ -129,9 +142,17 @@ typedef struct ip_ws {
     CUdeviceptr buf;
     size_t bytes;
     CUstream aux;
-    CUevent done_gemm[2], done_copy[2];
+    CUevent done_gemm[JITOP__IP_MAX_BUFS], done_copy[JITOP__IP_MAX_BUFS];
     struct ip_ws *next;
 } ip_ws;
+
+/* ip_copy<W> for W = 1 << index: the op, its block size and the blocks of
+ * that size one SM holds (cuOccupancyMaxPotentialBlockSize); block 0: not
+ * got yet. Under s->lock. */
+typedef struct ip_copy_k {
+    jitop_op *op;
+    int block, per_sm;
+} ip_copy_k;
 
 struct jitop__inplace_state {
     pthread_mutex_t lock;
@@ -140,8 +161,10 @@ struct jitop__inplace_state {
     ip_ws *ws;
     int cublas_tried;
     ip_cublas *cublas;
-    size_t chunk_bytes;
-    int overlap; /* $JITOP_INPLACE_OVERLAP=0 turns the second stream off (to compare) */
+    jitop__ip_mm_cfg mm; /* the square product's settings (ops/ip_plan.h) */
+    ip_copy_k copy[5];
+    int partition_said; /* the verbose log said whether the partition runs */
+    size_t partitioned; /* calls whose copy-back ran on the kept SMs (tests) */
     enum ip_softmax_path softmax_path;
 };
 
@@ -152,7 +175,7 @@ static void ip_ws_release(const jitop__driver *d, ip_ws *w)
     const jitop__cuda_api *api = d->api;
     if (w->buf != 0)
         (void)api->cuMemFree(w->buf);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < JITOP__IP_MAX_BUFS; i++) {
         if (w->done_gemm[i] != NULL)
             (void)api->cuEventDestroy(w->done_gemm[i]);
         if (w->done_copy[i] != NULL)
@@ -227,6 +250,9 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
     if (rc != JITOP_OK)
         return rc;
 
+    jitop__ip_mm_cfg mm;
+    jitop__ip_mm_cfg_env(&mm);
+    int made = 0;
     pthread_mutex_lock(&ctx->lock);
     rc = jitop__ops_state_get(ctx, &ops);
     if (rc == JITOP_OK && ops->inplace == NULL) {
@@ -242,12 +268,9 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
             free(s);
             s = NULL;
         } else {
-            const char *mb = getenv("JITOP_INPLACE_CHUNK_MB");
-            const char *ov = getenv("JITOP_INPLACE_OVERLAP");
-            long v = mb != NULL ? strtol(mb, NULL, 10) : 0;
             s->module = m;
-            s->chunk_bytes = v > 0 && v <= 65536 ? (size_t)v << 20 : IP_CHUNK_BYTES;
-            s->overlap = !(ov != NULL && strcmp(ov, "0") == 0);
+            s->mm = mm;
+            made = 1;
             const char *sp = getenv("JITOP_INPLACE_SOFTMAX");
             s->softmax_path = sp == NULL                    ? SM_AUTO
                               : strcmp(sp, "block") == 0   ? SM_BLOCK
@@ -266,6 +289,19 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
     if (rc == JITOP_OK)
         s = ops->inplace;
     pthread_mutex_unlock(&ctx->lock);
+    /* a setting that did not parse is ignored, not fatal: say so */
+    static const struct {
+        unsigned bit;
+        const char *var, *want;
+    } bad[] = {
+        {JITOP__IP_BAD_CHUNK, "JITOP_INPLACE_CHUNK_MB", "MiB in [1, 65536]"},
+        {JITOP__IP_BAD_BUFS, "JITOP_INPLACE_MM_BUFS", "2, 3 or 4"},
+        {JITOP__IP_BAD_COPY_SMS, "JITOP_INPLACE_MM_COPY_SMS", "SMs in [0, 65535]"},
+    };
+    for (size_t i = 0; made && i < sizeof bad / sizeof bad[0]; i++)
+        if (mm.bad & bad[i].bit)
+            jitop__log(ctx, "inplace: %s=%s ignored (want %s)", bad[i].var,
+                       getenv(bad[i].var) ? getenv(bad[i].var) : "", bad[i].want);
     if (rc == JITOP_OK)
         *out = s;
     return rc;
@@ -305,9 +341,38 @@ static ip_cublas *ip_cublas_load(jitop_ctx *ctx)
     static const char *const names[] = {"cublasGemmEx"};
     void *fns[1];
     ip_cublas *cb = jitop__cublas_open(ctx, "inplace", "", sizeof *cb, names, fns, 1);
-    if (cb != NULL)
-        cb->gemm_ex = (ip_cublas_gemm_ex_fn)fns[0];
+    if (cb == NULL)
+        return NULL;
+    cb->gemm_ex = (ip_cublas_gemm_ex_fn)fns[0];
+    /* the SM count target, for $JITOP_INPLACE_MM_COPY_SMS: both or neither */
+    ip_cublas_set_int_fn set =
+        (ip_cublas_set_int_fn)jitop__cublas_sym(&cb->blas, "cublasSetSmCountTarget");
+    ip_cublas_get_int_fn get =
+        (ip_cublas_get_int_fn)jitop__cublas_sym(&cb->blas, "cublasGetSmCountTarget");
+    int target = 0;
+    if (set != NULL && get != NULL && get(cb->blas.handle, &target) == 0) {
+        cb->set_sm_target = set;
+        cb->get_sm_target = get;
+        cb->sm_target_default = cb->sm_target_now = target;
+    } else {
+        jitop__log(ctx, "inplace: cuBLAS has no usable cublasSetSmCountTarget / "
+                        "cublasGetSmCountTarget: the copy-back stays the driver's copy");
+    }
     return cb;
+}
+
+/* Sets the handle's SM count target to want unless it is set to that
+ * already. Under s->lock. */
+static int ip_sm_target(ip_cublas *cb, int want)
+{
+    if (cb->set_sm_target == NULL || cb->sm_target_now == want)
+        return JITOP_OK;
+    const int r = cb->set_sm_target(cb->blas.handle, want);
+    if (r != 0)
+        return jitop__fail(JITOP_ECUDA, "inplace: cublasSetSmCountTarget(%d) failed with status %d",
+                           want, r);
+    cb->sm_target_now = want;
+    return JITOP_OK;
 }
 
 /* The caller stream's scratch, at least bytes long; with aux, its second
@@ -348,25 +413,27 @@ static int ip_workspace(jitop_ctx *ctx, struct jitop__inplace_state *s, void *st
         w->bytes = bytes;
     }
     if (aux && w->aux == NULL) {
-        /* made whole or not at all: w->aux set means the events exist */
-        CUevent ev[4] = {NULL, NULL, NULL, NULL};
+        /* made whole or not at all: w->aux set means the events exist (one
+         * pair per buffer, as many as any setting may use) */
+        enum { NEV = 2 * JITOP__IP_MAX_BUFS };
+        CUevent ev[NEV] = {NULL};
         CUstream as = NULL;
-        for (int i = 0; rc == JITOP_OK && i < 4; i++)
+        for (int i = 0; rc == JITOP_OK && i < NEV; i++)
             rc = jitop__cu_check(api->cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING),
                                  "cuEventCreate", "inplace");
         if (rc == JITOP_OK)
             rc = jitop__cu_check(api->cuStreamCreate(&as, CU_STREAM_NON_BLOCKING),
                                  "cuStreamCreate", "inplace copy stream");
         if (rc != JITOP_OK) {
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < NEV; i++)
                 if (ev[i] != NULL)
                     (void)api->cuEventDestroy(ev[i]);
             return rc;
         }
-        w->done_gemm[0] = ev[0];
-        w->done_gemm[1] = ev[1];
-        w->done_copy[0] = ev[2];
-        w->done_copy[1] = ev[3];
+        for (int i = 0; i < JITOP__IP_MAX_BUFS; i++) {
+            w->done_gemm[i] = ev[i];
+            w->done_copy[i] = ev[JITOP__IP_MAX_BUFS + i];
+        }
         w->aux = as;
     }
     *out = w;
@@ -399,11 +466,9 @@ size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
         return 0;
     if (n <= IP_SMALL_N)
         return 0;
-    const size_t row = (size_t)n * es;
-    const char *mb = getenv("JITOP_INPLACE_CHUNK_MB");
-    long v = mb != NULL ? strtol(mb, NULL, 10) : 0;
-    const size_t chunk = v > 0 && v <= 65536 ? (size_t)v << 20 : IP_CHUNK_BYTES;
-    return 2 * (chunk > row ? chunk / row * row : row);
+    jitop__ip_mm_cfg cfg;
+    jitop__ip_mm_cfg_env(&cfg);
+    return jitop__ip_mm_scratch_bound(&cfg, (size_t)n * es);
 }
 
 size_t jitop_inplace_scratch_bytes(jitop_ctx *ctx)
@@ -523,6 +588,77 @@ static int ip_gemm(ip_cublas *cb, jitop_dtype dtype, int tf32, int n, int rows, 
     return JITOP_OK;
 }
 
+/* ip_copy<width> (see ip_copy_k), got (compiled on first use) and sized
+ * once. Called without s->lock: ip_get takes it. */
+static int ip_copy_get(struct jitop__inplace_state *s, const jitop__driver *d, int width,
+                       ip_copy_k *out)
+{
+    int wi = 0;
+    while ((1 << wi) < width && wi < 4)
+        wi++;
+    pthread_mutex_lock(&s->lock);
+    ip_copy_k k = s->copy[wi];
+    pthread_mutex_unlock(&s->lock);
+    if (k.block > 0) {
+        *out = k;
+        return JITOP_OK;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "ip_copy<%d>", width);
+    int block = 0, grid = 0;
+    int rc = ip_get(s, name, &k.op);
+    if (rc == JITOP_OK)
+        rc = jitop_occupancy(k.op, 0, &block, &grid);
+    if (rc == JITOP_OK && (block < 32 || grid < 1))
+        rc = jitop__fail(JITOP_ECUDA, "inplace: %s: the driver's occupancy is %d blocks of %d threads",
+                         name, grid, block);
+    if (rc != JITOP_OK)
+        return rc;
+    /* grid: the blocks of that size filling the device, so many per SM */
+    k.block = block;
+    k.per_sm = d->sm_count > 0 && grid / d->sm_count > 0 ? grid / d->sm_count : 1;
+    pthread_mutex_lock(&s->lock);
+    s->copy[wi] = k;
+    pthread_mutex_unlock(&s->lock);
+    *out = k;
+    return JITOP_OK;
+}
+
+/* bytes from src (scratch) to dst (A) by ip_copy on stream st, with at most
+ * sms SMs' worth of blocks. */
+static int ip_copy_launch(const ip_copy_k *k, int width, void *dst, CUdeviceptr src, size_t bytes,
+                          int sms, CUstream st)
+{
+    void *sp = (void *)(uintptr_t)src;
+    unsigned long long nb = bytes;
+    void *args[] = {&dst, &sp, &nb};
+    size_t sizes[] = {sizeof dst, sizeof sp, sizeof nb};
+    const unsigned grid = jitop__ip_copy_grid(bytes, width, k->block, k->per_sm, sms);
+    return jitop_launch(k->op, (jitop_dim3){grid, 1, 1}, (jitop_dim3){(unsigned)k->block, 1, 1}, 0,
+                        st, args, sizes, 3);
+}
+
+/* Once per state, on the first call where it applies, the verbose log says
+ * whether $JITOP_INPLACE_MM_COPY_SMS takes effect, and why not. */
+static void ip_say_partition(jitop_ctx *ctx, struct jitop__inplace_state *s, const ip_cublas *cb,
+                             const jitop__driver *d, const jitop__ip_mm_plan *p)
+{
+    const int k = s->mm.copy_sms;
+    if (k == 0 || p->chunks < 2 || __atomic_exchange_n(&s->partition_said, 1, __ATOMIC_RELAXED))
+        return;
+    if (p->partition)
+        jitop__log(ctx, "inplace: square matmul copy-back by ip_copy<%d> on %d of %d SMs (cuBLAS "
+                        "SM count target %d), %d scratch buffers of %zu bytes",
+                   p->copy_width, k, d->sm_count, p->sm_target, p->bufs, p->chunk);
+    else
+        jitop__log(ctx, "inplace: JITOP_INPLACE_MM_COPY_SMS=%d not in effect (%s): the copy-back "
+                        "stays the driver's copy",
+                   k,
+                   !s->mm.overlap ? "JITOP_INPLACE_OVERLAP=0"
+                   : cb->set_sm_target == NULL ? "cuBLAS has no cublasSetSmCountTarget"
+                                               : "not fewer than the device's SMs");
+}
+
 static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop_dtype dtype,
                              int64_t m, int n, void *a, const void *w, int trans, int tf32,
                              void *stream)
@@ -543,35 +679,37 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
                            "inplace: n = %d needs cuBLAS (libcublas.so.13), which could not be "
                            "opened (n <= %d runs without it)", n, IP_SMALL_N);
     const size_t es = jitop_dtype_size(dtype), row = (size_t)n * es;
-    int64_t rpc = (int64_t)(s->chunk_bytes / row);
-    if (rpc < 1)
-        rpc = 1;
-    if (rpc > INT_MAX)
-        rpc = INT_MAX;
-    if (m <= rpc)
-        rpc = m; /* one product: smaller ones lost more than the overlap won */
-    const int64_t chunks = (m + rpc - 1) / rpc;
-    const int two = s->overlap && chunks > 1;
-    const size_t chunk = (size_t)rpc * row;
+    jitop__ip_mm_plan p;
+    jitop__ip_mm_plan_make(&s->mm, m, row, (uintptr_t)a, d->sm_count, cb->set_sm_target != NULL,
+                           &p);
+    const int two = p.bufs > 1; /* copies on the second stream */
     int rc = jitop__cuda_more();
     if (rc == JITOP_OK)
         rc = jitop__driver_make_current(d);
+    ip_copy_k ck = {NULL, 0, 0};
+    if (rc == JITOP_OK && p.partition)
+        rc = ip_copy_get(s, d, p.copy_width, &ck);
     if (rc != JITOP_OK)
         return rc;
+    ip_say_partition(ctx, s, cb, d, &p);
     pthread_mutex_lock(&s->lock);
     ip_ws *ws = NULL;
-    rc = ip_workspace(ctx, s, stream, two ? 2 * chunk : chunk, two, &ws);
+    rc = ip_workspace(ctx, s, stream, (size_t)p.bufs * p.chunk, two, &ws);
     if (rc == JITOP_OK && cb->blas.set_stream(cb->blas.handle, stream) != 0)
         rc = jitop__fail(JITOP_ECUDA, "inplace: cublasSetStream failed");
+    /* a partitioned call's products leave copy_sms SMs to the copies; any
+     * other call's run with the handle's own target */
+    if (rc == JITOP_OK)
+        rc = ip_sm_target(cb, p.partition ? p.sm_target : cb->sm_target_default);
     CUstream st = (CUstream)stream;
     int last_copy = -1; /* the buffer whose copy-back was recorded last */
-    for (int64_t i = 0; rc == JITOP_OK && i < chunks; i++) {
-        const int rows = (int)(m - i * rpc < rpc ? m - i * rpc : rpc);
-        const int b = two ? (int)(i % 2) : 0;
-        char *ai = (char *)a + (size_t)i * chunk;
-        CUdeviceptr sc = ws->buf + (size_t)b * chunk;
-        /* the buffer is free once the copy that read it two chunks ago is done */
-        if (two && i >= 2)
+    for (int64_t i = 0; rc == JITOP_OK && i < p.chunks; i++) {
+        const int rows = (int)(m - i * p.rows < p.rows ? m - i * p.rows : p.rows);
+        const int b = (int)(i % p.bufs);
+        char *ai = (char *)a + (size_t)i * p.chunk;
+        CUdeviceptr sc = ws->buf + (size_t)b * p.chunk;
+        /* the buffer is free once the copy that read it bufs chunks ago is done */
+        if (two && i >= p.bufs)
             rc = jitop__cu_check(api->cuStreamWaitEvent(st, ws->done_copy[b], 0),
                                  "cuStreamWaitEvent", "inplace");
         if (rc == JITOP_OK)
@@ -588,7 +726,12 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
         if (rc == JITOP_OK)
             rc = jitop__cu_check(api->cuStreamWaitEvent(ws->aux, ws->done_gemm[b], 0),
                                  "cuStreamWaitEvent", "inplace");
-        if (rc == JITOP_OK)
+        /* partitioned: on the kept SMs beside the next product; the last
+         * copy has the device to itself and gets all of it */
+        if (rc == JITOP_OK && p.partition)
+            rc = ip_copy_launch(&ck, p.copy_width, ai, sc, bytes,
+                                i == p.chunks - 1 ? d->sm_count : s->mm.copy_sms, ws->aux);
+        else if (rc == JITOP_OK)
             rc = jitop__cu_check(
                 api->cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)ai, sc, bytes, ws->aux),
                 "cuMemcpyDtoDAsync", "inplace");
@@ -608,8 +751,22 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
         if (rc == JITOP_OK)
             rc = wrc;
     }
+    if (rc == JITOP_OK && p.partition)
+        s->partitioned++;
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+size_t jitop__inplace_partitioned(jitop_ctx *ctx)
+{
+    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
+    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    const size_t n = s->partitioned;
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, int64_t n, void *a,

@@ -144,8 +144,9 @@ static void test_scratch_bound(void **state)
     assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_FLOAT32, 64), 0); /* no scratch */
     assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_FLOAT32, 0), 0);
     assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_FLOAT64, 1024), 0);
-    if (getenv("JITOP_INPLACE_CHUNK_MB") != NULL)
-        skip();
+    if (getenv("JITOP_INPLACE_CHUNK_MB") != NULL || getenv("JITOP_INPLACE_MM_BUFS") != NULL ||
+        getenv("JITOP_INPLACE_OVERLAP") != NULL)
+        skip(); /* tests/cpu/test_ip_plan.c covers them */
     /* 32 MiB of whole rows, twice */
     assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_FLOAT32, 1024), (size_t)64 << 20);
     assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_FLOAT16, 12288),
@@ -177,6 +178,11 @@ static void test_instances_compile(void **state)
         "softmax_lean<float, 50001, 1, 512, 7>",
         "softmax_rows_lean<__half, 4096, 8, 256>",
         "softmax_rows_lean<float, 7, 1, 4>",
+        "ip_copy<16>",
+        "ip_copy<8>",
+        "ip_copy<4>",
+        "ip_copy<2>",
+        "ip_copy<1>",
     };
     jitop_build_result r;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -216,6 +222,9 @@ static void test_instances_no_spill(void **state)
         {"softmax_lean<__nv_bfloat16, 131072, 8, 256, 8>", 64},
         {"softmax_split<__half, 65536, 8, 128, 8, false>", 64},
         {"softmax_rows_lean<__nv_bfloat16, 32768, 8, 512>", 64},
+        /* the copy-back: 8 blocks of 256 on an SM's 64K registers, no spill
+         * of its four 16-byte words in flight */
+        {"ip_copy<16>", 32},
     };
     const char *opts[] = {"-Xptxas=-v"};
     jitop_build_result r;

@@ -1,0 +1,104 @@
+/* The in-place square matmul's chunk plan (see ip_plan.h). */
+#include "ops/ip_plan.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 1: s is a whole decimal integer in [lo, hi], in *out; 0: s is NULL;
+ * -1: anything else. */
+static int ip_parse(const char *s, long lo, long hi, long *out)
+{
+    if (s == NULL)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 1;
+}
+
+void jitop__ip_mm_cfg_parse(const char *chunk_mb, const char *overlap, const char *bufs,
+                            const char *copy_sms, jitop__ip_mm_cfg *out)
+{
+    jitop__ip_mm_cfg c = {JITOP__IP_CHUNK_BYTES, 1, 2, 0, 0};
+    long v = 0;
+    int r = ip_parse(chunk_mb, 1, JITOP__IP_MAX_CHUNK_MB, &v);
+    if (r > 0)
+        c.chunk_bytes = (size_t)v << 20;
+    else if (r < 0)
+        c.bad |= JITOP__IP_BAD_CHUNK;
+    c.overlap = !(overlap != NULL && strcmp(overlap, "0") == 0);
+    if ((r = ip_parse(bufs, 2, JITOP__IP_MAX_BUFS, &v)) > 0)
+        c.bufs = (int)v;
+    else if (r < 0)
+        c.bad |= JITOP__IP_BAD_BUFS;
+    if ((r = ip_parse(copy_sms, 0, JITOP__IP_MAX_COPY_SMS, &v)) > 0)
+        c.copy_sms = (int)v;
+    else if (r < 0)
+        c.bad |= JITOP__IP_BAD_COPY_SMS;
+    *out = c;
+}
+
+void jitop__ip_mm_cfg_env(jitop__ip_mm_cfg *out)
+{
+    jitop__ip_mm_cfg_parse(getenv("JITOP_INPLACE_CHUNK_MB"), getenv("JITOP_INPLACE_OVERLAP"),
+                           getenv("JITOP_INPLACE_MM_BUFS"), getenv("JITOP_INPLACE_MM_COPY_SMS"),
+                           out);
+}
+
+void jitop__ip_mm_plan_make(const jitop__ip_mm_cfg *cfg, int64_t m, size_t row, uintptr_t a,
+                            int sm_count, int can_partition, jitop__ip_mm_plan *out)
+{
+    jitop__ip_mm_plan p;
+    memset(&p, 0, sizeof p);
+    int64_t rpc = row > 0 && cfg->chunk_bytes / row <= (size_t)INT_MAX
+                      ? (int64_t)(cfg->chunk_bytes / row)
+                      : INT_MAX;
+    if (rpc < 1)
+        rpc = 1;
+    if (m <= rpc)
+        rpc = m; /* one product: smaller ones lost more than the overlap won */
+    int64_t chunks = (m + rpc - 1) / rpc;
+    const int two = cfg->overlap && chunks > 1;
+    p.partition = two && cfg->copy_sms > 0 && can_partition && cfg->copy_sms < sm_count;
+    if (p.partition && rpc >= 8) {
+        rpc -= rpc % 8; /* still < m: more than one chunk */
+        chunks = (m + rpc - 1) / rpc;
+    }
+    p.rows = rpc;
+    p.chunks = chunks;
+    p.chunk = (size_t)rpc * row;
+    p.bufs = two ? cfg->bufs : 1;
+    if (p.partition) {
+        p.sm_target = sm_count - cfg->copy_sms;
+        int w = 16;
+        while (w > 1 && (a % (uintptr_t)w != 0 || p.chunk % (size_t)w != 0))
+            w /= 2;
+        p.copy_width = w;
+    }
+    *out = p;
+}
+
+size_t jitop__ip_mm_scratch_bound(const jitop__ip_mm_cfg *cfg, size_t row)
+{
+    if (row == 0)
+        return 0;
+    const size_t one = cfg->chunk_bytes > row ? cfg->chunk_bytes / row * row : row;
+    return (size_t)(cfg->overlap ? cfg->bufs : 1) * one;
+}
+
+unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_sm, int sms)
+{
+    if (width < 1 || block < 1)
+        return 1;
+    const size_t words = bytes / (size_t)width;
+    size_t grid = (words + (size_t)block - 1) / (size_t)block;
+    const size_t cap = (size_t)(blocks_per_sm > 0 ? blocks_per_sm : 1) * (size_t)(sms > 0 ? sms : 1);
+    if (grid > cap)
+        grid = cap;
+    return grid < 1 ? 1u : (unsigned)grid;
+}

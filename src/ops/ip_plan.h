@@ -1,0 +1,103 @@
+/*
+ * The in-place square matmul's chunk plan (inplace.c, the cuBLAS path for
+ * n > 64): how many rows one product covers, how many scratch buffers turn,
+ * and whether the copy-back runs on SMs kept from cuBLAS. Pure arithmetic on
+ * the environment's settings, so that it is tested without a GPU
+ * (tests/cpu/test_ip_plan.c). The settings (read once per context, when its
+ * first in-place call makes the state; jitop_square_matmul_scratch_bound
+ * reads them at each call):
+ *
+ *   JITOP_INPLACE_CHUNK_MB=c     MiB of A one product covers, 1..65536 (32)
+ *   JITOP_INPLACE_OVERLAP=0      copies on the caller's stream, one buffer
+ *   JITOP_INPLACE_MM_BUFS=b      scratch buffers in turn with the copy
+ *                                stream, 2..4 (2): product i waits for the
+ *                                copy of chunk i - b only
+ *   JITOP_INPLACE_MM_COPY_SMS=k  k >= 1: the products run with cuBLAS's SM
+ *                                count target at (SMs - k) and the copy-back
+ *                                is ip_copy (kernels/inplace.cu) on the copy
+ *                                stream with at most k SMs' worth of blocks,
+ *                                so that it runs beside the next product on
+ *                                the SMs cuBLAS leaves free (the driver's D2D
+ *                                copy also runs on SMs, and cuBLAS's kernels
+ *                                fill them all). 0 or unset: off.
+ *
+ * A value that does not parse or is out of range is ignored (the default
+ * holds) and named in jitop__ip_mm_cfg.bad, which the context's verbose log
+ * reports.
+ */
+#ifndef JITOP_OPS_IP_PLAN_H
+#define JITOP_OPS_IP_PLAN_H
+
+#include "base/base.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JITOP__IP_CHUNK_BYTES ((size_t)32 << 20)
+#define JITOP__IP_MAX_CHUNK_MB 65536
+#define JITOP__IP_MAX_BUFS 4
+#define JITOP__IP_MAX_COPY_SMS 65535
+
+/* jitop__ip_mm_cfg.bad: the variables set but ignored */
+#define JITOP__IP_BAD_CHUNK 1u
+#define JITOP__IP_BAD_BUFS 2u
+#define JITOP__IP_BAD_COPY_SMS 4u
+
+typedef struct jitop__ip_mm_cfg {
+    size_t chunk_bytes; /* bytes of A per product (before rounding to whole rows) */
+    int overlap;        /* 0: no copy stream, one buffer */
+    int bufs;           /* buffers in turn when the copy stream runs, 2..4 */
+    int copy_sms;       /* SMs kept for the copy-back; 0: the driver's copy */
+    unsigned bad;       /* JITOP__IP_BAD_* */
+} jitop__ip_mm_cfg;
+
+/* The settings from the four variables' values (NULL: unset). */
+void jitop__ip_mm_cfg_parse(const char *chunk_mb, const char *overlap, const char *bufs,
+                            const char *copy_sms, jitop__ip_mm_cfg *out);
+
+/* The same from getenv. */
+void jitop__ip_mm_cfg_env(jitop__ip_mm_cfg *out);
+
+/* One call's plan for m rows of row bytes at address a, on a device of
+ * sm_count SMs; can_partition: cuBLAS has cublasSetSmCountTarget.
+ *  - rows per product: chunk_bytes / row (at least 1, at most INT_MAX),
+ *    all m when m fits one chunk (one product, no copy stream);
+ *  - bufs: 1 without the copy stream (one chunk, or overlap off), else
+ *    cfg->bufs; the scratch is bufs x chunk bytes;
+ *  - partition when the copy stream runs, copy_sms > 0, can_partition and
+ *    copy_sms < sm_count; then the rows per product are rounded down to a
+ *    multiple of 8 (when at least 8), so that every chunk starts 16-byte
+ *    aligned relative to A (chunk bytes a multiple of 16 for 2- and 4-byte
+ *    elements), and copy_width is the widest word (16, 8, 4, 2, 1 bytes)
+ *    dividing both a and the chunk's bytes: the scratch is 256-byte aligned
+ *    and its buffers chunk bytes apart, so both ends of every copy are
+ *    aligned to it. */
+typedef struct jitop__ip_mm_plan {
+    int64_t rows;   /* rows per product (the last one may have fewer) */
+    int64_t chunks; /* products */
+    size_t chunk;   /* rows x row: bytes of one full chunk, and one buffer */
+    int bufs;       /* scratch buffers (1: copies on the caller's stream) */
+    int partition;  /* 1: ip_copy on copy_sms SMs, cuBLAS at sm_target */
+    int sm_target;  /* cuBLAS's SM count target for the products (partition) */
+    int copy_width; /* ip_copy's word in bytes (partition) */
+} jitop__ip_mm_plan;
+
+void jitop__ip_mm_plan_make(const jitop__ip_mm_cfg *cfg, int64_t m, size_t row, uintptr_t a,
+                            int sm_count, int can_partition, jitop__ip_mm_plan *out);
+
+/* The most scratch one stream's calls hold for rows of row bytes, any m:
+ * (overlap ? bufs : 1) x the whole rows of one chunk (one row at least). */
+size_t jitop__ip_mm_scratch_bound(const jitop__ip_mm_cfg *cfg, size_t row);
+
+/* ip_copy's grid for bytes in words of width bytes, blocks of block threads,
+ * blocks_per_sm of them resident per SM, on sms SMs: one thread a word at
+ * most, at most sms x blocks_per_sm blocks (the rest is the kernel's loop),
+ * at least one. */
+unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_sm, int sms);
+
+/* Calls of ctx whose copy-back ran by ip_copy on the kept SMs (defined in
+ * inplace.c; for the GPU test, which must see the variant run, not fall
+ * back unseen). */
+size_t jitop__inplace_partitioned(jitop_ctx *ctx);
+
+#endif
