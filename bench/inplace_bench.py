@@ -6,6 +6,7 @@ torch.utils.cpp_extension.load), side by side in one process.
 
     python3 bench/inplace_bench.py [--out DIR] [--lib build/libjitop.so] [--quick]
                                    [--sections mm,var,sm,paths] [--no-ref]
+                                   [--variants 'NAME;NAME'] [--verbose-variants]
 
 Square matmul A (m x n) <- A W, W n x n, for n in {1024, 4096, 8192} and m in
 {4096, 65536}: float32 (full float32 on both sides; torch's default leaves
@@ -53,6 +54,10 @@ def main():
     ap.add_argument("--no-ref", action="store_true", help="skip building the warp-per-row extension")
     ap.add_argument("--sections", default="mm,var,sm,paths",
                     help="comma-separated: mm (matmul), var (matmul variants), sm (softmax), paths (softmax paths)")
+    ap.add_argument("--variants", default=None,
+                    help="semicolon-separated names of the matmul variants to run (default: all)")
+    ap.add_argument("--verbose-variants", action="store_true",
+                    help="JITOP_VERBOSE=1 for the matmul variants' contexts (their log says whether the SM partition runs)")
     ap.add_argument("--paths", default=None,
                     help="comma-separated softmax paths for the paths table (default: all)")
     args = ap.parse_args()
@@ -204,22 +209,60 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     lib.jitop_inplace_release(ctx)
 
-    # the chunk size and the copy stream, each in a context of its own (both
-    # are read from the environment when a context's in-place state is made)
-    out_md.append("\n## Square matmul variants (m = 65536): chunk size, copy overlap\n")
-    out_md.append("| dtype | n | variant | jitop ms | torch.matmul ms | jitop / torch | scratch MiB |")
-    out_md.append("|---|---|---|---|---|---|---|")
-    variants = [("default (32 MiB x 2, overlap)", {}), ("no overlap (32 MiB x 1)", {"JITOP_INPLACE_OVERLAP": "0"}),
-                ("8 MiB chunks", {"JITOP_INPLACE_CHUNK_MB": "8"}), ("128 MiB chunks", {"JITOP_INPLACE_CHUNK_MB": "128"})]
-    for dt, n in (((torch.float16, 1024), (torch.float32, 1024), (torch.bfloat16, 4096))
-                  if "var" in sections else ()):
-        m = 65536
-        a = torch.randn(m, n, device="cuda", dtype=dt)
-        w = (torch.randn(n, n, device="cuda", dtype=torch.float32) / n ** 0.5).to(dt)
-        t_torch = time_ms(lambda: torch.matmul(a, w))
+    # the copy-back variants, each in a context of its own (the settings are
+    # read from the environment when a context's in-place state is made):
+    # chunk size, the copy stream, scratch buffers in turn, and SMs kept from
+    # cuBLAS (its SM count target) for jitop's copy kernel
+    # (JITOP_INPLACE_MM_COPY_SMS). "chunks": the products of one call, as
+    # src/ops/ip_plan.c plans them (one chunk: no copy stream, so no variant
+    # but the chunk size applies). tests/gpu/test_inplace.c checks that the
+    # SM partition runs where planned; --verbose-variants makes the variant
+    # contexts verbose, whose log says so once per context. Each variant's
+    # result is checked against torch.matmul (rel_err).
+    out_md.append("\n## Square matmul variants: chunk size, copy overlap, buffers, SMs kept for the copy\n")
+    out_md.append("| dtype | m | n | variant | chunks | jitop ms | torch.matmul ms | jitop / torch | scratch MiB |")
+    out_md.append("|---|---|---|---|---|---|---|---|---|")
+    vvars = ("JITOP_INPLACE_OVERLAP", "JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_MM_BUFS",
+             "JITOP_INPLACE_MM_COPY_SMS")
+    variants = [("default (32 MiB x 2)", {}),
+                ("no overlap (32 MiB x 1)", {"JITOP_INPLACE_OVERLAP": "0"}),
+                ("copy_sms 4", {"JITOP_INPLACE_MM_COPY_SMS": "4"}),
+                ("copy_sms 8", {"JITOP_INPLACE_MM_COPY_SMS": "8"}),
+                ("copy_sms 16", {"JITOP_INPLACE_MM_COPY_SMS": "16"}),
+                ("copy_sms 32", {"JITOP_INPLACE_MM_COPY_SMS": "32"}),
+                ("copy_sms 8, 4 MiB x 2", {"JITOP_INPLACE_MM_COPY_SMS": "8", "JITOP_INPLACE_CHUNK_MB": "4"}),
+                ("copy_sms 8, 8 MiB x 2", {"JITOP_INPLACE_MM_COPY_SMS": "8", "JITOP_INPLACE_CHUNK_MB": "8"}),
+                ("copy_sms 8, 16 MiB x 2", {"JITOP_INPLACE_MM_COPY_SMS": "8", "JITOP_INPLACE_CHUNK_MB": "16"}),
+                ("bufs 3 (32 MiB x 3)", {"JITOP_INPLACE_MM_BUFS": "3"}),
+                ("copy_sms 8, bufs 3", {"JITOP_INPLACE_MM_COPY_SMS": "8", "JITOP_INPLACE_MM_BUFS": "3"}),
+                ("copy_sms 8, 16 MiB x 3", {"JITOP_INPLACE_MM_COPY_SMS": "8", "JITOP_INPLACE_CHUNK_MB": "16",
+                                            "JITOP_INPLACE_MM_BUFS": "3"}),
+                ("copy_sms 16, 8 MiB x 4", {"JITOP_INPLACE_MM_COPY_SMS": "16", "JITOP_INPLACE_CHUNK_MB": "8",
+                                            "JITOP_INPLACE_MM_BUFS": "4"})]
+    if args.variants:
+        keep = [v.strip() for v in args.variants.split(";") if v.strip()]
+        variants = [v for v in variants if v[0] in keep]
+    vctx = {}
+
+    def chunks_of(env, m, row):
+        # src/ops/ip_plan.c's plan: whole rows of the chunk, all m when it fits,
+        # a multiple of 8 rows when the SM partition runs
+        rpc = max(1, int(env.get("JITOP_INPLACE_CHUNK_MB", "32")) * 2 ** 20 // row)
+        if m <= rpc:
+            return 1
+        if int(env.get("JITOP_INPLACE_MM_COPY_SMS", "0")) > 0 and env.get("JITOP_INPLACE_OVERLAP") != "0" \
+                and rpc >= 8:
+            rpc -= rpc % 8
+        return -(-m // rpc)
+
+    if "var" in sections:
         for vname, env in variants:
-            saved = {k: os.environ.get(k) for k in ("JITOP_INPLACE_OVERLAP", "JITOP_INPLACE_CHUNK_MB")}
+            saved = {k: os.environ.get(k) for k in vvars + ("JITOP_VERBOSE",)}
+            for k in vvars:
+                os.environ.pop(k, None)
             os.environ.update(env)
+            if args.verbose_variants:
+                os.environ["JITOP_VERBOSE"] = "1"
             c2 = vp()
             check(lib.jitop_ctx_create(None, ctypes.byref(c2)), "jitop_ctx_create")
             make_state(c2)
@@ -228,20 +271,45 @@ def main():
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+            vctx[vname] = c2
+    vshapes = (("float16", torch.float16, False, 1024, 4096), ("float16", torch.float16, False, 1024, 65536),
+               ("bfloat16", torch.bfloat16, False, 1024, 4096), ("bfloat16", torch.bfloat16, False, 1024, 65536),
+               ("tf32", torch.float32, True, 1024, 4096), ("tf32", torch.float32, True, 1024, 65536),
+               ("float32", torch.float32, False, 1024, 4096), ("float32", torch.float32, False, 1024, 65536),
+               ("float16", torch.float16, False, 4096, 4096))
+    for kname, dt, tf32, n, m in (vshapes if "var" in sections else ()):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a = torch.randn(m, n, device="cuda", dtype=dt)
+        w = (torch.randn(n, n, device="cuda", dtype=torch.float32) / n ** 0.5).to(dt)
+        want = torch.matmul(a, w).float()
+        t_torch = time_ms(lambda: torch.matmul(a, w))
+        for vname, c2 in vctx.items():
+            nch = chunks_of(dict(variants)[vname], m, n * a.element_size())
 
-            def jt2():
-                check(lib.jitop_square_matmul_inplace(c2, DT[dt], m, n, a.data_ptr(), w.data_ptr(), 0, 0,
-                                                      stream()), "jitop_square_matmul_inplace")
+            def jt2(x=a, c2=c2):
+                check(lib.jitop_square_matmul_inplace(c2, DT[dt], m, n, x.data_ptr(), w.data_ptr(), 0,
+                                                      1 if tf32 else 0, stream()),
+                      "jitop_square_matmul_inplace")
+            # correctness on a copy (every row: a wrong chunk would show)
+            a1 = a.clone()
+            jt2(a1)
+            torch.cuda.synchronize()
+            err = ((a1.float() - want).norm() / want.norm()).item()
+            del a1
             t = time_ms(jt2)
             sc = lib.jitop_inplace_scratch_bytes(c2) / 2 ** 20
-            lib.jitop_ctx_destroy(c2)
-            name = str(dt).split(".")[-1]
-            emit(area="kernel", kernel="square_matmul_inplace_variant", dtype=name, m=m, n=n, variant=vname,
-                 jitop_ms=t, torch_ms=t_torch, scratch_mib=sc)
-            out_md.append(f"| {name} | {n} | {vname} | {t:.3f} | {t_torch:.3f} | {t_torch / t:.2f} | {sc:.0f} |")
-            log(out_md[-1])
-        del a, w
+            emit(area="kernel", kernel="square_matmul_inplace_variant", dtype=kname, m=m, n=n, variant=vname,
+                 chunks=nch, jitop_ms=t, torch_ms=t_torch, scratch_mib=sc, rel_err=err)
+            out_md.append(f"| {kname} | {m} | {n} | {vname} | {nch} | {t:.3f} | {t_torch:.3f} | {t_torch / t:.2f} | "
+                          f"{sc:.0f} |")
+            log(out_md[-1], f"rel_err {err:.2e}")
+        for c2 in vctx.values():
+            lib.jitop_inplace_release(c2)
+        del a, w, want
         torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for c2 in vctx.values():
+        lib.jitop_ctx_destroy(c2)
 
     # --------------------------------------------------------------- softmax
     out_md.append("\n## Softmax in place over rows of N (M x N = 64M elements), GB/s (read + write)\n")

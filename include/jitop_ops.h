@@ -134,18 +134,27 @@ JITOP_API int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype d
  * opened at run time; without it JITOP_ENOTFOUND) in chunks of rows whose
  * product goes to a scratch buffer and is copied back over the chunk.
  * Extra device memory, whatever m is: at most
- * jitop_square_matmul_scratch_bound(dtype, n) bytes (2 x 32 MiB, or two rows
- * when a row is larger; $JITOP_INPLACE_CHUNK_MB sets the 32), kept per
- * context and per stream between calls (jitop_inplace_release frees it),
- * plus cuBLAS's own workspace. The copies run on a second stream of jitop's,
- * ordered with events, so that they overlap the next chunk's product; the
- * caller's stream waits for the last copy. */
+ * jitop_square_matmul_scratch_bound(dtype, n) bytes (b x 32 MiB of whole
+ * rows, or b rows when a row is larger; b = 2 buffers by default,
+ * $JITOP_INPLACE_MM_BUFS sets it to 2..4, $JITOP_INPLACE_CHUNK_MB sets the
+ * 32, and with $JITOP_INPLACE_OVERLAP=0 b is 1), kept per context and per
+ * stream between calls (jitop_inplace_release frees it), plus cuBLAS's own
+ * workspace. The copies run on a second stream of jitop's, ordered with
+ * events, so that they overlap the next chunk's product; the caller's
+ * stream waits for the last copy. $JITOP_INPLACE_MM_COPY_SMS=k: the
+ * products run with cuBLAS's SM count target at the device's SMs - k and
+ * the copies by a jitop kernel sized to k SMs, so that they run beside the
+ * next product (no extra memory; the driver's copy where cuBLAS lacks
+ * cublasSetSmCountTarget). The settings are read when a context's first
+ * in-place call makes its state. */
 JITOP_API int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, int64_t n,
                                           void *a, const void *w, int transpose_w, unsigned flags,
                                           void *stream);
 
 /* The most scratch jitop_square_matmul_inplace holds for one stream at this
- * (dtype, n), for any m (0 for n <= 64, or invalid arguments). */
+ * (dtype, n), for any m (0 for n <= 64, or invalid arguments), under the
+ * $JITOP_INPLACE_* settings in the environment now (a context keeps those it
+ * read at its first in-place call). */
 JITOP_API size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n);
 
 /* Bytes of device scratch the in-place ops of ctx hold now, all streams. */

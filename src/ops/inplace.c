@@ -113,8 +113,9 @@ typedef int (*ip_cublas_gemm_ex_fn)(void *h, int ta, int tb, int m, int n, int k
                                     const void *b, int btype, int ldb, const void *beta, void *c,
                                     int ctype, int ldc, int compute, int algo);
 
-/* cublasSetSmCountTarget / cublasGetSmCountTarget: optional (NULL when the
- * library lacks them; the copy-back then stays the driver's copy). */
+/* cublasSetSmCountTarget / cublasGetSmCountTarget: optional (set_sm_target
+ * NULL when the library lacks either; the copy-back then stays the driver's
+ * copy). */
 typedef int (*ip_cublas_set_int_fn)(void *h, int v);
 typedef int (*ip_cublas_get_int_fn)(void *h, int *v);
 
@@ -122,7 +123,6 @@ typedef struct ip_cublas {
     jitop__cublas blas; /* first: jitop__cublas_open allocates the whole */
     ip_cublas_gemm_ex_fn gemm_ex;
     ip_cublas_set_int_fn set_sm_target;
-    ip_cublas_get_int_fn get_sm_target;
     /* the handle's SM count target when it was made, and now (under s->lock:
      * the handle is the in-place state's own, lltm.c has another, so the
      * target is set only when a call wants another than the one set) */
@@ -352,7 +352,6 @@ static ip_cublas *ip_cublas_load(jitop_ctx *ctx)
     int target = 0;
     if (set != NULL && get != NULL && get(cb->blas.handle, &target) == 0) {
         cb->set_sm_target = set;
-        cb->get_sm_target = get;
         cb->sm_target_default = cb->sm_target_now = target;
     } else {
         jitop__log(ctx, "inplace: cuBLAS has no usable cublasSetSmCountTarget / "

@@ -11,6 +11,12 @@
  * allocation, reported by jitop_inplace_scratch_bytes and checked against
  * the documented bound). The scratch is reused across cases, holding the
  * previous case's products, so stale scratch would show as wrong rows.
+ * The same cases under the copy-back variants (JITOP_INPLACE_MM_COPY_SMS,
+ * _MM_BUFS, small JITOP_INPLACE_CHUNK_MB, in contexts of their own): m not a
+ * multiple of the chunk's rows, n 1000, 1024, 4096, W and W^T, every dtype
+ * and TF32, A off 16-byte alignment (narrower copy words); each checks that
+ * the variant ran (jitop__inplace_partitioned) or, where it must not
+ * (overlap off), that it did not.
  *
  * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
  * a cluster and the long-row kernel), scale 1
@@ -36,11 +42,14 @@
 
 #include "load/driver.h"
 #include "jitop.h"
+#include "ops/ip_plan.h"
 #include "gputest.h"
 #include "testutil.h"
 
 static const jitop__cuda_api *cu;
 static jitop_ctx *ctx;
+/* the context matmul_case runs in: ctx, or one with a copy-back variant */
+static jitop_ctx *mm_ctx;
 /* the context softmax_case runs in: ctx, or one with a softmax path forced */
 static jitop_ctx *sm_ctx;
 /* contexts forcing split, split256, split128, lean, lean256, leanblock */
@@ -260,10 +269,13 @@ static size_t pick_rows(int64_t m, int64_t n, int64_t *rows, size_t cap)
 
 static size_t max_bound; /* the largest scratch bound of the cases run so far */
 
-static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags)
+/* A at offset bytes past a 256-byte boundary (0: as cuMemAlloc gives). */
+static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags,
+                           size_t offset)
 {
     const size_t es = jitop_dtype_size(dt);
-    guarded a = galloc((size_t)m * n * es, 0);
+    jitop_ctx *c = mm_ctx != NULL ? mm_ctx : ctx;
+    guarded a = galloc((size_t)m * n * es, offset);
     CUdeviceptr w;
     CU(cu->cuMemAlloc(&w, (size_t)n * n * es));
     fill(dt, a.p, m * n);
@@ -283,7 +295,7 @@ static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigne
     for (size_t i = 0; i < nr; i++)
         CU(cu->cuMemcpyDtoH((char *)ah + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
 
-    OK(jitop_square_matmul_inplace(ctx, dt, m, n, (void *)(uintptr_t)a.p, (void *)(uintptr_t)w,
+    OK(jitop_square_matmul_inplace(c, dt, m, n, (void *)(uintptr_t)a.p, (void *)(uintptr_t)w,
                                    trans, flags, NULL));
     CU(cu->cuCtxSynchronize());
     for (size_t i = 0; i < nr; i++)
@@ -329,15 +341,15 @@ static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigne
                      trans, (long long)m, (long long)n, (long long)rows[i], err, tol);
     }
     char what[96];
-    snprintf(what, sizeof what, "matmul %s trans=%d m=%lld n=%lld", dname(dt), trans,
-             (long long)m, (long long)n);
-    check_guards(&a, 0, what);
+    snprintf(what, sizeof what, "matmul %s trans=%d m=%lld n=%lld off=%zu", dname(dt), trans,
+             (long long)m, (long long)n, offset);
+    check_guards(&a, offset, what);
     size_t bound = jitop_square_matmul_scratch_bound(dt, n);
     if (bound > max_bound)
         max_bound = bound;
-    if (jitop_inplace_scratch_bytes(ctx) > max_bound)
+    if (jitop_inplace_scratch_bytes(c) > max_bound)
         fail_msg("%s: %zu bytes of scratch held, over the bound %zu", what,
-                 jitop_inplace_scratch_bytes(ctx), max_bound);
+                 jitop_inplace_scratch_bytes(c), max_bound);
     free(wh);
     free(wf);
     free(ah);
@@ -346,6 +358,11 @@ static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigne
     free(ad);
     CU(cu->cuMemFree(w));
     gfree(&a);
+}
+
+static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags)
+{
+    matmul_case_at(dt, trans, m, n, flags, 0);
 }
 
 static void matmul_dtype(jitop_dtype dt)
@@ -413,6 +430,131 @@ static void test_matmul_scratch_and_tf32(void **state)
     gfree(&a);
     matmul_case(JITOP_FLOAT32, 0, 1000, 768, JITOP_MATMUL_TF32);
     matmul_case(JITOP_FLOAT32, 1, 4096, 1024, JITOP_MATMUL_TF32);
+}
+
+/* The copy-back variants' settings, read by a context when its first
+ * in-place call makes its state, and by jitop_square_matmul_scratch_bound at
+ * each call: set by variant_begin for the context it makes and kept set
+ * while that context's cases run (variant_end restores them). */
+static const char *const MM_VARS[4] = {"JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_OVERLAP",
+                                       "JITOP_INPLACE_MM_BUFS", "JITOP_INPLACE_MM_COPY_SMS"};
+static char *mm_saved[4];
+static size_t mm_saved_bound;
+
+static void variant_begin(const char *chunk_mb, const char *overlap, const char *bufs,
+                          const char *copy_sms)
+{
+    const char *const v[4] = {chunk_mb, overlap, bufs, copy_sms};
+    for (int i = 0; i < 4; i++) {
+        const char *was = getenv(MM_VARS[i]);
+        mm_saved[i] = was != NULL ? strdup(was) : NULL;
+        assert_true(was == NULL || mm_saved[i] != NULL);
+        assert_int_equal(v[i] != NULL ? setenv(MM_VARS[i], v[i], 1) : unsetenv(MM_VARS[i]), 0);
+    }
+    mm_ctx = jt_ctx_driver(jitop_cache_dir(ctx)); /* the same cache: no second compile */
+    OK(jitop_ctx_cuda(mm_ctx, NULL, NULL));
+    /* the state (and its settings) made now, by a one-element softmax */
+    guarded one = galloc(sizeof(float), 0);
+    OK(jitop_softmax_inplace(mm_ctx, JITOP_FLOAT32, 1, 1, (void *)(uintptr_t)one.p, 1.f, 0, NULL));
+    CU(cu->cuCtxSynchronize());
+    gfree(&one);
+    mm_saved_bound = max_bound;
+    max_bound = 0;
+}
+
+static void variant_end(void)
+{
+    OK(jitop_inplace_release(mm_ctx));
+    assert_int_equal(jitop_inplace_scratch_bytes(mm_ctx), 0);
+    jitop_ctx_destroy(mm_ctx);
+    mm_ctx = NULL;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(mm_saved[i] != NULL ? setenv(MM_VARS[i], mm_saved[i], 1)
+                                             : unsetenv(MM_VARS[i]),
+                         0);
+        free(mm_saved[i]);
+        mm_saved[i] = NULL;
+    }
+    max_bound = mm_saved_bound;
+}
+
+/* matmul_case_at in the variant's context; the copy-back must have run on
+ * the kept SMs exactly when the plan (ops/ip_plan.h, on this device, with
+ * cuBLAS's SM count target, which libcublas.so.13 has) says so. */
+static void variant_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags,
+                         size_t offset)
+{
+    int dev = 0, sms = 0;
+    OK(jitop_ctx_cuda(mm_ctx, NULL, &dev));
+    CU(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    jitop__ip_mm_cfg cfg;
+    jitop__ip_mm_cfg_env(&cfg);
+    assert_int_equal(cfg.bad, 0);
+    jitop__ip_mm_plan p;
+    /* the address only picks the copy word, not whether the partition runs */
+    jitop__ip_mm_plan_make(&cfg, m, (size_t)n * jitop_dtype_size(dt), 0, sms, 1, &p);
+    const size_t before = jitop__inplace_partitioned(mm_ctx);
+    matmul_case_at(dt, trans, m, n, flags, offset);
+    const size_t ran = jitop__inplace_partitioned(mm_ctx) - before;
+    print_message("variant chunk %s bufs %s copy_sms %s overlap %s: %s trans=%d m=%lld n=%lld "
+                  "off=%zu: %lld chunks of %lld rows, %s\n",
+                  getenv(MM_VARS[0]) ? getenv(MM_VARS[0]) : "-",
+                  getenv(MM_VARS[2]) ? getenv(MM_VARS[2]) : "-",
+                  getenv(MM_VARS[3]) ? getenv(MM_VARS[3]) : "-",
+                  getenv(MM_VARS[1]) ? getenv(MM_VARS[1]) : "-", dname(dt), trans, (long long)m,
+                  (long long)n, offset, (long long)p.chunks, (long long)p.rows,
+                  ran ? "partitioned" : "driver copy");
+    if (ran != (p.partition ? 1u : 0u))
+        fail_msg("%s trans=%d m=%lld n=%lld: the SM partition ran %zu times, the plan says %d",
+                 dname(dt), trans, (long long)m, (long long)n, ran, p.partition);
+}
+
+static void variant_dtype(jitop_dtype dt, unsigned flags)
+{
+    const size_t es = jitop_dtype_size(dt);
+    /* 8 SMs kept, 4 MiB chunks, two buffers */
+    variant_begin("4", NULL, NULL, "8");
+    for (int trans = 0; trans <= 1; trans++) {
+        variant_case(dt, trans, 10007, 1024, flags, 0); /* last chunk partial */
+        variant_case(dt, trans, 1031, 4096, flags, 0);  /* 7 or 3 rows in the last */
+    }
+    variant_case(dt, 0, 9000, 1000, flags, 0);     /* n not a multiple of 8 */
+    variant_case(dt, 1, 5000, 1024, flags, es);    /* A off 16 bytes: narrower words */
+    variant_case(dt, 0, 3001, 1000, flags, 3 * es); /* and odd rows */
+    variant_case(dt, 0, 1000, 768, flags, 0);      /* one chunk: no partition */
+    variant_end();
+    /* 16 SMs, 8 MiB chunks, three buffers */
+    variant_begin("8", NULL, "3", "16");
+    variant_case(dt, 0, 65536 + 37, 1024, flags, 0);
+    variant_case(dt, 1, 65536 + 37, 1024, flags, 0);
+    variant_case(dt, 0, 4096, 4096, flags, 0);
+    variant_case(dt, 1, 4096, 4096, flags, 0);
+    variant_end();
+    /* 4 SMs, 1 MiB chunks (many small products), four buffers */
+    variant_begin("1", NULL, "4", "4");
+    variant_case(dt, 0, 1031, 4096, flags, 0);
+    variant_case(dt, 1, 3001, 1024, flags, 0);
+    variant_end();
+    /* three buffers, the driver's copy */
+    variant_begin("2", NULL, "3", NULL);
+    variant_case(dt, 0, 10007, 1024, flags, 0);
+    variant_case(dt, 1, 1031, 4096, flags, 0);
+    variant_end();
+    /* SMs asked for but no copy stream: the driver's copy on the caller's stream */
+    variant_begin("4", "0", NULL, "8");
+    variant_case(dt, 0, 10007, 1024, flags, 0);
+    variant_end();
+}
+
+static void test_matmul_variants(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    variant_dtype(JITOP_FLOAT16, 0);
+    variant_dtype(JITOP_BFLOAT16, 0);
+    variant_dtype(JITOP_FLOAT32, 0);
+    variant_dtype(JITOP_FLOAT32, JITOP_MATMUL_TF32);
 }
 
 /* ------------------------------------------------------------- softmax */
@@ -702,6 +844,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
         cmocka_unit_test(test_matmul_scratch_and_tf32),
+        cmocka_unit_test(test_matmul_variants),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
