@@ -163,6 +163,8 @@ static int teardown_all(void **state)
         jitop_ctx_destroy(split_ctx[i]);
         split_ctx[i] = NULL;
     }
+    jitop_ctx_destroy(mm_ctx); /* left by a variant case that failed */
+    mm_ctx = NULL;
     jitop_ctx_destroy(ctx);
     ctx = NULL;
     jt_cleanup();
