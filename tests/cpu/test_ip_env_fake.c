@@ -1,0 +1,177 @@
+/* The in-place state's square-matmul settings on the fake CUDA driver
+ * (tests/fakecuda): a context reads JITOP_INPLACE_CHUNK_MB, _MM_BUFS and
+ * _MM_COPY_SMS when its first in-place call makes its state, and its verbose
+ * log names each one that was set but ignored (and nothing for good values);
+ * with the SM partition asked for, a product without cuBLAS (whose runtime
+ * finds no GPU behind the fake) still fails cleanly, holding no scratch. The
+ * partition itself needs cuBLAS and a GPU: tests/gpu/test_inplace.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fakecuda.h"
+#include "jitop.h"
+#include "load/driver.h"
+#include "testutil.h"
+
+static fake_cuda_stats_fn g_fake_stats;
+
+static const char *const VARS[3] = {"JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_MM_BUFS",
+                                    "JITOP_INPLACE_MM_COPY_SMS"};
+
+/* Sets the three variables (NULL: unset), keeping the old values. */
+static void env_set(const char *const v[3], char *saved[3])
+{
+    for (int i = 0; i < 3; i++) {
+        const char *was = getenv(VARS[i]);
+        saved[i] = was ? strdup(was) : NULL;
+        assert_true(was == NULL || saved[i] != NULL);
+        assert_int_equal(v[i] ? setenv(VARS[i], v[i], 1) : unsetenv(VARS[i]), 0);
+    }
+}
+
+static void env_restore(char *saved[3])
+{
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(saved[i] ? setenv(VARS[i], saved[i], 1) : unsetenv(VARS[i]), 0);
+        free(saved[i]);
+    }
+}
+
+/* A verbose context on the fake driver, with a cache of its own. */
+static jitop_ctx *fake_ctx(char **dir)
+{
+    *dir = jt_tmpdir();
+    char *cache = jt_path(*dir, "cache");
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = cache;
+    cfg.verbose = 1;
+    jitop_ctx *ctx = NULL;
+    if (jitop_ctx_create(&cfg, &ctx) != JITOP_OK)
+        fail_msg("jitop_ctx_create: %s", jitop_errmsg(NULL));
+    assert_int_equal(jitop_ctx_cuda(ctx, NULL, NULL), JITOP_OK);
+    free(cache);
+    return ctx;
+}
+
+/* The context's first in-place call (a one-element softmax, a launch the
+ * fake takes) under the settings v, with stderr captured: returns what was
+ * logged (malloc'd). */
+static char *first_call_logged(jitop_ctx *ctx, const char *dir, const char *const v[3])
+{
+    const jitop__cuda_api *cu = jitop__cuda();
+    assert_non_null(cu);
+    CUdeviceptr x = 0;
+    assert_int_equal(cu->cuMemAlloc(&x, 64), CUDA_SUCCESS);
+    char *saved[3];
+    env_set(v, saved);
+    char *log = jt_path(dir, "stderr");
+    fflush(stderr);
+    int keep = dup(2);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    assert_true(keep >= 0);
+    assert_true(dup2(fileno(f), 2) >= 0);
+    const int rc = jitop_softmax_inplace(ctx, JITOP_FLOAT32, 1, 1, (void *)(uintptr_t)x, 1.f, 0,
+                                         NULL);
+    fflush(stderr);
+    assert_true(dup2(keep, 2) >= 0);
+    assert_int_equal(close(keep), 0);
+    assert_int_equal(fclose(f), 0);
+    env_restore(saved);
+    if (rc != JITOP_OK)
+        fail_msg("jitop_softmax_inplace: %s: %s", jitop_strerror(rc), jitop_errmsg(NULL));
+    assert_int_equal(cu->cuMemFree(x), CUDA_SUCCESS);
+    char *text = jt_read(log);
+    free(log);
+    return text;
+}
+
+static void test_bad_settings_are_logged(void **state)
+{
+    (void)state;
+    char *dir;
+    jitop_ctx *ctx = fake_ctx(&dir);
+    const char *const bad[3] = {"8MB", "9", "-2"};
+    char *text = first_call_logged(ctx, dir, bad);
+    static const char *const want[] = {
+        "jitop: inplace: JITOP_INPLACE_CHUNK_MB=8MB ignored (want MiB in [1, 65536])\n",
+        "jitop: inplace: JITOP_INPLACE_MM_BUFS=9 ignored (want 2, 3 or 4)\n",
+        "jitop: inplace: JITOP_INPLACE_MM_COPY_SMS=-2 ignored (want SMs in [0, 65535])\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (strstr(text, want[i]) == NULL)
+            fail_msg("no '%s' in the log:\n%s", want[i], text);
+    free(text);
+    /* made once: a later call reads nothing again and says nothing */
+    const char *const none[3] = {"x", "x", "x"};
+    text = first_call_logged(ctx, dir, none);
+    if (strstr(text, "ignored") != NULL)
+        fail_msg("a second call logged:\n%s", text);
+    free(text);
+    jitop_ctx_destroy(ctx);
+    free(dir);
+}
+
+static void test_good_settings_are_quiet(void **state)
+{
+    (void)state;
+    char *dir;
+    jitop_ctx *ctx = fake_ctx(&dir);
+    const char *const good[3] = {"8", "3", "16"};
+    char *text = first_call_logged(ctx, dir, good);
+    if (strstr(text, "ignored") != NULL)
+        fail_msg("good settings logged:\n%s", text);
+    free(text);
+    /* a product needs cuBLAS, which finds no GPU behind the fake: a clean
+     * JITOP_ENOTFOUND before any scratch, partition asked for or not */
+    const jitop__cuda_api *cu = jitop__cuda();
+    CUdeviceptr a = 0, w = 0;
+    assert_int_equal(cu->cuMemAlloc(&a, 4096 * 1024 * 2), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemAlloc(&w, 1024 * 1024 * 2), CUDA_SUCCESS);
+    const int rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT16, 4096, 1024,
+                                               (void *)(uintptr_t)a, (void *)(uintptr_t)w, 0, 0,
+                                               NULL);
+    assert_int_equal(rc, JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "needs cuBLAS"));
+    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
+    assert_int_equal(cu->cuMemFree(a), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemFree(w), CUDA_SUCCESS);
+    jitop_ctx_destroy(ctx);
+    free(dir);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    int started = jt_fake_cuda_start(argv, &g_fake_stats);
+    if (started >= 0)
+        return started;
+    /* libcublas held for the program's life, as tests/cpu/test_cublas_dl_fake.c
+     * says why: its own initializers' memory is not jitop's leak */
+    const char *home = getenv("CUDA_HOME");
+    char path[4096];
+    void *held = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!held && home &&
+        snprintf(path, sizeof path, "%s/lib64/libcublas.so.13", home) < (int)sizeof path)
+        held = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!held)
+        held = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    (void)held;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_settings_are_logged),
+        cmocka_unit_test(test_good_settings_are_quiet),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    jt_cleanup();
+    return failed;
+}
