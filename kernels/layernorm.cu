@@ -1313,7 +1313,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     };
     if (t == 0) {
 #pragma unroll
-        for (int s = 0; s <= S; s++)
+        for (int s = 0; s < S + (GB_ ? 1 : 0); s++)
             ln_mbar_init(&bar[s]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
