@@ -57,8 +57,11 @@ def shape_of(name, why, dt, n):
         tpr, cl = int(args[3]), int(args[4])
         return tpr, (n // cl) * (4 * es + 4)
     if name.startswith("layernorm_fwd_bulk<"):
+        # S stages of x, then with GB (affine) gamma's and beta's shares
         tpr, cl = int(args[3]), int(args[4])
-        return tpr, 2 * (n // cl) * es
+        stages = int(args[5]) if len(args) > 5 else 2
+        gb = int(args[6]) if len(args) > 6 and args[2] == "true" else 0
+        return tpr, (stages + 2 * gb) * (n // cl) * es
     vec, tpr = int(args[3]), int(args[4])
     cl = int(args[5]) if "_cluster<" in name else 1
     rows = 128 // tpr if cl == 1 and tpr < 128 else 1

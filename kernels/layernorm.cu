@@ -9,9 +9,9 @@
 //
 // Ops (T is float, __half or __nv_bfloat16):
 //   layernorm_fwd<T, N, AFFINE[, VEC, TPR, MINB]>      one row per TPR threads
-//   layernorm_fwd_cluster<T, N, AFFINE, VEC, TPR, CL[, MINB]>  one row per CL-block cluster
+//   layernorm_fwd_cluster<T, N, AFFINE, VEC, TPR, CL[, MINB, ONE]>  one row per CL-block cluster
 //   layernorm_fwd_generic<T, AFFINE, VEC>              any N at run time
-//   layernorm_fwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
+//   layernorm_fwd_bulk<T, N, AFFINE, TPR, CL[, S, GB, ONE]>  rows by the copy engine (sm_90)
 //   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC, PF, MINB]>
 //   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC, PF, MINB]>
 //   layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
@@ -476,9 +476,105 @@ __device__ __forceinline__ void ln_row_sum(float (&v)[NV], ln_red_smem<WARPS, NV
     }
 }
 
+// ---------------------------------------------- one exchange per row (ONE)
+
+// A type chosen at compile time (NVRTC has no <type_traits>): the forward's
+// reduction scratch with ONE, so that the default instances keep theirs.
+template <bool B, typename A, typename C> struct ln_pick { using type = A; };
+template <typename A, typename C> struct ln_pick<false, A, C> { using type = C; };
+
+// v summed over the TPR threads of a block (ROWS 1: TPR == blockDim.x),
+// every thread getting the same bits; w: 2 x WARPS floats of scratch, used
+// as ln_row_sum uses its warp buffers (buffer use & 1, one barrier each).
+template <int TPR>
+__device__ __forceinline__ float ln_block_sum(float v, float *w, unsigned use)
+{
+    constexpr int WARPS = TPR / 32;
+    static_assert(TPR >= 32 && TPR % 32 == 0, "whole warps");
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    if constexpr (WARPS > 1) {
+        float *b = w + (use & 1) * WARPS;
+        if (threadIdx.x % 32 == 0)
+            b[threadIdx.x / 32] = v;
+        __syncthreads();
+        constexpr int P2 = WARPS <= 2 ? 2 : WARPS <= 4 ? 4 : WARPS <= 8 ? 8 : WARPS <= 16 ? 16 : 32;
+        const int idx = threadIdx.x % 32 % P2;
+        v = idx < WARPS ? b[idx] : 0.f;
+#pragma unroll
+        for (int off = P2 / 2; off > 0; off /= 2)
+            v += __shfl_xor_sync(0xffffffffu, v, off);
+    }
+    return v;
+}
+
+// The row's mean and M2 (sum of squared deviations) from each block's sum
+// and M2 about its own mean, in ONE cluster exchange instead of two
+// (ln_row_sum for the mean, then for the squared deviations): Chan et al.'s
+// merge, mean = sum(s_b) / N, M2 = sum_b M2_b + n_b (s_b / n_b - mean)^2,
+// exact (no E[x^2] - mean^2 cancellation). count(r) is block r's element
+// count (0: it adds nothing). Lane l of every warp takes block l % CL's
+// pair and the CL lanes of a group merge by a butterfly (two loads and
+// 2 log2(CL) shuffles per thread, not 2 CL loads held at once): a + b ==
+// b + a, so every lane, warp and block gets the same bits from the same
+// exchanged values. s is a ln_red_smem<*, 2, CL> initialized by
+// ln_red_init; use counts the calls, with the same buffer rule as
+// ln_row_sum (a barrier of the block between one call's reads and the
+// next call, which every caller has).
+template <int CL, typename R, typename CNT>
+__device__ __forceinline__ void ln_cluster_stats(float sum_b, float m2_b, R &s, unsigned use,
+                                                 CNT count, float inv_n, float &mean, float &m2)
+{
+    const unsigned rank = ln_cluster_rank();
+    const int p = use & 1;
+    if (threadIdx.x == 0) {
+        ln_mbar_expect(&s.peer_in[p], (CL - 1) * 2 * 4);
+#pragma unroll
+        for (unsigned r = 0; r < CL; r++)
+            if (r != rank) {
+                const unsigned bar = ln_cluster_addr(&s.peer_in[p], r);
+                ln_st_async(ln_cluster_addr(&s.peer[p][rank][0], r), sum_b, bar);
+                ln_st_async(ln_cluster_addr(&s.peer[p][rank][1], r), m2_b, bar);
+            }
+    }
+    ln_mbar_wait<true>(&s.peer_in[p], (use >> 1) & 1);
+    static_assert(CL == 2 || CL == 4 || CL == 8, "CL: 2, 4 or 8 (a power of two)");
+    const unsigned r = threadIdx.x % 32 % CL;
+    const float sb = r == rank ? sum_b : s.peer[p][r][0];
+    const float mb = r == rank ? m2_b : s.peer[p][r][1];
+    float tot = sb;
+#pragma unroll
+    for (int off = CL / 2; off > 0; off /= 2)
+        tot += __shfl_xor_sync(0xffffffffu, tot, off);
+    mean = tot * inv_n;
+    const int n = count(static_cast<int>(r));
+    const float d = n > 0 ? sb / static_cast<float>(n) - mean : 0.f;
+    float q = n > 0 ? mb + static_cast<float>(n) * d * d : 0.f;
+#pragma unroll
+    for (int off = CL / 2; off > 0; off /= 2)
+        q += __shfl_xor_sync(0xffffffffu, q, off);
+    m2 = q;
+}
+
+// Vectors of a row of nvec that block r of a cluster holds when thread
+// r * tpr + l takes vectors i * tt + r * tpr + l (ln_fwd_body's split).
+__host__ __device__ constexpr int ln_share_vecs(int nvec, int tt, int tpr, int vpt, int r)
+{
+    int c = 0;
+    for (int i = 0; i < vpt; i++) {
+        const int left = nvec - i * tt - r * tpr;
+        c += left <= 0 ? 0 : left < tpr ? left : tpr;
+    }
+    return c;
+}
+
 // ------------------------------------------------------------------ forward
 
-template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL>
+// ONE (clusters only): the statistics by one cluster exchange per row
+// (ln_cluster_stats) instead of two; 0 keeps the two exact passes over the
+// whole row.
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, int ONE = 0>
 __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ gamma,
                                             const T *__restrict__ beta, T *y,
                                             float *__restrict__ mean_out,
@@ -486,7 +582,9 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 {
     using S = ln_shape<T, N, VEC, TPR, CL>;
     using C = ln_conv<T>;
-    __shared__ ln_red_smem<S::WARPS, 1, CL> red;
+    constexpr bool ONE_ = ONE != 0 && CL > 1;
+    // with ONE_ each block exchanges two values (its sum and M2)
+    __shared__ typename ln_pick<ONE_, ln_red_smem<S::WARPS, 2, CL>, ln_red_smem<S::WARPS, 1, CL>>::type red;
     if (blockDim.x != S::BLOCK)
         __trap();
     ln_red_init<CL>(red);
@@ -512,27 +610,57 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
         for (int e = 0; e < VEC; e++)
             sum[0] += f[e];
     }
-    ln_row_sum<TPR, CL>(sum, red, 0);
-    const float mean = sum[0] * (1.f / N);
+    float mean, m2;
+    if constexpr (ONE_) {
+        // the block's sum, its M2 about its own mean (block barriers only),
+        // then one exchange across the cluster
+        auto count = [](int r) { return VEC * ln_share_vecs(S::NVEC, S::TT, TPR, S::VPT, r); };
+        const float sb = ln_block_sum<TPR>(sum[0], &red.warp[0][0][0], 0);
+        const int nb = count(static_cast<int>(rank));
+        const float mb = nb > 0 ? sb / static_cast<float>(nb) : 0.f;
 #pragma unroll
-    for (int i = 0; i < S::VPT; i++)
-        ln_opaque(xv[i]);
-    float sq[1] = {0.f};
+        for (int i = 0; i < S::VPT; i++)
+            ln_opaque(xv[i]);
+        float q = 0.f;
 #pragma unroll
-    for (int i = 0; i < S::VPT; i++) {
-        const int j = i * S::TT + t;
-        if (S::FULL || j < S::NVEC) {
-            float f[VEC];
-            C::unpack(&xv[i], f);
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            if (S::FULL || j < S::NVEC) {
+                float f[VEC];
+                C::unpack(&xv[i], f);
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                const float d = f[e] - mean;
-                sq[0] += d * d;
+                for (int e = 0; e < VEC; e++) {
+                    const float d = f[e] - mb;
+                    q += d * d;
+                }
             }
         }
+        q = ln_block_sum<TPR>(q, &red.warp[0][0][0], 1);
+        ln_cluster_stats<CL>(sb, q, red, 0, count, 1.f / N, mean, m2);
+    } else {
+        ln_row_sum<TPR, CL>(sum, red, 0);
+        mean = sum[0] * (1.f / N);
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++)
+            ln_opaque(xv[i]);
+        float sq[1] = {0.f};
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            if (S::FULL || j < S::NVEC) {
+                float f[VEC];
+                C::unpack(&xv[i], f);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const float d = f[e] - mean;
+                    sq[0] += d * d;
+                }
+            }
+        }
+        ln_row_sum<TPR, CL>(sq, red, 1);
+        m2 = sq[0];
     }
-    ln_row_sum<TPR, CL>(sq, red, 1);
-    const float rstd = rsqrtf(sq[0] * (1.f / N) + eps);
+    const float rstd = rsqrtf(m2 * (1.f / N) + eps);
 #pragma unroll
     for (int i = 0; i < S::VPT; i++)
         ln_opaque(xv[i]);
@@ -596,13 +724,15 @@ __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK, MINB)
     ln_fwd_body<T, N, AFFINE, VEC, TPR, 1>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
 }
 
-template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, int MINB = 0>
+// ONE 1: one cluster exchange per row (ln_cluster_stats), 0: two.
+template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, int MINB = 0, int ONE = 0>
 __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, MINB)
     layernorm_fwd_cluster(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta,
                           T *y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                           long long M, float eps)
 {
-    ln_fwd_body<T, N, AFFINE, VEC, TPR, CL>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
+    static_assert(ONE == 0 || ONE == 1, "ONE: 0 or 1");
+    ln_fwd_body<T, N, AFFINE, VEC, TPR, CL, ONE>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
 }
 
 // ----------------------------------------------------------------- backward
@@ -1119,18 +1249,30 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 // row after next, then computes as ln_fwd_body: two exact passes, gamma and
 // beta read from global (L2-resident), y stored from the registers.
 //
+// Options (the defaults 2, 0, 0 are the kernel as first tuned):
+//   S    stages (2 to 4): rows of the block in flight by the copy engine,
+//        S x its chunk of shared memory
+//   GB   1 (with AFFINE): the block's chunk of gamma and beta brought once
+//        by the copy engine into shared memory (as T, 2 x the chunk more)
+//        and read from there for every row instead of from L2
+//   ONE  1: the row's statistics by one cluster exchange (ln_cluster_stats)
+//        instead of two
+//
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop
 // over rows; best the clusters that fit at once, cuOccupancyMaxActiveClusters);
-// dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL>(); x and y 16-byte
-// aligned rows (VEC = 16 / sizeof(T) divides N / CL). In place (y == x) is
+// dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL, S, GB && AFFINE>();
+// x and y 16-byte aligned rows (VEC = 16 / sizeof(T) divides N / CL), gamma
+// and beta too with GB. In place (y == x) is
 // safe: a block reads a row's chunk (the copy engine's, complete) before it
 // writes it, and the copies in flight are of later rows. sm_90 and newer.
-template <typename T, int N, int CL> __host__ __device__ constexpr int ln_fwd_bulk_smem_bytes()
+template <typename T, int N, int CL, int S = 2, int GB = 0>
+__host__ __device__ constexpr int ln_fwd_bulk_smem_bytes()
 {
-    return 2 * (N / CL) * static_cast<int>(sizeof(T)); // two stages of x
+    // S stages of x, then with GB gamma's and beta's chunks
+    return (S + (GB ? 2 : 0)) * (N / CL) * static_cast<int>(sizeof(T));
 }
 
-template <typename T, int N, bool AFFINE, int TPR, int CL>
+template <typename T, int N, bool AFFINE, int TPR, int CL, int S = 2, int GB = 0, int ONE = 0>
 __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     layernorm_fwd_bulk(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
                        float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M,
@@ -1146,11 +1288,16 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
-    static_assert(ln_fwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024,
+    static_assert(S >= 2 && S <= 4, "S: 2 to 4 stages");
+    static_assert((GB == 0 || GB == 1) && (ONE == 0 || ONE == 1), "GB, ONE: 0 or 1");
+    constexpr bool GB_ = GB != 0 && AFFINE;
+    static_assert(ln_fwd_bulk_smem_bytes<T, N, CL, S, GB_>() <= 227 * 1024,
                   "the stages do not fit a block");
+    // [x stage 0 .. x stage S-1] then with GB_ [gamma chunk, beta chunk]
     extern __shared__ __align__(16) unsigned char ln_stage[];
-    __shared__ unsigned long long bar[2];
-    __shared__ ln_red_smem<TPR / 32, 1, CL> red;
+    __shared__ unsigned long long bar[S + 1]; // the stages', then gamma/beta's
+    // with ONE each block exchanges two values (its sum and M2)
+    __shared__ typename ln_pick<ONE != 0, ln_red_smem<TPR / 32, 2, CL>, ln_red_smem<TPR / 32, 1, CL>>::type red;
     if (blockDim.x != TPR)
         __trap();
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -1158,26 +1305,44 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     const long long first = blockIdx.x / CL, step = gridDim.x / CL;
     const long long col0 = static_cast<long long>(rank) * CHUNK;
     const int t = threadIdx.x;
+    const unsigned char *sgb = ln_stage + S * CB; // gamma's chunk, beta's after it (GB_)
+    const bool has_g = AFFINE && gamma != nullptr, has_b = AFFINE && beta != nullptr;
     auto issue = [&](long long row, int s) {
         ln_mbar_expect(&bar[s], CB);
         ln_bulk_load(ln_stage + s * CB, x + row * N + col0, CB, &bar[s]);
     };
     if (t == 0) {
-        ln_mbar_init(&bar[0]);
-        ln_mbar_init(&bar[1]);
+#pragma unroll
+        for (int s = 0; s < S + (GB_ ? 1 : 0); s++)
+            ln_mbar_init(&bar[s]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        for (int s = 0; s < 2; s++)
+        if (first < M)
+            issue(first, 0);
+        if constexpr (GB_) {
+            // after the first row's x, which is needed first; waited for by
+            // every block, rows or none, so no copy outlives the block
+            ln_mbar_expect(&bar[S], (has_g ? CB : 0u) + (has_b ? CB : 0u));
+            if (has_g)
+                ln_bulk_load(ln_stage + S * CB, gamma + col0, CB, &bar[S]);
+            if (has_b)
+                ln_bulk_load(ln_stage + (S + 1) * CB, beta + col0, CB, &bar[S]);
+        }
+        for (int s = 1; s < S; s++)
             if (first + s * step < M)
                 issue(first + s * step, s);
     }
     __syncthreads();
     ln_red_init<CL>(red);
-    unsigned use = 0; // rows done: stage use & 1, its phase parity (use >> 1) & 1
+    if constexpr (GB_)
+        ln_mbar_wait(&bar[S], 0);
+    // rows done (use), their stage s = use % S and its phase parity
+    // ph = (use / S) & 1, kept as counters (no division per row)
+    unsigned use = 0, ph = 0;
+    int s = 0;
     for (long long row = first; row < M; row += step, use++) {
-        const int s = use & 1;
         const unsigned char *st = ln_stage + s * CB;
-        ln_mbar_wait(&bar[s], (use >> 1) & 1);
+        ln_mbar_wait(&bar[s], ph);
         ln_raw<16> xv[VPT];
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
@@ -1185,10 +1350,14 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             xv[i] = (FULL || v < CVEC) ? ln_stage_load(st + v * 16) : ln_zero<16>();
         }
         __syncthreads(); // every thread has its part of stage s in registers
-        if (t == 0 && row + 2 * step < M) {
+        if (t == 0 && row + S * step < M) {
             // generic-proxy reads of the stage before the copy engine's writes
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            issue(row + 2 * step, s);
+            issue(row + S * step, s);
+        }
+        if (++s == S) { // the next row's stage, a phase later after the last
+            s = 0;
+            ph ^= 1;
         }
         float sum[1] = {0.f};
 #pragma unroll
@@ -1199,23 +1368,52 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             for (int e = 0; e < VEC; e++)
                 sum[0] += f[e];
         }
-        ln_row_sum<TPR, CL>(sum, red, 2 * use);
-        const float mu = sum[0] * (1.f / N);
-        float sq[1] = {0.f};
+        float mu, m2;
+        if constexpr (ONE != 0) {
+            // the block's sum and M2 about its own mean (block barriers
+            // only), then one exchange: every block holds CHUNK elements
+            const float sb = ln_block_sum<TPR>(sum[0], &red.warp[0][0][0], 2 * use);
+            const float mb = sb * (1.f / CHUNK);
+            float q = 0.f;
 #pragma unroll
-        for (int i = 0; i < VPT; i++) {
-            if (FULL || i * TPR + t < CVEC) {
-                float f[VEC];
-                C::unpack(&xv[i], f);
+            for (int i = 0; i < VPT; i++) {
+                if (FULL || i * TPR + t < CVEC) {
+                    float f[VEC];
+                    C::unpack(&xv[i], f);
 #pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    const float d = f[e] - mu;
-                    sq[0] += d * d;
+                    for (int e = 0; e < VEC; e++) {
+                        const float d = f[e] - mb;
+                        q += d * d;
+                    }
                 }
             }
+            q = ln_block_sum<TPR>(q, &red.warp[0][0][0], 2 * use + 1);
+            if constexpr (CL > 1) {
+                ln_cluster_stats<CL>(sb, q, red, use, [](int) { return CHUNK; }, 1.f / N, mu, m2);
+            } else {
+                mu = mb;
+                m2 = q;
+            }
+        } else {
+            ln_row_sum<TPR, CL>(sum, red, 2 * use);
+            mu = sum[0] * (1.f / N);
+            float sq[1] = {0.f};
+#pragma unroll
+            for (int i = 0; i < VPT; i++) {
+                if (FULL || i * TPR + t < CVEC) {
+                    float f[VEC];
+                    C::unpack(&xv[i], f);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const float d = f[e] - mu;
+                        sq[0] += d * d;
+                    }
+                }
+            }
+            ln_row_sum<TPR, CL>(sq, red, 2 * use + 1);
+            m2 = sq[0];
         }
-        ln_row_sum<TPR, CL>(sq, red, 2 * use + 1);
-        const float rs = rsqrtf(sq[0] * (1.f / N) + eps);
+        const float rs = rsqrtf(m2 * (1.f / N) + eps);
         T *yr = y + row * N + col0;
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
@@ -1226,16 +1424,18 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 #pragma unroll
                 for (int e = 0; e < VEC; e++)
                     f[e] = (f[e] - mu) * rs;
-                if (AFFINE && gamma != nullptr) {
-                    const ln_raw<16> gv = ln_load_ro<16>(gamma + col0 + v * VEC);
+                if (has_g) {
+                    const ln_raw<16> gv = GB_ ? ln_stage_load(sgb + v * 16)
+                                              : ln_load_ro<16>(gamma + col0 + v * VEC);
                     float g[VEC];
                     C::unpack(&gv, g);
 #pragma unroll
                     for (int e = 0; e < VEC; e++)
                         f[e] *= g[e];
                 }
-                if (AFFINE && beta != nullptr) {
-                    const ln_raw<16> bv = ln_load_ro<16>(beta + col0 + v * VEC);
+                if (has_b) {
+                    const ln_raw<16> bv = GB_ ? ln_stage_load(sgb + CB + v * 16)
+                                              : ln_load_ro<16>(beta + col0 + v * VEC);
                     float b[VEC];
                     C::unpack(&bv, b);
 #pragma unroll

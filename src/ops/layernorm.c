@@ -106,7 +106,7 @@ static int ln_threads_rule(int *rule)
         .bulk_chunk = LN_BULK_CHUNK_BYTES, .bulk_ept = LN_BULK_ELEMS_PER_THREAD,                   \
         .bwd_bulk_bytes = 0, .fwd_bulk = 0, .fwd_bulk_bytes = LN_FWD_BULK_MIN_BYTES,               \
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
-        .text = "default",                                                                         \
+        .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .text = "default",              \
     }
 
 /* The default plan for rows of es-byte elements; each entry measured
@@ -483,6 +483,8 @@ static void ln_instance_name(char *name, size_t cap, const char *kind, jitop_dty
 typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
     int bulk;             /* layernorm_fwd_bulk / layernorm_bwd_bulk */
+    int one;              /* forward clusters: one exchange per row (fwd_one_sync) */
+    int stages, gb;       /* layernorm_fwd_bulk: stages, gamma/beta in shared memory */
     int minb;             /* the launch bounds' blocks per SM the plan asks (0: the kernel's) */
     int pf;               /* backward register kernels: prefetch of the next rows, resolved */
     size_t dyn;           /* backward: dynamic shared memory bytes of the instance */
@@ -512,7 +514,7 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
     const long long nvec = (long long)n * (long long)es / vb, tt = (long long)p->tpr * p->cl;
     const long long vpt = (nvec + tt - 1) / tt;
     const double idle = 100.0 * (1.0 - (double)nvec / (double)(tt * vpt));
-    char split[48], minb[48] = "";
+    char split[48], minb[48] = "", fwd[160] = "";
     if (p->cl > 1)
         snprintf(split, sizeof split, "over a cluster of %d blocks", p->cl);
     else
@@ -520,13 +522,26 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
                  ln_rows_per_block(p->tpr, p->cl) == 1 ? "" : "s");
     if (p->minb > 0)
         snprintf(minb, sizeof minb, ", launch bounds for %d blocks per SM", p->minb);
+    /* the forward's options (fwd_bulk_stages when not the kernel's 2,
+     * fwd_bulk_gb, fwd_one_sync) */
+    if (bulk && p->stages > 2)
+        snprintf(fwd, sizeof fwd, ", rows staged in shared memory (%d stages)%s", p->stages,
+                 p->gb ? ", gamma and beta in shared memory" : "");
+    else if (bulk)
+        snprintf(fwd, sizeof fwd, ", rows staged in shared memory%s",
+                 p->gb ? ", gamma and beta in shared memory" : "");
+    else if (p->dyn)
+        snprintf(fwd, sizeof fwd, ", accumulators in shared memory");
+    if (p->one) {
+        size_t len = strlen(fwd);
+        snprintf(fwd + len, sizeof fwd - len, ", one cluster exchange per row");
+    }
     snprintf(out, cap,
              "%s, %lld threads per row (%s), %lld vectors of %lld B per thread, %.0f%% of lanes "
              "idle in the last pass%s%s%s%s; plan %s",
              bulk ? "copy-engine cluster kernel" : p->cl > 1 ? "cluster kernel" : "register kernel",
-             tt, split, vpt, vb, idle,
-             bulk ? ", rows staged in shared memory" : p->dyn ? ", accumulators in shared memory" : "",
-             p->pf > 0 ? ", next rows prefetched" : "", minb, p->note, p->plan);
+             tt, split, vpt, vb, idle, fwd, p->pf > 0 ? ", next rows prefetched" : "", minb,
+             p->note, p->plan);
 }
 
 /* The copy-engine kernels' shape for a row of n elements of es bytes: the
@@ -579,18 +594,32 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->note[0] = '\0';
     p->pf = 0;
     p->minb = 0;
+    p->one = 0;
+    p->stages = 0;
+    p->gb = 0;
     if (c->fwd_bulk && (long long)n * (long long)es >= c->fwd_bulk_bytes) {
         int tpr, cl;
-        /* ln_fwd_bulk_smem_bytes: two stages of x */
-        if ((size_t)vec * es == 16 &&
-            ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 2 * es, &tpr, &cl)) {
+        /* gamma and beta in shared memory only where the kernel reads them */
+        const int gb = c->fwd_bulk_gb && affine, stages = c->fwd_bulk_stages;
+        /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and beta's
+         * shares with gb */
+        const size_t per_elem = (size_t)(stages + 2 * gb) * es;
+        if ((size_t)vec * es == 16 && ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk,
+                                                    c->fwd_bulk_ept, per_elem, &tpr, &cl)) {
             p->special = 1;
             p->tpr = tpr;
             p->cl = cl;
             p->bulk = 1;
-            p->dyn = 2 * (size_t)(n / cl) * es;
-            snprintf(p->name, sizeof p->name, "layernorm_fwd_bulk<%s, %d, %s, %d, %d>",
-                     ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
+            p->one = c->fwd_one_sync;
+            p->stages = stages;
+            p->gb = gb;
+            p->dyn = per_elem * (size_t)(n / cl);
+            /* the short name (the cache key) for the kernel's defaults */
+            char extra[32] = "";
+            if (stages != 2 || gb || p->one)
+                snprintf(extra, sizeof extra, ", %d, %d, %d", stages, gb, p->one);
+            snprintf(p->name, sizeof p->name, "layernorm_fwd_bulk<%s, %d, %s, %d, %d%s>",
+                     ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl, extra);
             return;
         }
         ln_bulk_note(p, "fwd_bulk", c->fwd_bulk_chunk, max_cl);
@@ -602,8 +631,13 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
     if (p->special && block >= c->fwd_min_blocks_from && block <= c->fwd_min_blocks_to)
         p->minb = c->fwd_min_blocks;
+    /* one exchange per row: cluster rows only (a block's own row has no
+     * cluster exchange to save) */
+    p->one = p->special && p->cl > 1 && c->fwd_one_sync;
     char extra[16] = "";
-    if (p->minb > 0)
+    if (p->one)
+        snprintf(extra, sizeof extra, ", %d, 1", p->minb);
+    else if (p->minb > 0)
         snprintf(extra, sizeof extra, ", %d", p->minb);
     ln_instance_name(p->name, sizeof p->name, "layernorm_fwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl, extra);
@@ -622,6 +656,9 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->note[0] = '\0';
     p->minb = 0;
     p->pf = 0;
+    p->one = 0;
+    p->stages = 0;
+    p->gb = 0;
     int tpr, cl;
     /* the bulk kernel for rows over a cluster, and for rows of at least
      * bwd_bulk_bytes that one register block would hold */

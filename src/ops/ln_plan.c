@@ -47,6 +47,9 @@ static const struct {
     {"fwd_bulk_bytes", offsetof(jitop__ln_cfg, fwd_bulk_bytes), LN_INT, 0, 1 << 30, 1},
     {"fwd_bulk_chunk", offsetof(jitop__ln_cfg, fwd_bulk_chunk), LN_INT, 512, 65536, 16},
     {"fwd_bulk_ept", offsetof(jitop__ln_cfg, fwd_bulk_ept), LN_INT, 1, 256, 1},
+    {"fwd_one_sync", offsetof(jitop__ln_cfg, fwd_one_sync), LN_BOOL, 0, 1, 1},
+    {"fwd_bulk_stages", offsetof(jitop__ln_cfg, fwd_bulk_stages), LN_INT, 2, 4, 1},
+    {"fwd_bulk_gb", offsetof(jitop__ln_cfg, fwd_bulk_gb), LN_BOOL, 0, 1, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 
@@ -121,7 +124,7 @@ static int ln_item(const char *what, char *item, int self, jitop__ln_cfg *scoped
             *ln_field(scoped[scope], k) = v;
         return rc;
     }
-    char names[768];
+    char names[1024]; /* every field's name, ", "-separated */
     size_t len = 0;
     names[0] = '\0';
     for (size_t k = 0; k < LN_NFIELDS; k++) {
@@ -150,7 +153,7 @@ static void ln_text(jitop__ln_cfg *c, unsigned set, int legacy)
             snprintf(val, sizeof val, "auto");
         else
             snprintf(val, sizeof val, "%d", v);
-        /* 24 fields of at most 26 characters fit text */
+        /* 27 fields of at most 26 characters (and "legacy,") fit text */
         int w = snprintf(c->text + len, sizeof c->text - len, "%s%s=%s", len ? "," : "",
                          LN_FIELDS[k].name, val);
         if (w > 0 && (size_t)w < sizeof c->text - len)

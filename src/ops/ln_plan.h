@@ -38,6 +38,16 @@
  *                    power of two for <= fwd_bulk_ept elements each); other
  *                    rows (odd or uneven N) keep the register kernels, which
  *                    the plan line says
+ *   fwd_one_sync     1: the forward's cluster kernels (layernorm_fwd_cluster,
+ *                    layernorm_fwd_bulk) take a row's mean and variance from
+ *                    one cluster exchange of each block's sum and M2 (Chan
+ *                    et al.'s merge) instead of two (mean, then squared
+ *                    deviations); 0: two
+ *   fwd_bulk_stages  layernorm_fwd_bulk's rows in flight per block, 2 to 4
+ *                    (each a stage of its share of a row in shared memory)
+ *   fwd_bulk_gb      1: layernorm_fwd_bulk keeps its share of gamma and beta
+ *                    in shared memory (2 more shares' bytes), loaded once,
+ *                    instead of reading them from L2 for every row
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -59,6 +69,7 @@ typedef struct jitop__ln_cfg {
     int bwd_min_blocks, bwd_min_blocks_from, bwd_min_blocks_to;
     int bwd_bulk, bulk_chunk, bulk_ept, bwd_bulk_bytes;
     int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
+    int fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

@@ -401,6 +401,117 @@ static void test_forward_bulk(void **state)
     free(out);
 }
 
+/* The forward's long-row fields alone: canonical text in table order, the
+ * ranges (stages 2 to 4, the switches 0 or 1), the dtype prefix. */
+static void test_plan_parse_forward_options(void **state)
+{
+    (void)state;
+    jitop__ln_cfg d = {.fwd_bulk_stages = 2}, c;
+    snprintf(d.text, sizeof d.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", "fwd_bulk_gb=1,fwd_bulk_stages=3,fwd_one_sync=1", 2,
+                                         &d, &d, &c),
+                     JITOP_OK);
+    assert_string_equal(c.text, "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1");
+    assert_int_equal(c.fwd_one_sync, 1);
+    assert_int_equal(c.fwd_bulk_stages, 3);
+    assert_int_equal(c.fwd_bulk_gb, 1);
+    /* h16_ applies to 16-bit rows only, over the unprefixed field */
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_fwd_bulk_stages=4,fwd_bulk_stages=3", 4, &d, &d,
+                                         &c),
+                     JITOP_OK);
+    assert_int_equal(c.fwd_bulk_stages, 3);
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_fwd_bulk_stages=4,fwd_bulk_stages=3", 2, &d, &d,
+                                         &c),
+                     JITOP_OK);
+    assert_int_equal(c.fwd_bulk_stages, 4);
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"fwd_bulk_stages=1", "P: fwd_bulk_stages is '1': expected an integer in [2, 4]"},
+        {"fwd_bulk_stages=5", "P: fwd_bulk_stages is '5': expected an integer in [2, 4]"},
+        {"fwd_one_sync=2", "P: fwd_one_sync is '2': expected 0 or 1"},
+        {"fwd_bulk_gb=yes", "P: fwd_bulk_gb is 'yes': expected 0 or 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(jitop__ln_cfg_parse("P", bad[i].spec, 2, &d, &d, &c), JITOP_EINVAL);
+        if (strstr(jitop_errmsg(NULL), bad[i].msg) == NULL)
+            fail_msg("expected \"%s\" in \"%s\"", bad[i].msg, jitop_errmsg(NULL));
+        assert_int_equal(c.fwd_bulk_stages, 2);
+    }
+}
+
+/* fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb: extra template arguments of
+ * the instances they change (the defaults' names, the cache keys, stay
+ * short), named by the plan line, compiled by NVRTC for sm_90 here. */
+static void test_forward_long_row_options(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    /* one exchange on the float32 register cluster (and with launch
+     * bounds: MINB is then named as well) */
+    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1", "layernorm:f32:49152", &out), 0);
+    expect(out, "layernorm_fwd_cluster<float, 49152, true, 4, 192, 8, 0, 1>: cluster kernel, 1536 "
+                "threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 0% "
+                "of lanes idle in the last pass, one cluster exchange per row; plan "
+                "fwd_one_sync=1");
+    expect(out, "layernorm_fwd_cluster<float, 49152, false, 4, 192, 8, 0, 1>");
+    expect(out, "prewarmed");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1,fwd_min_blocks=2", "layernorm:f32:49152",
+                                  &out),
+                     0);
+    expect(out, "layernorm_fwd_cluster<float, 49152, true, 4, 192, 8, 2, 1>: cluster kernel");
+    expect(out, "launch bounds for 2 blocks per SM");
+    expect(out, "prewarmed");
+    free(out);
+    /* a row one block holds has no cluster exchange to save: unchanged */
+    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1", "layernorm:f16:16384", &out), 0);
+    expect(out, "layernorm_fwd<__half, 16384, true, 8, 256>: register kernel");
+    if (strstr(out, "one cluster exchange") != NULL)
+        fail_msg("no cluster exchange expected for a one-block row:\n%s", out);
+    free(out);
+    /* all three on the 16-bit copy-engine default; gamma and beta only
+     * where the kernel reads them (affine) */
+    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1",
+                                  "layernorm:bf16:65536", &out),
+                     0);
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 256, 8, 3, 1, 1>: copy-engine "
+                "cluster kernel, 2048 threads per row (over a cluster of 8 blocks), 4 vectors of "
+                "16 B per thread, 0% of lanes idle in the last pass, rows staged in shared memory "
+                "(3 stages), gamma and beta in shared memory, one cluster exchange per row; plan "
+                "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1");
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, false, 256, 8, 3, 0, 1>");
+    expect(out, "prewarmed");
+    free(out);
+    /* the stages and gamma/beta count in the shared memory that bounds a
+     * block's share: 2 stages of 16 KiB float32 shares fit 4 blocks, 4
+     * stages and gamma/beta (24 B per element) need 8 */
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=65536", "layernorm:f32:65536",
+                                  &out),
+                     0);
+    expect(out, "layernorm_fwd_bulk<float, 65536, true, 512, 4>: copy-engine cluster kernel");
+    free(out);
+    assert_int_equal(prewarm_plan("warps",
+                                  "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=4,fwd_bulk_gb=1",
+                                  "layernorm:f32:65536", &out),
+                     0);
+    expect(out, "layernorm_fwd_bulk<float, 65536, true, 256, 8, 4, 1, 0>: copy-engine cluster "
+                "kernel, 2048 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per "
+                "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
+                "stages), gamma and beta in shared memory; plan");
+    expect(out, "layernorm_fwd_bulk<float, 65536, false, 256, 8, 4, 0, 0>");
+    expect(out, "prewarmed");
+    free(out);
+    /* 2 stages with gamma/beta: the short list of the default stages */
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk_gb=1", "layernorm:f16:65536", &out), 0);
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 8, 2, 1, 0>: copy-engine cluster "
+                "kernel");
+    expect(out, "rows staged in shared memory, gamma and beta in shared memory; plan fwd_bulk_gb=1");
+    expect(out, "layernorm_fwd_bulk<__half, 65536, false, 256, 8>: copy-engine");
+    expect(out, "prewarmed");
+    free(out);
+}
+
 static void test_bad_rule_is_refused(void **state)
 {
     (void)state;
@@ -427,6 +538,8 @@ int main(void)
         cmocka_unit_test(test_plan_parse_dtype),
         cmocka_unit_test(test_defaults_by_dtype),
         cmocka_unit_test(test_forward_bulk),
+        cmocka_unit_test(test_plan_parse_forward_options),
+        cmocka_unit_test(test_forward_long_row_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,6 +171,22 @@ static void ref_stats(const double *x, int64_t m, int n, double *mu, double *rs)
 
 enum { PLAIN, INPLACE, UNALIGNED };
 
+/* check_case's rows: x_offset + x_spread * uniform(-1, 1) when x_offset is
+ * not 0 (a common offset far larger than the spread: a variance from
+ * E[x^2] - mean^2 in float32 would be off by 1e-3 to 20% there, where the
+ * test allows 1e-5 of rstd), else a random shift and scale. */
+static float x_offset, x_spread;
+
+/* The offset and spread per dtype: the offset as large as float32's
+ * rounding of the mean leaves y within the tolerance (1e-4), the spread
+ * wide enough that the 16-bit values still differ (bfloat16 rounds 1000 +
+ * u to a multiple of 4). */
+static void set_offset(jitop_dtype dt)
+{
+    x_offset = dt == JITOP_FLOAT32 ? 100.0f : 1000.0f;
+    x_spread = dt == JITOP_BFLOAT16 ? 16.0f : 1.0f;
+}
+
 /* One forward + backward on fresh random data, checked against float64. */
 static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
 {
@@ -196,6 +212,10 @@ static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
     float shift = 0, scale = 0;
     jt_random_floats(&shift, 1, -3.0f, 3.0f);
     jt_random_floats(&scale, 1, 0.5f, 4.0f);
+    if (x_offset != 0.0f) {
+        shift = x_offset;
+        scale = x_spread;
+    }
     jt_random_floats(tmp, total, -1.0f, 1.0f);
     for (size_t i = 0; i < total; i++)
         x[i] = store(dt, hx, i, shift + scale * tmp[i]);
@@ -416,6 +436,81 @@ static void test_cluster_rows_reused(void **state)
      * forward's copy-engine kernel under fwd_bulk=1), in place */
     check_case(JITOP_BFLOAT16, 256, 65536, 1, INPLACE);
     check_case(JITOP_FLOAT32, 256, 36864, 1, PLAIN);
+}
+
+/* The forward's long-row options (JITOP_LN_PLAN fwd_one_sync,
+ * fwd_bulk_stages, fwd_bulk_gb; bench/layernorm_NOTES.md, session 15), each
+ * plan in a fresh context (the plan is read at a context's first
+ * LayerNorm), over long rows of every dtype on the kernels the plan sends
+ * them to (tests/cpu/test_ln_plan.c checks which): register clusters with
+ * equal and with ragged shares per block (float32 40000: the last block
+ * holds fewer vectors), copy-engine clusters with full and partial last
+ * passes (16-bit 40000: 625 vectors over 256 threads), 2-4 stages with
+ * several rows per cluster (so that every stage's barrier changes parity),
+ * rows not a multiple of the grid, in place, and rows of a large common
+ * offset (set_offset: the one-exchange variance is exact). */
+static void test_forward_long_row_plans(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    static const struct {
+        const char *plan;
+        jitop_dtype dt[8];
+        int n[8];
+    } plans[] = {
+        /* the default kernels with one exchange: float32 register clusters,
+         * 16-bit copy-engine rows of 120 KiB and more */
+        {"fwd_one_sync=1",
+         {JITOP_FLOAT32, JITOP_FLOAT32, JITOP_FLOAT32, JITOP_FLOAT32, JITOP_BFLOAT16,
+          JITOP_FLOAT16},
+         {36864, 40000, 49152, 65536, 65536, 65536}},
+        /* copy-engine rows from 48 KiB: one exchange, 3 stages, gamma and
+         * beta in shared memory */
+        {"fwd_bulk=1,fwd_bulk_bytes=49152,fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1",
+         {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32,
+          JITOP_FLOAT32, JITOP_FLOAT32},
+         {24576, 36864, 40000, 49152, 24576, 40000, 65536}},
+        /* 4 stages alone, two exchanges */
+        {"fwd_bulk=1,fwd_bulk_bytes=49152,fwd_bulk_stages=4",
+         {JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32, JITOP_FLOAT32},
+         {24576, 49152, 65536, 36864, 49152}},
+        /* 16-bit register clusters (rows over 256 threads) with one exchange */
+        {"fwd_one_sync=1,fwd_bulk=0,h16_fwd_max_tpr=256,h16_fwd_cluster_tpr=256,h16_fwd_fit=1",
+         {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32},
+         {24576, 40000, 36864, 49152, 40000}},
+    };
+    const char *was = getenv("JITOP_LN_PLAN");
+    char *saved = was != NULL ? strdup(was) : NULL;
+    assert_true(was == NULL || saved != NULL);
+    jitop_ctx *outer = ctx;
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        assert_int_equal(setenv("JITOP_LN_PLAN", plans[k].plan, 1), 0);
+        char *dir = jt_tmpdir();
+        char *cache = jt_path(dir, "cache");
+        ctx = jt_ctx_driver(cache);
+        OK(jitop_ctx_cuda(ctx, NULL, NULL));
+        for (size_t i = 0; i < 8 && plans[k].n[i] != 0; i++) {
+            const jitop_dtype dt = plans[k].dt[i];
+            const int n = plans[k].n[i];
+            /* several rows per cluster (30-80 clusters fit an H100), not a
+             * multiple of the grid; at most 24 Mi elements for the float64
+             * reference */
+            int64_t m = (24 << 20) / n;
+            m = m > 601 ? 601 : m;
+            check_case(dt, m, n, 1, i % 3 == 1 ? INPLACE : PLAIN);
+            set_offset(dt);
+            check_case(dt, 37, n, (int)(i % 2), PLAIN);
+            x_offset = 0.0f;
+        }
+        jitop_ctx_destroy(ctx);
+        free(cache);
+        free(dir);
+    }
+    ctx = outer;
+    assert_int_equal(saved != NULL ? setenv("JITOP_LN_PLAN", saved, 1) : unsetenv("JITOP_LN_PLAN"),
+                     0);
+    free(saved);
 }
 
 /* A sample of bench/layernorm_bench.py --sweep's row lengths and hidden
@@ -682,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_long_rows),
         cmocka_unit_test(test_cluster_rows_reused),
         cmocka_unit_test(test_row_length_sweep),
+        cmocka_unit_test(test_forward_long_row_plans),
     };
     const char *filter = getenv("JITOP_TEST_FILTER");
     if (filter != NULL && *filter != '\0')
