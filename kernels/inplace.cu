@@ -361,6 +361,39 @@ template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms
     return v;
 }
 
+// ip_row_reduce for ONE: the warps' parts are merged by shuffles too (lane
+// l of every warp reads part l, the rest hold nothing, then 5 shuffle-merges),
+// instead of one thread's serial merge of TPR / 32 parts: a 512-thread row's
+// 16 parts in flight at once took 30 registers beside the row's, and
+// softmax_lean2's 512-thread blocks of 64 bytes a thread (32 registers)
+// spilled. The merge order differs, so the sum's last bits may too.
+template <int TPR>
+__device__ __forceinline__ ip_ms ip_row_reduce_shfl(ip_ms v, ip_ms *red, float c2e)
+{
+    constexpr int W = TPR < 32 ? TPR : 32;
+#pragma unroll
+    for (int o = W / 2; o > 0; o /= 2) {
+        ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o, W), __shfl_xor_sync(0xffffffffu, v.s, o, W)};
+        v = ip_merge(v, u, c2e);
+    }
+    if (TPR > 32) {
+        constexpr int WPR = TPR > 32 ? TPR / 32 : 1; // warps per row
+        ip_ms *mine = red + (threadIdx.x / TPR) * WPR;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x % TPR) / 32;
+        __syncthreads(); // red may hold the previous reduction
+        if (lane == 0)
+            mine[warp] = v;
+        __syncthreads();
+        v = lane < WPR ? mine[lane] : ip_ms{IP_NINF, 0.f};
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+            ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+            v = ip_merge(v, u, c2e);
+        }
+    }
+    return v;
+}
+
 // Thread-block clusters exist from sm_90 on; older archs still compile the
 // file, and the C side never picks softmax_cluster there.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -623,7 +656,7 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
                         ms.s += ip_weight(sg * ip_conv<T>::to(v[c].v[e]), lm, c2e);
         }
     }
-    ip_ms tot = ip_row_reduce<TPR>(ms, red, c2e);
+    ip_ms tot = ONE1 ? ip_row_reduce_shfl<TPR>(ms, red, c2e) : ip_row_reduce<TPR>(ms, red, c2e);
     if (CL > 1) {
         ip_cluster_wait(); // every peer has started
         if (threadIdx.x < CL)

@@ -233,6 +233,9 @@ static void test_instances_no_spill(void **state)
         {"softmax_lean2<float, 49152, 4, 256, 6>", 64},
         {"softmax_lean2<float, 32768, 4, 128, 8>", 64},
         {"softmax_lean2<__nv_bfloat16, 131072, 8, 256, 8>", 64},
+        /* 512-thread blocks: the parts of 16 warps once spilled there */
+        {"softmax_lean2<__half, 65536, 8, 512, 4>", 32},
+        {"softmax_lean2<float, 65536, 4, 512, 8>", 32},
         {"softmax_rows_lean2<__nv_bfloat16, 32768, 8, 512>", 64},
     };
     const char *opts[] = {"-Xptxas=-v"};
