@@ -487,7 +487,8 @@ template <typename T, int N, int VEC, int TPR, int CL> struct ip_share {
 // ip_one_limit * 2^-24, a relative error under 2^-14 (16-bit) / 2^-19
 // (float32) on its outputs; elsewhere (huge values, +inf) w is
 // ip_weight's form, whose exponent error is relative to y - mt. The extra
-// rounding of w to 16 bits adds at most half an ulp of T to an output.
+// rounding of w to 16 bits adds up to half an ulp of T to an output before
+// its final rounding.
 // Per 16-bit element: a half HMNMX2, then unpack, FFMA, MUFU, FADD and half
 // a pack, then unpack, FMUL and half a pack (bench/INPLACE_NOTES.md has the
 // SASS counts).

@@ -72,8 +72,8 @@
  * the same bits; masked rows take softmax_split); leanblock: block with it.
  * lean2, lean2_256, lean2_128, lean2block: split, split256, split128, block
  * with softmax_lean2's (each exponential once, w kept rounded to T between
- * the passes: at most half an ulp more error on a 16-bit output; masked
- * rows take softmax_split / softmax_rows). */
+ * the passes: up to half an ulp of T more error before a 16-bit output's
+ * final rounding; masked rows take softmax_split / softmax_rows). */
 #define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
