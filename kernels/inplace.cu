@@ -94,8 +94,15 @@ template <> struct ip_pair<__half> {
     static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
     static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
     static __device__ __forceinline__ P pack(float a, float b) { return __floats2half2_rn(a, b); }
-    static __device__ __forceinline__ P lowest() { return P(__half_raw{0xfc00}, __half_raw{0xfc00}); }
-    static __device__ __forceinline__ P highest() { return P(__half_raw{0x7c00}, __half_raw{0x7c00}); }
+    // -inf and +inf pairs (the max and min folds' start)
+    static __device__ __forceinline__ P lowest()
+    {
+        return P(__half_raw{0xfc00}, __half_raw{0xfc00});
+    }
+    static __device__ __forceinline__ P highest()
+    {
+        return P(__half_raw{0x7c00}, __half_raw{0x7c00});
+    }
     // the pair's two elements (low half first) as floats: two HADD2.F32
     static __device__ __forceinline__ void unpack(unsigned u, float &a, float &b)
     {
@@ -373,7 +380,8 @@ __device__ __forceinline__ ip_ms ip_row_reduce_shfl(ip_ms v, ip_ms *red, float c
     constexpr int W = TPR < 32 ? TPR : 32;
 #pragma unroll
     for (int o = W / 2; o > 0; o /= 2) {
-        ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o, W), __shfl_xor_sync(0xffffffffu, v.s, o, W)};
+        ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o, W),
+                   __shfl_xor_sync(0xffffffffu, v.s, o, W)};
         v = ip_merge(v, u, c2e);
     }
     if (TPR > 32) {
@@ -657,7 +665,8 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
                         ms.s += ip_weight(sg * ip_conv<T>::to(v[c].v[e]), lm, c2e);
         }
     }
-    ip_ms tot = ONE1 ? ip_row_reduce_shfl<TPR>(ms, red, c2e) : ip_row_reduce<TPR>(ms, red, c2e);
+    ip_ms tot =
+        ONE1 ? ip_row_reduce_shfl<TPR>(ms, red, c2e) : ip_row_reduce<TPR>(ms, red, c2e);
     if (CL > 1) {
         ip_cluster_wait(); // every peer has started
         if (threadIdx.x < CL)

@@ -63,11 +63,12 @@
  *   longer rows: softmax_long.
  * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256|split128|lean|
  * lean256|leanblock|lean2|lean2_256|lean2_128|lean2block forces a path where
- * it can run (read once per context, for the benchmark's comparison). split: softmax_split with blocks of
- * IP_SOFTMAX_SPLIT_TPR threads (split256: 256, split128: 128), each thread
- * holding at most IP_SOFTMAX_SPLIT_BYTES of the row (twice that where the row
- * needs it), over a cluster of 2 to IP_SOFTMAX_MAX_CLUSTER blocks: rows of
- * 16 KiB (8 KiB, 4 KiB) to 512 KiB (256 KiB, 128 KiB). lean, lean256: split,
+ * it can run (read once per context, for the benchmark's comparison). split:
+ * softmax_split with blocks of IP_SOFTMAX_SPLIT_TPR threads (split256: 256,
+ * split128: 128), each thread holding at most IP_SOFTMAX_SPLIT_BYTES of the
+ * row (twice that where the row needs it), over a cluster of 2 to
+ * IP_SOFTMAX_MAX_CLUSTER blocks: rows of 16 KiB (8 KiB, 4 KiB) to 512 KiB
+ * (256 KiB, 128 KiB). lean, lean256: split,
  * split256 with softmax_lean's arithmetic (fewer ALU ops a 16-bit element,
  * the same bits; masked rows take softmax_split); leanblock: block with it.
  * lean2, lean2_256, lean2_128, lean2block: split, split256, split128, block
