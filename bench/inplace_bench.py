@@ -344,9 +344,11 @@ def main():
     # block over 128 bytes a thread, cluster under 64 KiB rows, split outside
     # 16 KiB (split256: 8 KiB, split128: 4 KiB) to 512 KiB rows (256 KiB,
     # 128 KiB), see src/ops/inplace.c; lean, lean256: split and split256 with
-    # softmax_lean's arithmetic; leanblock: block with it)
+    # softmax_lean's arithmetic; leanblock: block with it; lean2, lean2_256,
+    # lean2_128, lean2block: split, split256, split128, block with
+    # softmax_lean2's, each exponential once)
     pnames = ("auto", "block", "cluster", "long", "split", "split256", "split128", "lean",
-              "lean256", "leanblock")
+              "lean256", "leanblock", "lean2", "lean2_256", "lean2_128", "lean2block")
     if args.paths:
         pnames = tuple(p for p in args.paths.split(",") if p)
     out_md.append("| dtype | N | " + " | ".join(pnames) + " | copy | best / copy |")

@@ -10,6 +10,8 @@
 //   softmax_split<T, N, VEC, TPR, CL, MASK>    the same over smaller blocks, several per SM
 //   softmax_rows_lean<T, N, VEC, TPR>, softmax_lean<T, N, VEC, TPR, CL>  softmax_rows and
 //                                         softmax_split with fewer ALU ops (no mask)
+//   softmax_rows_lean2<T, N, VEC, TPR>, softmax_lean2<T, N, VEC, TPR, CL>  the same with
+//                                         one exponential an element (no mask)
 //   softmax_long<T, VEC, MASK>            any N at run time, one block per row, two reads
 //   ip_copy<W>                            bytes from one buffer to another in W-byte words
 //
@@ -94,12 +96,43 @@ template <> struct ip_pair<__half> {
     static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
     static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
     static __device__ __forceinline__ P pack(float a, float b) { return __floats2half2_rn(a, b); }
+    // -inf and +inf pairs (the max and min folds' start)
+    static __device__ __forceinline__ P lowest()
+    {
+        return P(__half_raw{0xfc00}, __half_raw{0xfc00});
+    }
+    static __device__ __forceinline__ P highest()
+    {
+        return P(__half_raw{0x7c00}, __half_raw{0x7c00});
+    }
+    // the pair's two elements (low half first) as floats: two HADD2.F32
+    static __device__ __forceinline__ void unpack(unsigned u, float &a, float &b)
+    {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u));
+        a = f.x;
+        b = f.y;
+    }
 };
 template <> struct ip_pair<__nv_bfloat16> {
     typedef __nv_bfloat162 P;
     static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
     static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
     static __device__ __forceinline__ P pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
+    static __device__ __forceinline__ P lowest()
+    {
+        return P(__nv_bfloat16_raw{0xff80}, __nv_bfloat16_raw{0xff80});
+    }
+    static __device__ __forceinline__ P highest()
+    {
+        return P(__nv_bfloat16_raw{0x7f80}, __nv_bfloat16_raw{0x7f80});
+    }
+    // a bfloat16 is a float's top half: one shift and one AND on the word
+    // (element by element, ptxas extracts each half first, then shifts)
+    static __device__ __forceinline__ void unpack(unsigned u, float &a, float &b)
+    {
+        a = __uint_as_float(u << 16);
+        b = __uint_as_float(u & 0xffff0000u);
+    }
 };
 
 // The largest (HI) or smallest raw element of a vector folded into acc, NaN
@@ -121,6 +154,22 @@ __device__ __forceinline__ void ip_fold(float &acc, const ip_vec<T, VEC> &v)
 #pragma unroll
         for (int e = 0; e < VEC; e++)
             acc = HI ? fmaxf(acc, ip_conv<T>::to(v.v[e])) : fminf(acc, ip_conv<T>::to(v.v[e]));
+    }
+}
+
+// w[e] = float(v.v[e]) (exact), two at a time from a 16-bit pair's word.
+template <typename T, int VEC>
+__device__ __forceinline__ void ip_get(float (&w)[VEC], const ip_vec<T, VEC> &v)
+{
+    if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+        const unsigned *u = reinterpret_cast<const unsigned *>(v.v);
+#pragma unroll
+        for (int k = 0; k < VEC / 2; k++)
+            ip_pair<T>::unpack(u[k], w[2 * k], w[2 * k + 1]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            w[e] = ip_conv<T>::to(v.v[e]);
     }
 }
 
@@ -247,6 +296,16 @@ __device__ __forceinline__ float ip_weight(float y, float m, float c)
     return ip_ex2(y == m ? 0.f : c * (y - m));
 }
 
+// ONE's largest |c mt| (in powers of two) for which the one-FFMA exponent
+// is used: rounding c mt to float shifts a thread's exponents by at most
+// this times 2^-24, 2^-14 for 16-bit types (a twelfth of float16's half
+// ulp) and 2^-19 for float32 (~1.3e-6 relative, under the test's 1e-5).
+// It covers |scale * x| up to ~700 (16-bit) and ~22 (float32).
+template <typename T> __device__ __forceinline__ float ip_one_limit()
+{
+    return sizeof(T) == 4 ? 32.f : 1024.f;
+}
+
 // Running maximum (of y) and sum of weights against it, merged in any order.
 struct ip_ms {
     float m, s;
@@ -307,6 +366,40 @@ template <int TPR> __device__ __forceinline__ ip_ms ip_row_reduce(ip_ms v, ip_ms
 #pragma unroll
         for (int i = 1; i < WPR; i++)
             v = ip_merge(v, mine[i], c2e);
+    }
+    return v;
+}
+
+// ip_row_reduce for ONE: the warps' parts are merged by shuffles too (lane
+// l of every warp reads part l, the rest hold nothing, then 5 shuffle-merges),
+// instead of one thread's serial merge of TPR / 32 parts: a 512-thread row's
+// 16 parts in flight at once took 30 registers beside the row's, and
+// softmax_lean2's 512-thread blocks of 64 bytes a thread (32 registers)
+// spilled. The merge order differs, so the sum's last bits may too.
+template <int TPR>
+__device__ __forceinline__ ip_ms ip_row_reduce_shfl(ip_ms v, ip_ms *red, float c2e)
+{
+    constexpr int W = TPR < 32 ? TPR : 32;
+#pragma unroll
+    for (int o = W / 2; o > 0; o /= 2) {
+        ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o, W),
+                   __shfl_xor_sync(0xffffffffu, v.s, o, W)};
+        v = ip_merge(v, u, c2e);
+    }
+    if (TPR > 32) {
+        constexpr int WPR = TPR > 32 ? TPR / 32 : 1; // warps per row
+        ip_ms *mine = red + (threadIdx.x / TPR) * WPR;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x % TPR) / 32;
+        __syncthreads(); // red may hold the previous reduction
+        if (lane == 0)
+            mine[warp] = v;
+        __syncthreads();
+        v = lane < WPR ? mine[lane] : ip_ms{IP_NINF, 0.f};
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+            ip_ms u = {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
+            v = ip_merge(v, u, c2e);
+        }
     }
     return v;
 }
@@ -391,7 +484,26 @@ template <typename T, int N, int VEC, int TPR, int CL> struct ip_share {
 // matters for m = +inf. Per 16-bit element that is ~11 ALU ops instead of
 // ~19 over the three passes, which bounds long 16-bit rows (two SFU ops per
 // element, and the issue slots the loads and stores share).
-template <typename T, int N, int VEC, int TPR, int CL, bool MASK, bool LEAN = false>
+//
+// ONE (softmax_lean2, softmax_rows_lean2; no mask; implies LEAN's max pass):
+// each exponential once. The sum pass computes w = 2^(c (y - mt)) against
+// the thread's own maximum mt, adds it to the sum and keeps it in place of
+// the raw element (16-bit: rounded to T, RN; float32: exact); the output
+// pass writes w * 2^(c (mt - M)) / S (M, S: the row's, after the merge):
+// one multiply an element instead of a second exponential. Where
+// |c mt| <= ip_one_limit<T>() in every thread of the warp (a vote: no
+// divergence), w = ex2(fma(sg c, x, -c mt)), one FFMA and one MUFU: the
+// rounding of c mt moves every exponent of the thread by at most
+// ip_one_limit * 2^-24, a relative error under 2^-14 (16-bit) / 2^-19
+// (float32) on its outputs; elsewhere (huge values, +inf) w is
+// ip_weight's form, whose exponent error is relative to y - mt. The extra
+// rounding of w to 16 bits adds up to half an ulp of T to an output before
+// its final rounding.
+// Per 16-bit element: a half HMNMX2, then unpack, FFMA, MUFU, FADD and half
+// a pack, then unpack, FMUL and half a pack (bench/INPLACE_NOTES.md has the
+// SASS counts).
+template <typename T, int N, int VEC, int TPR, int CL, bool MASK, bool LEAN = false,
+          bool ONE = false>
 __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, int qlen)
 {
     typedef ip_share<T, N, VEC, TPR, CL> S;
@@ -428,8 +540,47 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
             v[c] = xr[j];
     }
     ip_ms ms = {IP_NINF, 0.f};
-    constexpr bool LN = LEAN && !MASK;
-    if (LN && sg != 0.f) {
+    constexpr bool ONE1 = ONE && !MASK;
+    constexpr bool LN = (LEAN || ONE) && !MASK;
+    if constexpr (ONE1 && sizeof(T) == 2 && VEC % 2 == 0) {
+        // ONE: the same maximum, the pairs of all the thread's vectors folded
+        // packed (one HMNMX2 per two elements) and converted once at the end
+        typedef ip_pair<T> PT;
+        typedef typename PT::P P;
+        if (sg != 0.f) {
+            P a;
+            if (sg > 0.f) {
+                a = PT::lowest();
+#pragma unroll
+                for (int c = 0; c < CNT; c++)
+                    if (live && (!S::RAGGED || c * TPR + t < sv)) {
+                        const P *p = reinterpret_cast<const P *>(v[c].v);
+#pragma unroll
+                        for (int k = 0; k < VEC / 2; k++)
+                            a = PT::max(a, p[k]);
+                    }
+            } else {
+                a = PT::highest();
+#pragma unroll
+                for (int c = 0; c < CNT; c++)
+                    if (live && (!S::RAGGED || c * TPR + t < sv)) {
+                        const P *p = reinterpret_cast<const P *>(v[c].v);
+#pragma unroll
+                        for (int k = 0; k < VEC / 2; k++)
+                            a = PT::min(a, p[k]);
+                    }
+            }
+            const float a0 = ip_conv<T>::to(a.x), a1 = ip_conv<T>::to(a.y);
+            ms.m = sg > 0.f ? fmaxf(a0, a1) : -fminf(a0, a1);
+        } else {
+#pragma unroll
+            for (int c = 0; c < CNT; c++)
+                if (live && (!S::RAGGED || c * TPR + t < sv))
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        ms.m = fmaxf(ms.m, sg * ip_conv<T>::to(v[c].v[e]));
+        }
+    } else if (LN && sg != 0.f) {
         // largest and smallest raw element (NaN ignored, as fmaxf does)
         float hi = IP_NINF, lo = IP_PINF;
         if (sg > 0.f) {
@@ -456,11 +607,47 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
         }
     }
     const float lm = ms.m == IP_NINF ? 0.f : ms.m;
+    const float tm = ms.m; // the thread's own maximum (ONE's reference)
     if (OPQ)
 #pragma unroll
         for (int c = 0; c < CNT; c++)
             ip_opaque(v[c]);
-    if (LN && lm != IP_PINF) {
+    if (ONE1) {
+        // w in place of the raw element, against the thread's own maximum
+        const float k = c2e * lm;
+        if (__all_sync(0xffffffffu, fabsf(k) <= ip_one_limit<T>())) {
+            const float a = sg * c2e, b = -k;
+#pragma unroll
+            for (int c = 0; c < CNT; c++) {
+                const int j = c * TPR + t;
+                if (live && (!S::RAGGED || j < sv)) {
+                    float w[VEC];
+                    ip_get(w, v[c]);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        w[e] = ip_ex2(fmaf(a, w[e], b));
+                        ms.s += w[e];
+                    }
+                    ip_put(v[c], w);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < CNT; c++) {
+                const int j = c * TPR + t;
+                if (live && (!S::RAGGED || j < sv)) {
+                    float w[VEC];
+                    ip_get(w, v[c]);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        w[e] = ip_weight(sg * w[e], lm, c2e);
+                        ms.s += w[e];
+                    }
+                    ip_put(v[c], w);
+                }
+            }
+        }
+    } else if (LN && lm != IP_PINF) {
 #pragma unroll
         for (int c = 0; c < CNT; c++) {
             const int j = c * TPR + t;
@@ -480,7 +667,8 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
                         ms.s += ip_weight(sg * ip_conv<T>::to(v[c].v[e]), lm, c2e);
         }
     }
-    ip_ms tot = ip_row_reduce<TPR>(ms, red, c2e);
+    ip_ms tot =
+        ONE1 ? ip_row_reduce_shfl<TPR>(ms, red, c2e) : ip_row_reduce<TPR>(ms, red, c2e);
     if (CL > 1) {
         ip_cluster_wait(); // every peer has started
         if (threadIdx.x < CL)
@@ -497,7 +685,25 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
 #pragma unroll
         for (int c = 0; c < CNT; c++)
             ip_opaque(v[c]);
-    if (LN && mx != IP_PINF) {
+    if (ONE1) {
+        // the thread's weights rescaled from its maximum to the row's (0 for
+        // a thread of only -inf elements, whose w are 0 too)
+        const float f = ip_weight(tm, tot.m, c2e) * inv;
+#pragma unroll
+        for (int c = 0; c < CNT; c++) {
+            const int j = c * TPR + t;
+            if (live && (!S::RAGGED || j < sv)) {
+                float w[VEC];
+                ip_get(w, v[c]);
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    w[e] *= f;
+                V o;
+                ip_put(o, w);
+                xr[j] = o;
+            }
+        }
+    } else if (LN && mx != IP_PINF) {
 #pragma unroll
         for (int c = 0; c < CNT; c++) {
             const int j = c * TPR + t;
@@ -590,6 +796,25 @@ __global__ void IP_CLUSTER_DIMS(CL)
 {
     static_assert(ip_share<T, N, VEC, TPR, CL>::REG <= 128, "softmax_lean: share over 128 bytes");
     softmax_body<T, N, VEC, TPR, CL, false, true>(x, rows, scale, qlen);
+}
+
+// softmax_rows and softmax_split with ONE's arithmetic (each exponential
+// once, see softmax_body; JITOP_INPLACE_SOFTMAX=lean2block, lean2,
+// lean2_256, lean2_128); a masked row takes softmax_rows / softmax_split.
+template <typename T, int N, int VEC, int TPR>
+__global__ void __launch_bounds__(TPR < 128 ? 128 : TPR)
+    softmax_rows_lean2(T *x, long long rows, float scale, int qlen)
+{
+    softmax_body<T, N, VEC, TPR, 1, false, true, true>(x, rows, scale, qlen);
+}
+
+template <typename T, int N, int VEC, int TPR, int CL>
+__global__ void IP_CLUSTER_DIMS(CL)
+    __launch_bounds__(TPR, (ip_split_min_blocks<T, N, VEC, TPR, CL, false>()))
+        softmax_lean2(T *x, long long rows, float scale, int qlen)
+{
+    static_assert(ip_share<T, N, VEC, TPR, CL>::REG <= 128, "softmax_lean2: share over 128 bytes");
+    softmax_body<T, N, VEC, TPR, CL, false, true, true>(x, rows, scale, qlen);
 }
 
 // Rows too long for registers: one block of 1024 threads per row (grid-stride

@@ -22,7 +22,7 @@
  * Softmax: softmax_rows (a row in one block's registers), softmax_split (a
  * row over a cluster of smaller blocks, several per SM, sm_90), else
  * softmax_long (two reads); softmax_cluster (a cluster of 1024-thread
- * blocks) and softmax_lean only when asked for.
+ * blocks), softmax_lean2 and softmax_rows_lean2 only when asked for.
  *
  * Per-context state (ctx->ops->inplace): the module, the instances already
  * got (a short list under s->lock), cuBLAS, and the scratch per stream. The
@@ -64,14 +64,19 @@
  *   before sm_90: float32 rows to 128 KiB one block, the rest softmax_long;
  *   longer rows: softmax_long.
  * $JITOP_INPLACE_SOFTMAX=block|cluster|long|split|split256|split128|lean|
- * lean256|leanblock forces a path where it can run (read once per context, for the
- * benchmark's comparison). split: softmax_split with blocks of
- * IP_SOFTMAX_SPLIT_TPR threads (split256: 256, split128: 128), each thread
- * holding at most IP_SOFTMAX_SPLIT_BYTES of the row (twice that where the row
- * needs it), over a cluster of 2 to IP_SOFTMAX_MAX_CLUSTER blocks: rows of
- * 16 KiB (8 KiB, 4 KiB) to 512 KiB (256 KiB, 128 KiB). lean, lean256: split,
+ * lean256|leanblock|lean2|lean2_256|lean2_128|lean2block forces a path where
+ * it can run (read once per context, for the benchmark's comparison). split:
+ * softmax_split with blocks of IP_SOFTMAX_SPLIT_TPR threads (split256: 256,
+ * split128: 128), each thread holding at most IP_SOFTMAX_SPLIT_BYTES of the
+ * row (twice that where the row needs it), over a cluster of 2 to
+ * IP_SOFTMAX_MAX_CLUSTER blocks: rows of 16 KiB (8 KiB, 4 KiB) to 512 KiB
+ * (256 KiB, 128 KiB). lean, lean256: split,
  * split256 with softmax_lean's arithmetic (fewer ALU ops a 16-bit element,
- * the same bits; masked rows take softmax_split); leanblock: block with it. */
+ * the same bits; masked rows take softmax_split); leanblock: block with it.
+ * lean2, lean2_256, lean2_128, lean2block: split, split256, split128, block
+ * with softmax_lean2's (each exponential once, w kept rounded to T between
+ * the passes: up to half an ulp of T more error before a 16-bit output's
+ * final rounding; masked rows take softmax_split / softmax_rows). */
 #define IP_SOFTMAX_REG_BYTES 128
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
@@ -91,7 +96,11 @@ enum ip_softmax_path {
     SM_SPLIT128,
     SM_LEAN,
     SM_LEAN256,
-    SM_LEANBLOCK
+    SM_LEANBLOCK,
+    SM_LEAN2,
+    SM_LEAN2_256,
+    SM_LEAN2_128,
+    SM_LEAN2BLOCK
 };
 /* Target bytes per thread: 32 for rows under IP_SOFTMAX_SHORT_ROW bytes
  * (many rows per SM), 128 from there (16-bit rows of 4096, 8 KiB, run
@@ -282,6 +291,10 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
                               : strcmp(sp, "lean") == 0    ? SM_LEAN
                               : strcmp(sp, "lean256") == 0 ? SM_LEAN256
                               : strcmp(sp, "leanblock") == 0 ? SM_LEANBLOCK
+                              : strcmp(sp, "lean2") == 0   ? SM_LEAN2
+                              : strcmp(sp, "lean2_256") == 0 ? SM_LEAN2_256
+                              : strcmp(sp, "lean2_128") == 0 ? SM_LEAN2_128
+                              : strcmp(sp, "lean2block") == 0 ? SM_LEAN2BLOCK
                                                            : SM_AUTO;
             __atomic_store_n(&ops->inplace, s, __ATOMIC_RELEASE);
         }
@@ -831,6 +844,27 @@ static int ip_split_cluster(int64_t nv, int64_t wb, int tpr)
     return 0;
 }
 
+/* The block size of a split-layout path (softmax_split, softmax_lean,
+ * softmax_lean2), 0 for the others. */
+static int ip_split_tpr(enum ip_softmax_path p)
+{
+    switch (p) {
+    case SM_SPLIT:
+    case SM_LEAN:
+    case SM_LEAN2:
+        return IP_SOFTMAX_SPLIT_TPR;
+    case SM_SPLIT256:
+    case SM_LEAN256:
+    case SM_LEAN2_256:
+        return 256;
+    case SM_SPLIT128:
+    case SM_LEAN2_128:
+        return 128;
+    default:
+        return 0;
+    }
+}
+
 int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n, void *x,
                           float scale, int64_t causal_q, void *stream)
 {
@@ -874,17 +908,15 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
     }
     const int cluster_ok = d->cc_major >= 9 && row_bytes > IP_SOFTMAX_BLOCK_ROW &&
                            cl <= IP_SOFTMAX_MAX_CLUSTER && n % ((int64_t)cl * vec) == 0;
-    /* softmax_split's cluster per block size (0: cannot run) */
+    /* the split layout's cluster (0: cannot run), computed only for the
+     * block size the chosen path needs */
     const int64_t vec_bytes = (int64_t)vec * (int64_t)es < 4 ? 4 : (int64_t)vec * (int64_t)es;
-    const int cl512 = d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes, 512) : 0;
-    const int cl256 = d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes, 256) : 0;
-    const int cl128 = d->cc_major >= 9 ? ip_split_cluster(nv, vec_bytes, 128) : 0;
+    int split_cl = 0;
     enum ip_softmax_path path = s->softmax_path;
-    if (((path == SM_SPLIT || path == SM_LEAN) && cl512 == 0) ||
-        ((path == SM_SPLIT256 || path == SM_LEAN256) && cl256 == 0) ||
-        (path == SM_SPLIT128 && cl128 == 0))
+    if (ip_split_tpr(path) > 0 &&
+        (d->cc_major < 9 || (split_cl = ip_split_cluster(nv, vec_bytes, ip_split_tpr(path))) == 0))
         path = SM_AUTO;
-    if ((path == SM_BLOCK || path == SM_LEANBLOCK) && !block_ok)
+    if ((path == SM_BLOCK || path == SM_LEANBLOCK || path == SM_LEAN2BLOCK) && !block_ok)
         path = SM_AUTO;
     if (path == SM_CLUSTER && !cluster_ok)
         path = SM_AUTO;
@@ -905,9 +937,9 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
             path = SM_LEANBLOCK;
         else if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))
             path = SM_BLOCK;
-        else if (cl256 > 0)
+        else if (d->cc_major >= 9 && (split_cl = ip_split_cluster(nv, vec_bytes, 256)) > 0)
             path = SM_LEAN256;
-        else if (cl512 > 0)
+        else if (d->cc_major >= 9 && (split_cl = ip_split_cluster(nv, vec_bytes, 512)) > 0)
             path = SM_LEAN;
         else if (block_ok && es == 4 && row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
             path = SM_BLOCK;
@@ -916,15 +948,15 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         else
             path = SM_LONG;
     }
-    if (path == SM_SPLIT || path == SM_SPLIT256 || path == SM_SPLIT128 || path == SM_LEAN ||
-        path == SM_LEAN256) {
-        const int split_tpr = path == SM_SPLIT128                          ? 128
-                              : path == SM_SPLIT256 || path == SM_LEAN256 ? 256
-                                                                          : IP_SOFTMAX_SPLIT_TPR;
-        const int split_cl = split_tpr == 128 ? cl128 : split_tpr == 256 ? cl256 : cl512;
-        /* the lean arithmetic has no mask: a masked row takes softmax_split */
+    if (ip_split_tpr(path) > 0) {
+        const int split_tpr = ip_split_tpr(path);
+        /* the lean arithmetics have no mask: a masked row takes softmax_split */
         if ((path == SM_LEAN || path == SM_LEAN256) && causal_q == 0)
             snprintf(name, sizeof name, "softmax_lean<%s, %d, %d, %d, %d>", ip_ctype(dtype),
+                     (int)n, vec, split_tpr, split_cl);
+        else if ((path == SM_LEAN2 || path == SM_LEAN2_256 || path == SM_LEAN2_128) &&
+                 causal_q == 0)
+            snprintf(name, sizeof name, "softmax_lean2<%s, %d, %d, %d, %d>", ip_ctype(dtype),
                      (int)n, vec, split_tpr, split_cl);
         else
             snprintf(name, sizeof name, "softmax_split<%s, %d, %d, %d, %d, %s>",
@@ -948,9 +980,12 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         size_t sizes[] = {8, 8, 4, 4};
         rc = jitop_launch(op, (jitop_dim3){(unsigned)(rows * cl), 1, 1},
                           (jitop_dim3){IP_SOFTMAX_MAX_TPR, 1, 1}, 0, stream, args, sizes, 4);
-    } else if (path == SM_BLOCK || path == SM_LEANBLOCK) {
+    } else if (path == SM_BLOCK || path == SM_LEANBLOCK || path == SM_LEAN2BLOCK) {
         if (path == SM_LEANBLOCK && causal_q == 0)
             snprintf(name, sizeof name, "softmax_rows_lean<%s, %d, %d, %d>", ip_ctype(dtype),
+                     (int)n, vec, tpr);
+        else if (path == SM_LEAN2BLOCK && causal_q == 0)
+            snprintf(name, sizeof name, "softmax_rows_lean2<%s, %d, %d, %d>", ip_ctype(dtype),
                      (int)n, vec, tpr);
         else
             snprintf(name, sizeof name, "softmax_rows<%s, %d, %d, %d, %s>", ip_ctype(dtype),

@@ -183,6 +183,13 @@ static void test_instances_compile(void **state)
         "ip_copy<4>",
         "ip_copy<2>",
         "ip_copy<1>",
+        "softmax_lean2<__nv_bfloat16, 65536, 8, 256, 8>",
+        "softmax_lean2<__half, 40000, 8, 128, 5>",
+        "softmax_lean2<float, 50001, 1, 512, 7>",
+        "softmax_lean2<__half, 50001, 1, 256, 7>",
+        "softmax_rows_lean2<__half, 4096, 8, 256>",
+        "softmax_rows_lean2<__nv_bfloat16, 7, 1, 4>",
+        "softmax_rows_lean2<float, 1000, 4, 32>",
     };
     jitop_build_result r;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -225,6 +232,20 @@ static void test_instances_no_spill(void **state)
         /* the copy-back: 8 blocks of 256 on an SM's 64K registers, no spill
          * of its four 16-byte words in flight */
         {"ip_copy<16>", 32},
+        /* softmax_lean2 keeps its weights in the raw registers: the same
+         * registers as softmax_lean (float32 32768 in 8 x 256: 32, two
+         * rows' blocks per SM more than one 1024-thread block of 64) */
+        {"softmax_lean2<__nv_bfloat16, 65536, 8, 256, 8>", 32},
+        {"softmax_lean2<__half, 65536, 8, 256, 8>", 32},
+        {"softmax_lean2<float, 32768, 4, 256, 8>", 32},
+        {"softmax_lean2<float, 24576, 4, 256, 6>", 32},
+        {"softmax_lean2<float, 49152, 4, 256, 6>", 64},
+        {"softmax_lean2<float, 32768, 4, 128, 8>", 64},
+        {"softmax_lean2<__nv_bfloat16, 131072, 8, 256, 8>", 64},
+        /* 512-thread blocks: the parts of 16 warps once spilled there */
+        {"softmax_lean2<__half, 65536, 8, 512, 4>", 32},
+        {"softmax_lean2<float, 65536, 4, 512, 8>", 32},
+        {"softmax_rows_lean2<__nv_bfloat16, 32768, 8, 512>", 64},
     };
     const char *opts[] = {"-Xptxas=-v"};
     jitop_build_result r;

@@ -27,7 +27,8 @@
  * and its lean arithmetic lean, lean256, leanblock for one block, in contexts
  * of their own) over its row lengths (16 KiB to 512 KiB, odd and
  * not splitting into whole vectors per block), with the same options and
- * rows. */
+ * rows; the one-exponential arithmetic (lean2, lean2_256, lean2_128,
+ * lean2block) the same way, with rows over and under its one-FFMA limit. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,8 +53,9 @@ static jitop_ctx *ctx;
 static jitop_ctx *mm_ctx;
 /* the context softmax_case runs in: ctx, or one with a softmax path forced */
 static jitop_ctx *sm_ctx;
-/* contexts forcing split, split256, split128, lean, lean256, leanblock */
-#define SPLIT_PATHS 6
+/* contexts forcing split, split256, split128, lean, lean256, leanblock,
+ * lean2, lean2_256, lean2_128, lean2block */
+#define SPLIT_PATHS 10
 static jitop_ctx *split_ctx[SPLIT_PATHS];
 static jitop_module *fill_mod;
 static jitop_op *fill_op[3];
@@ -778,6 +780,26 @@ static void split_dtype(jitop_dtype dt)
         softmax_case(dt, 64, 40000, 0.5f, 64, 0);
         softmax_case(dt, 9, k == 3 ? 131072 : 24576, 1.0f, 0, 0);
     }
+    /* lean2, lean2_256, lean2_128 (softmax_lean2): lengths from 16 KiB to
+     * 512 KiB, odd ones (one element a vector, slices ending mid-block, the
+     * last slice shorter), the special rows under both signs (+inf and the
+     * huge rows take ip_weight's form, the others one FFMA), scale 0, large
+     * scales near the one-FFMA limit, unaligned and masked rows
+     * (softmax_split) */
+    static const int64_t ns2[] = {16384, 24576, 32768, 40000, 49152, 65536, 131072, 24577};
+    for (int k = 6; k < 9; k++) {
+        sm_ctx = split_ctx[k];
+        for (size_t i = 0; i < sizeof ns2 / sizeof ns2[0]; i++)
+            softmax_case(dt, ns2[i] >= 131072 ? 5 : 13, ns2[i], 1.0f, 0, 0);
+        softmax_case(dt, 2 * ROW_KINDS, 65536, 2.0f, 0, 0);
+        softmax_case(dt, 2 * ROW_KINDS, 40000, -1.5f, 0, 0);
+        softmax_case(dt, 2 * ROW_KINDS, 32768, 3.0f, 0, 0);
+        softmax_case(dt, 11, 24576, 90.0f, 0, 0); /* |c mt| over the float32 limit */
+        softmax_case(dt, 11, 24576, -60.0f, 0, 0);
+        softmax_case(dt, 3, 16384, 0.0f, 0, 0); /* scale 0: random rows only */
+        softmax_case(dt, 7, 50001, 0.125f, 0, 1);
+        softmax_case(dt, 64, 40000, 0.5f, 64, 0);
+    }
     sm_ctx = NULL;
 }
 
@@ -791,10 +813,11 @@ static void test_softmax_split(void **state)
     CU(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
     if (major < 9)
         skip(); /* clusters: sm_90 on */
-    static const char *const paths[SPLIT_PATHS] = {"split", "split256", "split128", "lean",
-                                                   "lean256"};
-    for (int i = 0; i < SPLIT_PATHS - 1; i++)
-        if (split_ctx[i] == NULL)
+    static const char *const paths[] = {"split",   "split256",  "split128",  "lean",
+                                        "lean256", "leanblock", "lean2",     "lean2_256",
+                                        "lean2_128"};
+    for (int i = 0; i < 9; i++)
+        if (i != 5 && split_ctx[i] == NULL)
             split_ctx[i] = path_ctx(paths[i]);
     split_dtype(JITOP_FLOAT32);
     split_dtype(JITOP_FLOAT16);
@@ -805,10 +828,10 @@ static void test_softmax_split(void **state)
  * lengths: short rows several to a block, odd, unaligned, 32 and 128 bytes a
  * thread, the special rows under both signs of scale, scale 0, and the mask
  * (softmax_rows). */
-static void leanblock_dtype(jitop_dtype dt)
+static void leanblock_dtype(jitop_dtype dt, int k)
 {
     static const int64_t ns[] = {1, 7, 128, 1000, 4096, 8192, 32768};
-    sm_ctx = split_ctx[SPLIT_PATHS - 1];
+    sm_ctx = split_ctx[k];
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         softmax_case(dt, ns[i] >= 8192 ? 9 : 37, ns[i], 1.0f, 0, 0);
     softmax_case(dt, 2 * ROW_KINDS, 4096, 2.0f, 0, 0);
@@ -816,6 +839,9 @@ static void leanblock_dtype(jitop_dtype dt)
     softmax_case(dt, 3, 1000, 0.0f, 0, 0); /* scale 0: random rows only */
     softmax_case(dt, 7, 4097, 0.125f, 0, 1); /* odd and unaligned */
     softmax_case(dt, 64, 4096, 0.5f, 64, 0); /* causal: softmax_rows */
+    softmax_case(dt, 2 * ROW_KINDS, 1000, 3.0f, 0, 0);
+    softmax_case(dt, 2 * ROW_KINDS, 32768, -1.5f, 0, 0);
+    softmax_case(dt, 11, 2000, 90.0f, 0, 0); /* |c mt| over the float32 one-FFMA limit */
     sm_ctx = NULL;
 }
 
@@ -824,11 +850,15 @@ static void test_softmax_leanblock(void **state)
     (void)state;
     JT_REQUIRE_GPU();
     setup_ctx();
-    if (split_ctx[SPLIT_PATHS - 1] == NULL)
-        split_ctx[SPLIT_PATHS - 1] = path_ctx("leanblock");
-    leanblock_dtype(JITOP_FLOAT32);
-    leanblock_dtype(JITOP_FLOAT16);
-    leanblock_dtype(JITOP_BFLOAT16);
+    if (split_ctx[5] == NULL)
+        split_ctx[5] = path_ctx("leanblock");
+    if (split_ctx[9] == NULL)
+        split_ctx[9] = path_ctx("lean2block");
+    for (int k = 5; k <= 9; k += 4) {
+        leanblock_dtype(JITOP_FLOAT32, k);
+        leanblock_dtype(JITOP_FLOAT16, k);
+        leanblock_dtype(JITOP_BFLOAT16, k);
+    }
 }
 
 /* argv[1]: a cmocka test-name pattern ("test_softmax*": the softmax tests only) */
