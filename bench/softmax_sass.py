@@ -20,9 +20,12 @@ the script stops (the source changed). --all-paths counts the file as it is.
 An sm_90 instruction is 16 bytes: the count is the .text size over 16. Where
 cuobjdump is found (the CUDA toolkit's bin/, or PATH), the difference is also
 given per mnemonic (MUFU.EX2, FFMA, ...); without it, per raw opcode field (the
-instruction's low 12 bits, e.g. 0x308 MUFU, 0x223 FFMA, 0x220 FMUL, 0x221
-FADD, 0x23e F2FP: the register/uniform forms differ, 0xc20 is FMUL with a
-uniform operand).
+instruction's low 12 bits). Fields named by compiling one-op kernels (ex2,
+fmaf, x * a, s + x): 0x308 MUFU, 0x223 FFMA, 0x220 FMUL, 0x221 FADD (0xc2x:
+the same with a uniform-register operand), 0x918 NOP (left out); inferred from
+where they appear: 0x23e F2FP (pack two floats), 0x230 HADD2.F32 (float16 to
+float), 0x231 HMUL2, 0x232 HFMA2, 0x209 FMNMX, 0x240 HMNMX2, 0x812 LOP3,
+0x819 SHF, 0x816 PRMT, 0x824 IMAD.
 """
 import argparse
 import collections

@@ -96,6 +96,16 @@ template <> struct ip_pair<__half> {
     static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
     static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
     static __device__ __forceinline__ P pack(float a, float b) { return __floats2half2_rn(a, b); }
+    // a * b + c and a * b, each rounded once (HFMA2, HMUL2)
+    static __device__ __forceinline__ P fma(P a, P b, P c) { return __hfma2(a, b, c); }
+    static __device__ __forceinline__ P mul(P a, P b) { return __hmul2(a, b); }
+    // f as hi + lo, each a pair of T (RN): f to within 2^-22 f + 2^-25
+    static __device__ __forceinline__ void split(float f, P &hi, P &lo)
+    {
+        const __half h = __float2half_rn(f);
+        hi = __half2half2(h);
+        lo = __half2half2(__float2half_rn(f - __half2float(h)));
+    }
     // -inf and +inf pairs (the max and min folds' start)
     static __device__ __forceinline__ P lowest()
     {
@@ -118,6 +128,14 @@ template <> struct ip_pair<__nv_bfloat16> {
     static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
     static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
     static __device__ __forceinline__ P pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
+    static __device__ __forceinline__ P fma(P a, P b, P c) { return __hfma2(a, b, c); }
+    static __device__ __forceinline__ P mul(P a, P b) { return __hmul2(a, b); }
+    static __device__ __forceinline__ void split(float f, P &hi, P &lo)
+    {
+        const __nv_bfloat16 h = __float2bfloat16_rn(f);
+        hi = __bfloat162bfloat162(h);
+        lo = __bfloat162bfloat162(__float2bfloat16_rn(f - __bfloat162float(h)));
+    }
     static __device__ __forceinline__ P lowest()
     {
         return P(__nv_bfloat16_raw{0xff80}, __nv_bfloat16_raw{0xff80});
@@ -499,9 +517,11 @@ template <typename T, int N, int VEC, int TPR, int CL> struct ip_share {
 // ip_weight's form, whose exponent error is relative to y - mt. The extra
 // rounding of w to 16 bits adds up to half an ulp of T to an output before
 // its final rounding.
-// Per 16-bit element: a half HMNMX2, then unpack, FFMA, MUFU, FADD and half
-// a pack, then unpack, FMUL and half a pack (bench/INPLACE_NOTES.md has the
-// SASS counts).
+// The output pass multiplies 16-bit pairs packed: w * f = w * fh + (w * fl)
+// with f split into two T (HMUL2 + HFMA2 a pair: w * f to 2^-17 relative,
+// plus 2^-25 absolute, before its one rounding). Per 16-bit element: a half
+// HMNMX2, then unpack, FFMA, MUFU, FADD and half a pack, then one packed op
+// (bench/softmax_sass.py counts them).
 template <typename T, int N, int VEC, int TPR, int CL, bool MASK, bool LEAN = false,
           bool ONE = false>
 __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, int qlen)
@@ -689,18 +709,43 @@ __device__ __forceinline__ void softmax_body(T *x, long long rows, float scale, 
         // the thread's weights rescaled from its maximum to the row's (0 for
         // a thread of only -inf elements, whose w are 0 too)
         const float f = ip_weight(tm, tot.m, c2e) * inv;
+        if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+            // packed: w * f = w * fh + (w * fl) with f = fh + fl in T, two
+            // ops per pair; before HFMA2's one rounding the sum is w * f to
+            // 2^-17 relative (fh + fl is f to 2^-18, the rounding of w * fl
+            // as small) plus 2^-25 absolute (float16's subnormal fl);
+            // f <= 1, w <= 1
+            typedef ip_pair<T> PT;
+            typedef typename PT::P P;
+            P fh, fl;
+            PT::split(f, fh, fl);
 #pragma unroll
-        for (int c = 0; c < CNT; c++) {
-            const int j = c * TPR + t;
-            if (live && (!S::RAGGED || j < sv)) {
-                float w[VEC];
-                ip_get(w, v[c]);
+            for (int c = 0; c < CNT; c++) {
+                const int j = c * TPR + t;
+                if (live && (!S::RAGGED || j < sv)) {
+                    const P *p = reinterpret_cast<const P *>(v[c].v);
+                    V o;
+                    P *q = reinterpret_cast<P *>(o.v);
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    w[e] *= f;
-                V o;
-                ip_put(o, w);
-                xr[j] = o;
+                    for (int k = 0; k < VEC / 2; k++)
+                        q[k] = PT::fma(p[k], fh, PT::mul(p[k], fl));
+                    xr[j] = o;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < CNT; c++) {
+                const int j = c * TPR + t;
+                if (live && (!S::RAGGED || j < sv)) {
+                    float w[VEC];
+                    ip_get(w, v[c]);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        w[e] *= f;
+                    V o;
+                    ip_put(o, w);
+                    xr[j] = o;
+                }
             }
         }
     } else if (LN && mx != IP_PINF) {
