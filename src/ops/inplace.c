@@ -50,16 +50,17 @@
  * blocks of 1024 threads holding IP_SOFTMAX_CLUSTER_BYTES each: rows to
  * 512 KiB. Which path a row length takes (the fastest when each path was
  * forced; the measurements are in bench/INPLACE_NOTES.md):
- *   16-bit rows of 32-64 KiB: one block with softmax_lean's arithmetic
- *     (softmax_rows_lean, which measured faster there than softmax_rows);
- *   up to 64 KiB: one block (close to copy speed; split256 slower there);
- *   float32 rows filling a 1024-thread block at 128 bytes a thread (32768):
- *     one block, which measured faster than split256;
- *   other rows over 64 KiB, sm_90: softmax_lean (the split layout with
- *     fewer ALU ops an element, the same bits; masked rows softmax_split)
- *     in blocks of 256 for rows to 256 KiB, else 512: the lean arithmetic
- *     beats softmax_split's in the same layout, and that layout beats one
- *     block, a cluster of 1024s and the long kernel at these lengths; any
+ *   rows of 32-128 KiB one block holds, unmasked: one block with
+ *     softmax_lean2's arithmetic (softmax_rows_lean2: each exponential
+ *     once), faster there than softmax_rows and every split layout;
+ *   shorter rows, and masked rows to 64 KiB: one block (softmax_rows);
+ *   masked float32 rows filling a 1024-thread block at 128 bytes a thread
+ *     (32768): one block, which measured faster than split256;
+ *   other rows, sm_90: softmax_lean2 (the split layout with one
+ *     exponential an element; masked rows softmax_split) in blocks of 256
+ *     for rows to 256 KiB, else 512: the lean arithmetics beat
+ *     softmax_split's in the same layout, and that layout beats one block,
+ *     a cluster of 1024s and the long kernel at these lengths; any
  *     alignment (odd rows: one element a vector, the last slice shorter);
  *   before sm_90: float32 rows to 128 KiB one block, the rest softmax_long;
  *   longer rows: softmax_long.
@@ -78,6 +79,9 @@
  * the passes: up to half an ulp of T more error before a 16-bit output's
  * final rounding; masked rows take softmax_split / softmax_rows). */
 #define IP_SOFTMAX_REG_BYTES 128
+/* Rows of at least this many bytes that one block holds take
+ * softmax_rows_lean2 (see the path list above). */
+#define IP_SOFTMAX_LEAN2BLOCK_FROM 32768
 #define IP_SOFTMAX_MAX_TPR 1024
 #define IP_SOFTMAX_BLOCK_ROW 65536
 #define IP_SOFTMAX_CLUSTER_FROM 131072
@@ -927,20 +931,23 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
         const int block_full = es == 4 && tpr == IP_SOFTMAX_MAX_TPR &&
                                (int64_t)cnt * vec * (int64_t)es == IP_SOFTMAX_REG_BYTES &&
                                nv % tpr == 0;
-        /* 16-bit rows of 32-64 KiB: one block with the lean arithmetic,
-         * which measured faster there than softmax_rows (shorter rows were
-         * not measured and keep softmax_rows). Longer rows: the split layout
-         * with the lean arithmetic, faster than softmax_split's for both
-         * float32 and 16-bit (bench/INPLACE_NOTES.md); a masked row takes
-         * softmax_split and softmax_rows (the lean kernels have no mask). */
-        if (block_ok && es == 2 && row_bytes >= 32768 && row_bytes <= IP_SOFTMAX_BLOCK_ROW)
-            path = SM_LEANBLOCK;
+        /* Rows of 32 KiB or more that one block holds (to 128 KiB): one
+         * block with softmax_lean2's arithmetic (each exponential once),
+         * which measured faster there than softmax_rows, softmax_rows_lean
+         * and every split layout, float32 and 16-bit; shorter rows keep
+         * softmax_rows. Longer rows: the split layout with the lean2
+         * arithmetic, at least as fast as the lean one in both dtypes
+         * (bench/INPLACE_NOTES.md). A masked row keeps the rules before
+         * (softmax_rows to 64 KiB and a full float32 block, else
+         * softmax_split: the lean kernels have no mask). */
+        if (block_ok && row_bytes >= IP_SOFTMAX_LEAN2BLOCK_FROM && causal_q == 0)
+            path = SM_LEAN2BLOCK;
         else if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))
             path = SM_BLOCK;
         else if (d->cc_major >= 9 && (split_cl = ip_split_cluster(nv, vec_bytes, 256)) > 0)
-            path = SM_LEAN256;
+            path = SM_LEAN2_256;
         else if (d->cc_major >= 9 && (split_cl = ip_split_cluster(nv, vec_bytes, 512)) > 0)
-            path = SM_LEAN;
+            path = SM_LEAN2;
         else if (block_ok && es == 4 && row_bytes <= IP_SOFTMAX_CLUSTER_FROM)
             path = SM_BLOCK;
         else if (cluster_ok && row_bytes > IP_SOFTMAX_CLUSTER_FROM && es == 4)
