@@ -122,14 +122,28 @@ static int ln_threads_rule(int *rule)
  * - 16-bit forward rows of 120 KiB or more (N >= 61440): the copy-engine
  *   forward kernel, blocks of 16 KiB of a row (8 per row), which beat
  *   32 KiB blocks; below 120 KiB the register and cluster kernels win.
+ *   With 4 stages of rows in flight a block, its gamma and beta in shared
+ *   memory and one cluster exchange a row, which beat 2 and 3 stages and
+ *   the two exchanges.
+ * - float32 forward rows of 144 KiB or more (N >= 36864): the same kernel
+ *   in blocks of 32 KiB of a row (16 KiB and the register clusters lost
+ *   there), 3 stages, gamma and beta in shared memory, one exchange.
+ * - One cluster exchange a row in the forward's register clusters too
+ *   (no loss measured, one barrier less a row).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
     static const jitop__ln_cfg legacy = LN_PLAN_LEGACY;
     *out = legacy;
+    out->fwd_one_sync = 1;
+    out->fwd_bulk_gb = 1;
     if (es == 4) {
         out->fwd_cluster_tpr = 256;
         out->fwd_fit = 1;
+        out->fwd_bulk = 1;
+        out->fwd_bulk_bytes = 147456;
+        out->fwd_bulk_chunk = 32768;
+        out->fwd_bulk_stages = 3;
     } else {
         out->fwd_min_blocks = 2;
         out->fwd_min_blocks_from = 320;
@@ -138,6 +152,7 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_bulk = 1;
         out->fwd_bulk_bytes = 122880;
         out->fwd_bulk_chunk = 16384;
+        out->fwd_bulk_stages = 4;
     }
 }
 

@@ -90,16 +90,17 @@ static void test_power_of_two_rows_unchanged(void **state)
     free(out);
 }
 
-/* No JITOP_LN_PLAN, or an empty one: the default plan, said so, with the
- * short names (no extra template argument: the same cache keys); a 16-bit
- * row of 120 KiB or more takes the copy-engine forward in 16 KiB blocks. */
+/* No JITOP_LN_PLAN, or an empty one: the default plan, said so; a 16-bit
+ * row of 120 KiB or more takes the copy-engine forward in 16 KiB blocks,
+ * 4 stages, gamma and beta in shared memory, one exchange a row (template
+ * arguments that the name, the cache key, carries). */
 static void test_default_plan_named(void **state)
 {
     (void)state;
     char *out = NULL;
     assert_int_equal(prewarm_plan("warps", "", "layernorm:bf16:65536", &out), 0);
-    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 256, 8>: copy-engine cluster "
-                "kernel, 2048 threads per row (over a cluster of 8 blocks)");
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 256, 8, 4, 1, 1>: copy-engine "
+                "cluster kernel, 2048 threads per row (over a cluster of 8 blocks)");
     expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 1024, 4>: copy-engine cluster "
                 "kernel");
     expect(out, "; plan default");
@@ -164,19 +165,20 @@ static void test_cluster_fit(void **state)
 {
     (void)state;
     char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=0", "layernorm:f32:36864",
+    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=0,fwd_bulk=0", "layernorm:f32:36864",
                                   &out),
                      0);
-    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 512, 4>: cluster kernel, 2048 "
+    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 512, 4, 0, 1>: cluster kernel, 2048 "
                 "threads per row (over a cluster of 4 blocks), 5 vectors of 16 B per thread, 10% "
                 "of lanes idle");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=1,fwd_min_blocks=3",
+    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=1,fwd_min_blocks=3,fwd_bulk=0",
                                   "layernorm:f32:36864", &out),
                      0);
-    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 288, 4, 3>: cluster kernel, 1152 "
+    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 288, 4, 3, 1>: cluster kernel, 1152 "
                 "threads per row (over a cluster of 4 blocks), 8 vectors of 16 B per thread, 0% "
-                "of lanes idle in the last pass, launch bounds for 3 blocks per SM");
+                "of lanes idle in the last pass, one cluster exchange per row, launch bounds for 3 "
+                "blocks per SM");
     free(out);
 }
 
@@ -310,13 +312,14 @@ static void test_defaults_by_dtype(void **state)
         /* a float32 row 8 blocks of 256 cannot hold: the plan before's
          * blocks of 1024, not the generic kernel */
         {"layernorm:f32:131072",
-         "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4>: cluster kernel, 4096 threads per "
-         "row (over a cluster of 4 blocks)",
+         "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4, 0, 1>: cluster kernel, 4096 "
+         "threads per row (over a cluster of 4 blocks)",
          "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4>: cluster kernel"},
         {"layernorm:f32:36864",
-         "layernorm_fwd_cluster<float, 36864, true, 4, 160, 8>: cluster kernel, 1280 threads per "
-         "row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 10% of lanes idle in the "
-         "last pass; plan default",
+         "layernorm_fwd_bulk<float, 36864, true, 256, 8, 3, 1, 1>: copy-engine cluster kernel, "
+         "2048 threads per row (over a cluster of 8 blocks), 5 vectors of 16 B per thread, 10% of "
+         "lanes idle in the last pass, rows staged in shared memory (3 stages), gamma and beta in "
+         "shared memory, one cluster exchange per row; plan default",
          "layernorm_fwd_cluster<float, 36864, true, 4, 1024, 2>: cluster kernel"},
         {"layernorm:f16:24576",
          "layernorm_fwd<__half, 24576, true, 8, 384, 2>: register kernel, 384 threads per row (1 "
@@ -351,11 +354,11 @@ static void test_defaults_by_dtype(void **state)
     expect(out, "layernorm_bwd_bulk<float, 12288, true, 512, 2>: copy-engine");
     free(out);
     /* a prefixed field reaches its dtype only */
-    assert_int_equal(prewarm_plan("warps", "h16_fwd_fit=0,f32_fwd_fit=0", "layernorm:f32:36864",
-                                  &out),
+    assert_int_equal(prewarm_plan("warps", "h16_fwd_fit=0,f32_fwd_fit=0,f32_fwd_bulk=0",
+                                  "layernorm:f32:36864", &out),
                      0);
-    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 256, 8>: cluster kernel");
-    expect(out, "; plan fwd_fit=0");
+    expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 256, 8, 0, 1>: cluster kernel");
+    expect(out, "; plan fwd_fit=0,fwd_bulk=0");
     free(out);
 }
 
@@ -369,17 +372,18 @@ static void test_forward_bulk(void **state)
     assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=32768", "layernorm:f16:65536",
                                   &out),
                      0);
-    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 512, 4>: copy-engine cluster kernel, "
-                "2048 threads per row (over a cluster of 4 blocks), 4 vectors of 16 B per thread, "
-                "0% of lanes idle in the last pass, rows staged in shared memory; plan fwd_bulk=1,"
-                "fwd_bulk_chunk=32768");
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 512, 4, 4, 1, 1>: copy-engine cluster "
+                "kernel, 2048 threads per row (over a cluster of 4 blocks), 4 vectors of 16 B per "
+                "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
+                "stages), gamma and beta in shared memory, one cluster exchange per row; plan "
+                "fwd_bulk=1,fwd_bulk_chunk=32768");
     expect(out, "prewarmed");
     free(out);
     /* a 32 KiB float32 row, a smaller share per block: 8 blocks of 4 KiB,
      * 128 threads of 8 elements */
     assert_int_equal(prewarm_plan("warps",
                                   "fwd_bulk=1,fwd_bulk_bytes=32768,fwd_bulk_chunk=4096,"
-                                  "fwd_bulk_ept=8",
+                                  "fwd_bulk_ept=8,fwd_bulk_stages=2,fwd_bulk_gb=0,fwd_one_sync=0",
                                   "layernorm:f32:8192", &out),
                      0);
     expect(out, "layernorm_fwd_bulk<float, 8192, true, 128, 8>: copy-engine cluster kernel");
@@ -449,15 +453,15 @@ static void test_forward_long_row_options(void **state)
     char *out = NULL;
     /* one exchange on the float32 register cluster (and with launch
      * bounds: MINB is then named as well) */
-    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1", "layernorm:f32:49152", &out), 0);
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=0,fwd_one_sync=1", "layernorm:f32:49152", &out), 0);
     expect(out, "layernorm_fwd_cluster<float, 49152, true, 4, 192, 8, 0, 1>: cluster kernel, 1536 "
                 "threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 0% "
                 "of lanes idle in the last pass, one cluster exchange per row; plan "
-                "fwd_one_sync=1");
+                "fwd_bulk=0,fwd_one_sync=1");
     expect(out, "layernorm_fwd_cluster<float, 49152, false, 4, 192, 8, 0, 1>");
     expect(out, "prewarmed");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1,fwd_min_blocks=2", "layernorm:f32:49152",
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=0,fwd_min_blocks=2", "layernorm:f32:49152",
                                   &out),
                      0);
     expect(out, "layernorm_fwd_cluster<float, 49152, true, 4, 192, 8, 2, 1>: cluster kernel");
@@ -486,13 +490,15 @@ static void test_forward_long_row_options(void **state)
     /* the stages and gamma/beta count in the shared memory that bounds a
      * block's share: 2 stages of 16 KiB float32 shares fit 4 blocks, 4
      * stages and gamma/beta (24 B per element) need 8 */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=65536", "layernorm:f32:65536",
+    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=2,fwd_bulk_gb=0",
+                                  "layernorm:f32:65536",
                                   &out),
                      0);
-    expect(out, "layernorm_fwd_bulk<float, 65536, true, 512, 4>: copy-engine cluster kernel");
+    expect(out, "layernorm_fwd_bulk<float, 65536, true, 512, 4, 2, 0, 1>: copy-engine cluster kernel");
     free(out);
     assert_int_equal(prewarm_plan("warps",
-                                  "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=4,fwd_bulk_gb=1",
+                                  "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=4,fwd_bulk_gb=1,"
+                                  "fwd_one_sync=0",
                                   "layernorm:f32:65536", &out),
                      0);
     expect(out, "layernorm_fwd_bulk<float, 65536, true, 256, 8, 4, 1, 0>: copy-engine cluster "
@@ -503,10 +509,12 @@ static void test_forward_long_row_options(void **state)
     expect(out, "prewarmed");
     free(out);
     /* 2 stages with gamma/beta: the short list of the default stages */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk_gb=1", "layernorm:f16:65536", &out), 0);
+    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1", "layernorm:f16:65536",
+                                  &out), 0);
     expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 8, 2, 1, 0>: copy-engine cluster "
                 "kernel");
-    expect(out, "rows staged in shared memory, gamma and beta in shared memory; plan fwd_bulk_gb=1");
+    expect(out, "rows staged in shared memory, gamma and beta in shared memory; plan "
+                "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1");
     expect(out, "layernorm_fwd_bulk<__half, 65536, false, 256, 8>: copy-engine");
     expect(out, "prewarmed");
     free(out);
