@@ -128,8 +128,24 @@ template <> struct ip_pair<__nv_bfloat16> {
     static __device__ __forceinline__ P max(P a, P b) { return __hmax2(a, b); }
     static __device__ __forceinline__ P min(P a, P b) { return __hmin2(a, b); }
     static __device__ __forceinline__ P pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     static __device__ __forceinline__ P fma(P a, P b, P c) { return __hfma2(a, b, c); }
     static __device__ __forceinline__ P mul(P a, P b) { return __hmul2(a, b); }
+#else
+    // no bfloat16 arithmetic before sm_80: in float, rounded once to T
+    // (the members of an explicit specialization compile for every arch)
+    static __device__ __forceinline__ P fma(P a, P b, P c)
+    {
+        const float2 x = __bfloat1622float2(a), y = __bfloat1622float2(b),
+                     z = __bfloat1622float2(c);
+        return __floats2bfloat162_rn(fmaf(x.x, y.x, z.x), fmaf(x.y, y.y, z.y));
+    }
+    static __device__ __forceinline__ P mul(P a, P b)
+    {
+        const float2 x = __bfloat1622float2(a), y = __bfloat1622float2(b);
+        return __floats2bfloat162_rn(x.x * y.x, x.y * y.y);
+    }
+#endif
     static __device__ __forceinline__ void split(float f, P &hi, P &lo)
     {
         const __nv_bfloat16 h = __float2bfloat16_rn(f);

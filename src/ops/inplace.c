@@ -52,7 +52,8 @@
  * forced; the measurements are in bench/INPLACE_NOTES.md):
  *   rows of 32-128 KiB one block holds, unmasked: one block with
  *     softmax_lean2's arithmetic (softmax_rows_lean2: each exponential
- *     once), faster there than softmax_rows and every split layout;
+ *     once), faster there than softmax_rows and every split layout on
+ *     sm_90 (before sm_90, 16-bit rows over 64 KiB keep softmax_long);
  *   shorter rows, and masked rows to 64 KiB: one block (softmax_rows);
  *   masked float32 rows filling a 1024-thread block at 128 bytes a thread
  *     (32768): one block, which measured faster than split256;
@@ -940,7 +941,8 @@ int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64
          * (bench/INPLACE_NOTES.md). A masked row keeps the rules before
          * (softmax_rows to 64 KiB and a full float32 block, else
          * softmax_split: the lean kernels have no mask). */
-        if (block_ok && row_bytes >= IP_SOFTMAX_LEAN2BLOCK_FROM && causal_q == 0)
+        if (block_ok && row_bytes >= IP_SOFTMAX_LEAN2BLOCK_FROM && causal_q == 0 &&
+            (d->cc_major >= 9 || es == 4 || row_bytes <= IP_SOFTMAX_BLOCK_ROW))
             path = SM_LEAN2BLOCK;
         else if (block_ok && (row_bytes <= IP_SOFTMAX_BLOCK_ROW || block_full))
             path = SM_BLOCK;

@@ -119,15 +119,16 @@ static int ln_threads_rule(int *rule)
  *   which costs less than the lost block.
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512.
- * - 16-bit forward rows of 120 KiB or more (N >= 61440): the copy-engine
+ * - 16-bit forward rows of 96 KiB or more (N >= 49152): the copy-engine
  *   forward kernel, blocks of 16 KiB of a row (8 per row), which beat
- *   32 KiB blocks; below 120 KiB the register and cluster kernels win.
- *   With 4 stages of rows in flight a block, its gamma and beta in shared
- *   memory and one cluster exchange a row, which beat 2 and 3 stages and
- *   the two exchanges.
+ *   32 KiB blocks, with 4 stages of rows in flight a block, its gamma and
+ *   beta in shared memory and one cluster exchange a row (which beat 2 and
+ *   3 stages and the two exchanges); below 96 KiB the register and
+ *   cluster kernels win.
  * - float32 forward rows of 144 KiB or more (N >= 36864): the same kernel
- *   in blocks of 32 KiB of a row (16 KiB and the register clusters lost
- *   there), 3 stages, gamma and beta in shared memory, one exchange.
+ *   in blocks of at most 32 KiB of a row (8 per row up to N 65536; caps
+ *   of 16 KiB and the register clusters lost there), 4 stages (against 2
+ *   and 3), gamma and beta in shared memory, one exchange.
  * - One cluster exchange a row in the forward's register clusters too
  *   (no loss measured, one barrier less a row).
  * Everything else as LN_PLAN_LEGACY. */
@@ -143,14 +144,14 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_bulk = 1;
         out->fwd_bulk_bytes = 147456;
         out->fwd_bulk_chunk = 32768;
-        out->fwd_bulk_stages = 3;
+        out->fwd_bulk_stages = 4;
     } else {
         out->fwd_min_blocks = 2;
         out->fwd_min_blocks_from = 320;
         out->fwd_min_blocks_to = 384;
         out->bwd_bulk_bytes = 24576;
         out->fwd_bulk = 1;
-        out->fwd_bulk_bytes = 122880;
+        out->fwd_bulk_bytes = 98304;
         out->fwd_bulk_chunk = 16384;
         out->fwd_bulk_stages = 4;
     }

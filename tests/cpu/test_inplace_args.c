@@ -203,6 +203,40 @@ static void test_instances_compile(void **state)
     free(dir);
 }
 
+/* Before sm_90 the ops pick the same kernels but clusters (sm_80: bfloat16
+ * pairs; sm_75: no bfloat16 arithmetic, the file's fallbacks): every
+ * instance those archs can be asked for compiles there. */
+static void test_instances_compile_older_archs(void **state)
+{
+    (void)state;
+    char *dir;
+    jitop_ctx *c = compile_only_ctx(&dir);
+    char *src = jt_path(JITOP_SOURCE_KERNEL_DIR, "inplace.cu");
+    const char *archs[] = {"sm_75", "sm_80"};
+    const char *names[] = {
+        "sqmm_small<__nv_bfloat16, 64, false>",
+        "softmax_rows<__half, 4096, 8, 256, false>",
+        "softmax_rows<__nv_bfloat16, 32768, 8, 1024, true>",
+        "softmax_rows_lean2<__nv_bfloat16, 65536, 8, 1024>",
+        "softmax_rows_lean2<__half, 16384, 8, 256>",
+        "softmax_rows_lean2<float, 32768, 4, 1024>",
+        "softmax_long<__nv_bfloat16, 8, false>",
+        "ip_copy<16>",
+    };
+    jitop_build_result r;
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            const char *one[1] = {names[i]};
+            int rc = jitop_build(c, src, archs[a], NULL, 0, one, 1, &r);
+            if (rc != JITOP_OK)
+                fail_msg("%s for %s: %s: %s", names[i], archs[a], jitop_strerror(rc),
+                         jitop_errmsg(NULL));
+        }
+    free(src);
+    jitop_ctx_destroy(c);
+    free(dir);
+}
+
 /* The row-in-registers instances the C side picks for long rows keep the row
  * in registers: ptxas (through NVRTC, -Xptxas -v into the build log) reports
  * no spill. bfloat16 rows of 32768 and 65536 in one block once took twice
@@ -277,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_softmax_arguments),
         cmocka_unit_test(test_scratch_bound),
         cmocka_unit_test(test_instances_compile),
+        cmocka_unit_test(test_instances_compile_older_archs),
         cmocka_unit_test(test_instances_no_spill),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

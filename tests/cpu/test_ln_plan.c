@@ -91,7 +91,7 @@ static void test_power_of_two_rows_unchanged(void **state)
 }
 
 /* No JITOP_LN_PLAN, or an empty one: the default plan, said so; a 16-bit
- * row of 120 KiB or more takes the copy-engine forward in 16 KiB blocks,
+ * row of 96 KiB or more takes the copy-engine forward in 16 KiB blocks,
  * 4 stages, gamma and beta in shared memory, one exchange a row (template
  * arguments that the name, the cache key, carries). */
 static void test_default_plan_named(void **state)
@@ -316,9 +316,9 @@ static void test_defaults_by_dtype(void **state)
          "threads per row (over a cluster of 4 blocks)",
          "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4>: cluster kernel"},
         {"layernorm:f32:36864",
-         "layernorm_fwd_bulk<float, 36864, true, 256, 8, 3, 1, 1>: copy-engine cluster kernel, "
+         "layernorm_fwd_bulk<float, 36864, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel, "
          "2048 threads per row (over a cluster of 8 blocks), 5 vectors of 16 B per thread, 10% of "
-         "lanes idle in the last pass, rows staged in shared memory (3 stages), gamma and beta in "
+         "lanes idle in the last pass, rows staged in shared memory (4 stages), gamma and beta in "
          "shared memory, one cluster exchange per row; plan default",
          "layernorm_fwd_cluster<float, 36864, true, 4, 1024, 2>: cluster kernel"},
         {"layernorm:f16:24576",
@@ -332,6 +332,13 @@ static void test_defaults_by_dtype(void **state)
          "layernorm_bwd<__nv_bfloat16, 12288, true, 8, 768>: register kernel"},
         {"layernorm:f16:16384", "layernorm_bwd_bulk<__half, 16384, true, 512, 2>: copy-engine",
          "layernorm_bwd<__half, 16384, true, 8, 1024>: register kernel"},
+        /* 16-bit rows of 96 KiB or more: the copy-engine forward; below,
+         * the register kernel */
+        {"layernorm:f16:53248",
+         "layernorm_fwd_bulk<__half, 53248, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel",
+         "layernorm_fwd<__half, 53248, true, 8, 832>: register kernel"},
+        {"layernorm:f16:45056", "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel",
+         "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char *out = NULL;
