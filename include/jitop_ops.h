@@ -170,13 +170,15 @@ JITOP_API int jitop_inplace_release(jitop_ctx *ctx);
  * queries each (row r is query r % Q), and row r keeps its first
  * r % Q + n - Q + 1 elements, writing 0 over the rest. A row whose kept
  * elements are all -inf is written as zeros. Compiled per (dtype, n,
- * alignment, mask): rows up to 64 KiB (and float32 rows of 32768) are read
- * once into one block's registers and written once; longer rows up to
- * 512 KiB (float32 n <= 131072, 16-bit n <= 262144) into the registers of a
- * thread-block cluster of 2-8 smaller blocks (sm_90); other rows are read
- * twice (the second read mostly from L2). Rows read once run close to a
- * device copy's speed, longer ones somewhat below it (measurements in
- * bench/INPLACE_NOTES.md). No scratch. */
+ * alignment, mask): rows up to 128 KiB are read once into one block's
+ * registers and written once; longer rows up to 512 KiB (float32 n <=
+ * 131072, 16-bit n <= 262144) into the registers of a thread-block cluster
+ * of 2-8 smaller blocks (sm_90); other rows are read twice (the second read
+ * mostly from L2). Unmasked rows of 32 KiB or more compute each exponential
+ * once and keep the weight in the element type between the passes: a 16-bit
+ * result is within about 1 ulp of the float32 softmax rounded (half an ulp
+ * more than rounding alone). Rows read once run close to a device copy's
+ * speed (measurements in bench/INPLACE_NOTES.md). No scratch. */
 JITOP_API int jitop_softmax_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t n,
                                     void *x, float scale, int64_t causal_q, void *stream);
 
