@@ -54,8 +54,10 @@ def shape_of(name, why, dt, n):
     if "_generic<" in name:
         return 512, 0
     if name.startswith("layernorm_bwd_bulk<"):
+        # S stages of x and dy, then gamma's share in float32
         tpr, cl = int(args[3]), int(args[4])
-        return tpr, (n // cl) * (4 * es + 4)
+        stages = int(args[5]) if len(args) > 5 else 2
+        return tpr, (n // cl) * (2 * stages * es + 4)
     if name.startswith("layernorm_fwd_bulk<"):
         # S stages of x, then with GB (affine) gamma's and beta's shares
         tpr, cl = int(args[3]), int(args[4])

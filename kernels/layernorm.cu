@@ -14,7 +14,7 @@
 //   layernorm_fwd_bulk<T, N, AFFINE, TPR, CL[, S, GB, ONE]>  rows by the copy engine (sm_90)
 //   layernorm_bwd<T, N, AFFINE[, VEC, TPR, SACC, PF, MINB]>
 //   layernorm_bwd_cluster<T, N, AFFINE, VEC, TPR, CL[, SACC, PF, MINB]>
-//   layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>          rows by the copy engine (sm_90)
+//   layernorm_bwd_bulk<T, N, AFFINE, TPR, CL[, S]>     rows by the copy engine (sm_90)
 //   layernorm_bwd_generic<T, AFFINE, VEC>, layernorm_bwd_reduce<T>
 // The specialized kernels hold their share of the row in registers (as the
 // raw T bits, so a 16-bit row costs half the registers), read it once and
@@ -1020,13 +1020,15 @@ __global__ void LN_CLUSTER_DIMS(CL)
 
 // ------------------------------------------------ backward, copy-engine rows
 
-// layernorm_bwd_bulk<T, N, AFFINE, TPR, CL>: the backward for long rows, split
-// over a cluster of CL blocks, with the rows brought in by the copy engine
-// instead of by the threads. The cluster kernel above holds its share of a
-// row in registers, so from one row's last load to the next row's first no
-// load of that block is in flight. Here one thread asks the copy engine for
-// the block's part of a later row's x and dy (two bulk copies into one of
-// two shared-memory stages, completing on an mbarrier) while all threads
+// layernorm_bwd_bulk<T, N, AFFINE, TPR, CL, S>: the backward for long rows,
+// split over a cluster of CL blocks, with the rows brought in by the copy
+// engine instead of by the threads. The cluster kernel above holds its share
+// of a row in registers, so from one row's last load to the next row's first
+// no load of that block is in flight. Here one thread asks the copy engine
+// for the block's part of a later row's x and dy (two bulk copies into one
+// of S shared-memory stages, 2 to 4, completing on an mbarrier: S - 1 rows
+// in flight while one is worked on, S x 2 x the chunk of shared memory;
+// S 2 is the kernel as first tuned) while all threads
 // work on this one, so memory stays busy; the row's values are read from
 // shared memory when needed instead of held, which leaves the registers to
 // the dgamma/dbeta accumulators, and gamma waits in shared memory as
@@ -1038,13 +1040,14 @@ __global__ void LN_CLUSTER_DIMS(CL)
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop;
 // G is best the number of clusters that fit the GPU at once,
 // cuOccupancyMaxActiveClusters, usually one block per SM); dynamic
-// shared memory ln_bwd_bulk_smem_bytes<T, N, CL>(); x, dy and dx 16-byte
+// shared memory ln_bwd_bulk_smem_bytes<T, N, CL, S>(); x, dy and dx 16-byte
 // aligned rows (VEC = 16 / sizeof(T) divides N / CL). Partial rows as the
 // other backward kernels (layernorm_bwd_reduce sums them). sm_90 and newer.
-template <typename T, int N, int CL> __host__ __device__ constexpr int ln_bwd_bulk_smem_bytes()
+template <typename T, int N, int CL, int S = 2>
+__host__ __device__ constexpr int ln_bwd_bulk_smem_bytes()
 {
-    // two stages of (x, dy), and gamma in float32, each N / CL columns
-    return (N / CL) * (4 * static_cast<int>(sizeof(T)) + 4);
+    // S stages of (x, dy), and gamma in float32, each N / CL columns
+    return (N / CL) * (2 * S * static_cast<int>(sizeof(T)) + 4);
 }
 
 // A 16-byte vector of shared memory, as raw bits (one ld.shared.v4).
@@ -1055,7 +1058,7 @@ __device__ __forceinline__ ln_raw<16> ln_stage_load(const unsigned char *p)
     return r;
 }
 
-template <typename T, int N, bool AFFINE, int TPR, int CL>
+template <typename T, int N, bool AFFINE, int TPR, int CL, int S = 2>
 __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     layernorm_bwd_bulk(const T *dy, const T *x, const T *__restrict__ gamma,
                        const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
@@ -1072,11 +1075,13 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
-    static_assert(ln_bwd_bulk_smem_bytes<T, N, CL>() <= 227 * 1024, "the stages do not fit a block");
-    // [x0 dy0 x1 dy1] then gamma as G4 planes of CVEC float4s (plane j holds
-    // elements 4j..4j+3 of each vector: a warp reads 512 contiguous bytes)
+    static_assert(S >= 2 && S <= 4, "S: 2 to 4 stages");
+    static_assert(ln_bwd_bulk_smem_bytes<T, N, CL, S>() <= 227 * 1024, "the stages do not fit a block");
+    // [x0 dy0 x1 dy1 .. x(S-1) dy(S-1)] then gamma as G4 planes of CVEC
+    // float4s (plane j holds elements 4j..4j+3 of each vector: a warp reads
+    // 512 contiguous bytes)
     extern __shared__ __align__(16) unsigned char ln_stage[];
-    __shared__ unsigned long long bar[2];
+    __shared__ unsigned long long bar[S];
     __shared__ ln_red_smem<TPR / 32, 2, CL> red;
     if (blockDim.x != TPR)
         __trap();
@@ -1085,7 +1090,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     const long long first = blockIdx.x / CL, step = gridDim.x / CL;
     const long long col0 = static_cast<long long>(rank) * CHUNK;
     const int t = threadIdx.x;
-    float4 *sg = reinterpret_cast<float4 *>(ln_stage + 4 * CB);
+    float4 *sg = reinterpret_cast<float4 *>(ln_stage + 2 * S * CB);
 
     for (int v = t; v < CVEC; v += TPR) {
         float f[VEC];
@@ -1110,11 +1115,12 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         ln_bulk_load(st + CB, dy + row * N + col0, CB, &bar[s]);
     };
     if (t == 0) {
-        ln_mbar_init(&bar[0]);
-        ln_mbar_init(&bar[1]);
+#pragma unroll
+        for (int s = 0; s < S; s++)
+            ln_mbar_init(&bar[s]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the copy engine sees them
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < S; s++)
             if (first + s * step < M)
                 issue(first + s * step, s);
     }
@@ -1142,13 +1148,15 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         }
     };
     float mu = first < M ? mean[first] : 0.f, rs = first < M ? rstd[first] : 0.f;
-    unsigned use = 0; // rows done: stage use & 1, its phase parity (use >> 1) & 1
+    // rows done (use), their stage s = use % S and its phase parity
+    // ph = (use / S) & 1, kept as counters (no division per row)
+    unsigned use = 0, ph = 0;
+    int s = 0;
     for (long long row = first; row < M; row += step, use++) {
-        const int s = use & 1;
         const long long next = row + step;
         const float mun = next < M ? mean[next] : 0.f, rsn = next < M ? rstd[next] : 0.f;
         const unsigned char *sx = ln_stage + s * 2 * CB;
-        ln_mbar_wait(&bar[s], (use >> 1) & 1);
+        ln_mbar_wait(&bar[s], ph);
 
         float sum[2] = {0.f, 0.f}; // sum g, sum g * xhat
 #pragma unroll
@@ -1189,10 +1197,14 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
             }
         }
         __syncthreads(); // every thread is done with stage s
-        if (t == 0 && next + step < M) {
+        if (t == 0 && row + S * step < M) {
             // generic-proxy reads of the stage before the copy engine's writes
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            issue(next + step, s);
+            issue(row + S * step, s);
+        }
+        if (++s == S) { // the next row's stage, a phase later after the last
+            s = 0;
+            ph ^= 1;
         }
         mu = mun;
         rs = rsn;

@@ -106,7 +106,8 @@ static int ln_threads_rule(int *rule)
         .bulk_chunk = LN_BULK_CHUNK_BYTES, .bulk_ept = LN_BULK_ELEMS_PER_THREAD,                   \
         .bwd_bulk_bytes = 0, .fwd_bulk = 0, .fwd_bulk_bytes = LN_FWD_BULK_MIN_BYTES,               \
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
-        .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .text = "default",              \
+        .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .bwd_bulk_stages = 2,           \
+        .text = "default",                                                                         \
     }
 
 /* The default plan for rows of es-byte elements; each entry measured
@@ -500,7 +501,7 @@ typedef struct ln_plan {
     int special, tpr, cl; /* ln_shape's answer */
     int bulk;             /* layernorm_fwd_bulk / layernorm_bwd_bulk */
     int one;              /* forward clusters: one exchange per row (fwd_one_sync) */
-    int stages, gb;       /* layernorm_fwd_bulk: stages, gamma/beta in shared memory */
+    int stages, gb;       /* the bulk kernels' stages; fwd: gamma/beta in shared memory */
     int minb;             /* the launch bounds' blocks per SM the plan asks (0: the kernel's) */
     int pf;               /* backward register kernels: prefetch of the next rows, resolved */
     size_t dyn;           /* backward: dynamic shared memory bytes of the instance */
@@ -538,8 +539,8 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
                  ln_rows_per_block(p->tpr, p->cl) == 1 ? "" : "s");
     if (p->minb > 0)
         snprintf(minb, sizeof minb, ", launch bounds for %d blocks per SM", p->minb);
-    /* the forward's options (fwd_bulk_stages when not the kernel's 2,
-     * fwd_bulk_gb, fwd_one_sync) */
+    /* the copy-engine kernels' options (fwd_bulk_stages and bwd_bulk_stages
+     * when not the kernels' 2, fwd_bulk_gb, fwd_one_sync) */
     if (bulk && p->stages > 2)
         snprintf(fwd, sizeof fwd, ", rows staged in shared memory (%d stages)%s", p->stages,
                  p->gb ? ", gamma and beta in shared memory" : "");
@@ -681,17 +682,23 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     const int want = p->special && c->bwd_bulk &&
                      (p->cl > 1 || (c->bwd_bulk_bytes > 0 &&
                                     (long long)n * (long long)es >= c->bwd_bulk_bytes));
-    /* ln_bwd_bulk_smem_bytes: two stages of x and dy, and gamma in float32 */
+    /* the kernel's ln_bwd_bulk_smem_bytes: the stages of x and dy, and
+     * gamma in float32 */
+    const int stages = c->bwd_bulk_stages;
+    const size_t per_elem = (size_t)(2 * stages) * es + 4;
     if (want && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, 4 * es + 4, &tpr, &cl)) {
-        /* the kernel's ln_bwd_bulk_smem_bytes: two stages of x and dy, and
-         * gamma in float32 */
+        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, per_elem, &tpr, &cl)) {
         p->tpr = tpr;
         p->cl = cl;
         p->bulk = 1;
-        p->dyn = (size_t)(n / cl) * (4 * es + 4);
-        snprintf(p->name, sizeof p->name, "layernorm_bwd_bulk<%s, %d, %s, %d, %d>",
-                 ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl);
+        p->stages = stages;
+        p->dyn = (size_t)(n / cl) * per_elem;
+        /* the short name (the cache key) for the kernel's default 2 stages */
+        char extra[16] = "";
+        if (stages != 2)
+            snprintf(extra, sizeof extra, ", %d", stages);
+        snprintf(p->name, sizeof p->name, "layernorm_bwd_bulk<%s, %d, %s, %d, %d%s>",
+                 ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl, extra);
         return;
     }
     if (want)

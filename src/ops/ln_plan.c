@@ -50,6 +50,7 @@ static const struct {
     {"fwd_one_sync", offsetof(jitop__ln_cfg, fwd_one_sync), LN_BOOL, 0, 1, 1},
     {"fwd_bulk_stages", offsetof(jitop__ln_cfg, fwd_bulk_stages), LN_INT, 2, 4, 1},
     {"fwd_bulk_gb", offsetof(jitop__ln_cfg, fwd_bulk_gb), LN_BOOL, 0, 1, 1},
+    {"bwd_bulk_stages", offsetof(jitop__ln_cfg, bwd_bulk_stages), LN_INT, 2, 4, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 

@@ -48,6 +48,9 @@
  *   fwd_bulk_gb      1: layernorm_fwd_bulk keeps its share of gamma and beta
  *                    in shared memory (2 more shares' bytes), loaded once,
  *                    instead of reading them from L2 for every row
+ *   bwd_bulk_stages  layernorm_bwd_bulk's rows in flight per block, 2 to 4
+ *                    (each a stage of its share of a row's x and dy in
+ *                    shared memory)
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -70,6 +73,7 @@ typedef struct jitop__ln_cfg {
     int bwd_bulk, bulk_chunk, bulk_ept, bwd_bulk_bytes;
     int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
     int fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb;
+    int bwd_bulk_stages;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

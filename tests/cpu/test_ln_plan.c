@@ -527,6 +527,88 @@ static void test_forward_long_row_options(void **state)
     free(out);
 }
 
+/* bwd_bulk_stages alone: its range, its place at the end of the canonical
+ * text, the dtype prefix; a refused spec leaves *out as it was. */
+static void test_plan_parse_backward_stages(void **state)
+{
+    (void)state;
+    jitop__ln_cfg d = {.bwd_bulk_stages = 2}, c;
+    snprintf(d.text, sizeof d.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", "bwd_bulk_stages=3,fwd_bulk_stages=4", 2, &d, &d, &c),
+                     JITOP_OK);
+    assert_string_equal(c.text, "fwd_bulk_stages=4,bwd_bulk_stages=3");
+    assert_int_equal(c.bwd_bulk_stages, 3);
+    assert_int_equal(c.fwd_bulk_stages, 4);
+    /* h16_ reaches 16-bit rows only */
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_bwd_bulk_stages=4", 4, &d, &d, &c), JITOP_OK);
+    assert_int_equal(c.bwd_bulk_stages, 2);
+    assert_string_equal(c.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_bwd_bulk_stages=4", 2, &d, &d, &c), JITOP_OK);
+    assert_int_equal(c.bwd_bulk_stages, 4);
+    assert_string_equal(c.text, "bwd_bulk_stages=4");
+    static const char *bad[][2] = {
+        {"bwd_bulk_stages=1", "P: bwd_bulk_stages is '1': expected an integer in [2, 4]"},
+        {"bwd_bulk_stages=5", "P: bwd_bulk_stages is '5': expected an integer in [2, 4]"},
+        {"f32_bwd_bulk_stages=x", "P: bwd_bulk_stages is 'x': expected an integer in [2, 4]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c.bwd_bulk_stages = 7;
+        assert_int_equal(jitop__ln_cfg_parse("P", bad[i][0], 4, &d, &d, &c), JITOP_EINVAL);
+        if (strstr(jitop_errmsg(NULL), bad[i][1]) == NULL)
+            fail_msg("expected \"%s\" in \"%s\"", bad[i][1], jitop_errmsg(NULL));
+    }
+}
+
+/* bwd_bulk_stages: S stages of x and dy in layernorm_bwd_bulk, an extra
+ * template argument only when not the kernel's 2 (the default names, the
+ * cache keys, unchanged), said by the plan line; the stages count in the
+ * shared memory that bounds a block's share (16-bit 32768: 2 stages and
+ * float32 gamma, 12 B an element, fit 2 blocks of 16384; 3 stages, 16 B,
+ * need 4). Compiled by NVRTC for sm_90 here. */
+static void test_backward_stages(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(prewarm_plan("warps", "bwd_bulk_stages=3", "layernorm:f16:32768", &out), 0);
+    expect(out, "layernorm_bwd_bulk<__half, 32768, true, 512, 4, 3>: copy-engine cluster kernel, "
+                "2048 threads per row (over a cluster of 4 blocks), 2 vectors of 16 B per thread, "
+                "0% of lanes idle in the last pass, rows staged in shared memory (3 stages); plan "
+                "bwd_bulk_stages=3");
+    expect(out, "layernorm_bwd_bulk<__half, 32768, false, 512, 4, 3>: copy-engine");
+    expect(out, "prewarmed");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "h16_bwd_bulk_stages=4", "layernorm:bf16:65536", &out),
+                     0);
+    expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 512, 8, 4>: copy-engine cluster "
+                "kernel, 4096 threads per row (over a cluster of 8 blocks), 2 vectors of 16 B per "
+                "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
+                "stages); plan bwd_bulk_stages=4");
+    expect(out, "prewarmed");
+    free(out);
+    /* 2 stages named: the default instance, short name, no stage count */
+    assert_int_equal(prewarm_plan("warps", "bwd_bulk_stages=2", "layernorm:f16:32768", &out), 0);
+    expect(out, "layernorm_bwd_bulk<__half, 32768, true, 1024, 2>: copy-engine cluster kernel, "
+                "2048 threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, "
+                "0% of lanes idle in the last pass, rows staged in shared memory; plan "
+                "bwd_bulk_stages=2");
+    free(out);
+    assert_int_equal(prewarm_plan("warps", "", "layernorm:f16:32768", &out), 0);
+    expect(out, "layernorm_bwd_bulk<__half, 32768, true, 1024, 2>: copy-engine cluster kernel, "
+                "2048 threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, "
+                "0% of lanes idle in the last pass, rows staged in shared memory; plan default");
+    if (strstr(out, "stages)") != NULL)
+        fail_msg("no stage count expected in the default backward:\n%s", out);
+    free(out);
+    /* float32 rows take it as well (f32_ prefix), the forward untouched */
+    assert_int_equal(prewarm_plan("warps", "f32_bwd_bulk_stages=3", "layernorm:f32:12288", &out),
+                     0);
+    expect(out, "layernorm_bwd_bulk<float, 12288, true, 512, 2, 3>: copy-engine cluster kernel");
+    expect(out, "rows staged in shared memory (3 stages); plan bwd_bulk_stages=3");
+    expect(out, "layernorm_fwd<float, 12288, true, 4, 384>: register kernel");
+    expect(out, "prewarmed");
+    free(out);
+}
+
 static void test_bad_rule_is_refused(void **state)
 {
     (void)state;
@@ -555,6 +637,8 @@ int main(void)
         cmocka_unit_test(test_forward_bulk),
         cmocka_unit_test(test_plan_parse_forward_options),
         cmocka_unit_test(test_forward_long_row_options),
+        cmocka_unit_test(test_plan_parse_backward_stages),
+        cmocka_unit_test(test_backward_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -438,6 +438,50 @@ static void test_cluster_rows_reused(void **state)
     check_case(JITOP_FLOAT32, 256, 36864, 1, PLAIN);
 }
 
+/* A plan and the rows of each dtype to check under it (tests below). */
+typedef struct ln_plan_rows {
+    const char *plan;
+    jitop_dtype dt[8];
+    int n[8];
+} ln_plan_rows;
+
+/* Each plan in a fresh context (the plan is read at a context's first
+ * LayerNorm), its rows at M of several rows per cluster (30-80 clusters
+ * fit an H100) and not a multiple of the grid, every third in place, then
+ * 37 rows of a large common offset, affine on and off in turn. */
+static void run_plans(const ln_plan_rows *plans, size_t count)
+{
+    const char *was = getenv("JITOP_LN_PLAN");
+    char *saved = was != NULL ? strdup(was) : NULL;
+    assert_true(was == NULL || saved != NULL);
+    jitop_ctx *outer = ctx;
+    for (size_t k = 0; k < count; k++) {
+        assert_int_equal(setenv("JITOP_LN_PLAN", plans[k].plan, 1), 0);
+        char *dir = jt_tmpdir();
+        char *cache = jt_path(dir, "cache");
+        ctx = jt_ctx_driver(cache);
+        OK(jitop_ctx_cuda(ctx, NULL, NULL));
+        for (size_t i = 0; i < 8 && plans[k].n[i] != 0; i++) {
+            const jitop_dtype dt = plans[k].dt[i];
+            const int n = plans[k].n[i];
+            /* at most 24 Mi elements for the float64 reference */
+            int64_t m = (24 << 20) / n;
+            m = m > 601 ? 601 : m;
+            check_case(dt, m, n, 1, i % 3 == 1 ? INPLACE : PLAIN);
+            set_offset(dt);
+            check_case(dt, 37, n, (int)(i % 2), PLAIN);
+            x_offset = 0.0f;
+        }
+        jitop_ctx_destroy(ctx);
+        free(cache);
+        free(dir);
+    }
+    ctx = outer;
+    assert_int_equal(saved != NULL ? setenv("JITOP_LN_PLAN", saved, 1) : unsetenv("JITOP_LN_PLAN"),
+                     0);
+    free(saved);
+}
+
 /* The forward's long-row options (JITOP_LN_PLAN fwd_one_sync,
  * fwd_bulk_stages, fwd_bulk_gb; bench/layernorm_NOTES.md, session 15), each
  * plan in a fresh context (the plan is read at a context's first
@@ -454,11 +498,7 @@ static void test_forward_long_row_plans(void **state)
     (void)state;
     JT_REQUIRE_GPU();
     setup_ctx();
-    static const struct {
-        const char *plan;
-        jitop_dtype dt[8];
-        int n[8];
-    } plans[] = {
+    static const ln_plan_rows plans[] = {
         /* the default kernels with one exchange: float32 register clusters,
          * 16-bit copy-engine rows of 120 KiB and more */
         {"fwd_one_sync=1",
@@ -480,37 +520,33 @@ static void test_forward_long_row_plans(void **state)
          {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32},
          {24576, 40000, 36864, 49152, 40000}},
     };
-    const char *was = getenv("JITOP_LN_PLAN");
-    char *saved = was != NULL ? strdup(was) : NULL;
-    assert_true(was == NULL || saved != NULL);
-    jitop_ctx *outer = ctx;
-    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
-        assert_int_equal(setenv("JITOP_LN_PLAN", plans[k].plan, 1), 0);
-        char *dir = jt_tmpdir();
-        char *cache = jt_path(dir, "cache");
-        ctx = jt_ctx_driver(cache);
-        OK(jitop_ctx_cuda(ctx, NULL, NULL));
-        for (size_t i = 0; i < 8 && plans[k].n[i] != 0; i++) {
-            const jitop_dtype dt = plans[k].dt[i];
-            const int n = plans[k].n[i];
-            /* several rows per cluster (30-80 clusters fit an H100), not a
-             * multiple of the grid; at most 24 Mi elements for the float64
-             * reference */
-            int64_t m = (24 << 20) / n;
-            m = m > 601 ? 601 : m;
-            check_case(dt, m, n, 1, i % 3 == 1 ? INPLACE : PLAIN);
-            set_offset(dt);
-            check_case(dt, 37, n, (int)(i % 2), PLAIN);
-            x_offset = 0.0f;
-        }
-        jitop_ctx_destroy(ctx);
-        free(cache);
-        free(dir);
-    }
-    ctx = outer;
-    assert_int_equal(saved != NULL ? setenv("JITOP_LN_PLAN", saved, 1) : unsetenv("JITOP_LN_PLAN"),
-                     0);
-    free(saved);
+    run_plans(plans, sizeof plans / sizeof plans[0]);
+}
+
+/* The backward's copy-engine kernel with 3 and 4 stages of x and dy
+ * (JITOP_LN_PLAN bwd_bulk_stages; tests/cpu/test_ln_plan.c checks the
+ * instances): 16-bit rows of 24576-65536 (2-8 blocks a row as the stages'
+ * shared memory allows), 40000 with a partial last pass (625 vectors a
+ * block over 1024 threads; float32: 1250 over 512), float32 rows over a
+ * cluster; 601 rows and 37 (fewer rows than stages x clusters: clusters
+ * with one row or none, stages never filled), in place, so that every
+ * stage's barrier changes parity several times. */
+static void test_backward_stage_plans(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    static const ln_plan_rows plans[] = {
+        {"bwd_bulk_stages=3",
+         {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT16,
+          JITOP_FLOAT32, JITOP_FLOAT32},
+         {24576, 32768, 36864, 65536, 40000, 40000, 65536}},
+        {"bwd_bulk_stages=4",
+         {JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT16, JITOP_BFLOAT16,
+          JITOP_FLOAT32, JITOP_FLOAT16},
+         {24576, 32768, 36864, 65536, 40000, 36864, 28672}},
+    };
+    run_plans(plans, sizeof plans / sizeof plans[0]);
 }
 
 /* A sample of bench/layernorm_bench.py --sweep's row lengths and hidden
@@ -778,6 +814,7 @@ int main(void)
         cmocka_unit_test(test_cluster_rows_reused),
         cmocka_unit_test(test_row_length_sweep),
         cmocka_unit_test(test_forward_long_row_plans),
+        cmocka_unit_test(test_backward_stage_plans),
     };
     const char *filter = getenv("JITOP_TEST_FILTER");
     if (filter != NULL && *filter != '\0')
