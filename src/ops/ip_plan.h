@@ -9,6 +9,7 @@
  *
  *   JITOP_INPLACE_CHUNK_MB=c     MiB of A one product covers, 1..65536 (32)
  *   JITOP_INPLACE_OVERLAP=0      copies on the caller's stream, one buffer
+ *                                (any other value, or unset: overlap on)
  *   JITOP_INPLACE_MM_BUFS=b      scratch buffers in turn with the copy
  *                                stream, 2..4 (2): product i waits for the
  *                                copy of chunk i - b only
