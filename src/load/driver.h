@@ -90,6 +90,8 @@
     X(cuEventElapsedTime, 12080)                                                                   \
     X(cuMemcpyDtoDAsync, 3020)                                                                     \
     X(cuStreamWaitEvent, 3020)                                                                     \
+    X(cuMemsetD32Async, 3020)                                                                      \
+    X(cuTensorMapEncodeTiled, 12000)                                                               \
     JITOP__CUDA_GLOBALS(X)
 
 /* Module globals (src/op/global.c): looked up and copied, part of the rest. */

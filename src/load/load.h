@@ -477,4 +477,13 @@ void jitop__host_free(jitop_module *m);
 /* The stat fast path over the current object's files. */
 int jitop__host_fresh(jitop_module *m, bool *fresh);
 
+/* jitop_load for arch instead of the context's (the same device's
+ * arch-specific variant, e.g. "sm_90a" for wgmma on an sm_90 context): a
+ * module of its own (the arch is part of its identity), built and reloaded
+ * for that arch; the driver loads it at once, so a device that cannot run
+ * it fails the load. For the shipped ops. */
+int jitop__load_arch(jitop_ctx *ctx, const char *name, const char *const *sources,
+                     size_t nsources, const char *const *options, size_t noptions,
+                     const char *arch, jitop_module **out);
+
 #endif

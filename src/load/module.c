@@ -388,7 +388,7 @@ int jitop__units_load(jitop_module *m)
 
 static int load_common(jitop_ctx *ctx, const char *name, const char *const *sources,
                        size_t nsources, const char *text, const char *const *options,
-                       size_t noptions, jitop_module **out)
+                       size_t noptions, const char *arch_for, jitop_module **out)
 {
     int status = JITOP_OK;
     jitop__strv paths = {0}, dev_paths = {0}, host_paths = {0};
@@ -434,8 +434,9 @@ static int load_common(jitop_ctx *ctx, const char *name, const char *const *sour
             jitop__fail_prefix(status, "loading module %s", name);
             goto out;
         }
-        status = jitop_ctx_arch(ctx, &arch);
-        if (status != JITOP_OK)
+        if (arch_for != NULL)
+            arch = arch_for;
+        else if ((status = jitop_ctx_arch(ctx, &arch)) != JITOP_OK)
             goto out;
     } else {
         arch = "host";
@@ -525,7 +526,17 @@ int jitop_load(jitop_ctx *ctx, const char *name, const char *const *sources, siz
 {
     if (!sources || nsources == 0)
         return jitop__fail(JITOP_EINVAL, "jitop_load %s: no sources given", name ? name : "");
-    return load_common(ctx, name, sources, nsources, NULL, options, noptions, out);
+    return load_common(ctx, name, sources, nsources, NULL, options, noptions, NULL, out);
+}
+
+int jitop__load_arch(jitop_ctx *ctx, const char *name, const char *const *sources,
+                     size_t nsources, const char *const *options, size_t noptions,
+                     const char *arch, jitop_module **out)
+{
+    if (!sources || nsources == 0 || !arch)
+        return jitop__fail(JITOP_EINVAL, "jitop__load_arch %s: no sources or no arch given",
+                           name ? name : "");
+    return load_common(ctx, name, sources, nsources, NULL, options, noptions, arch, out);
 }
 
 int jitop_load_inline(jitop_ctx *ctx, const char *name, const char *source_text,
@@ -534,7 +545,7 @@ int jitop_load_inline(jitop_ctx *ctx, const char *name, const char *source_text,
     if (!source_text)
         return jitop__fail(JITOP_EINVAL, "jitop_load_inline %s: source_text is NULL",
                            name ? name : "");
-    return load_common(ctx, name, NULL, 0, source_text, options, noptions, out);
+    return load_common(ctx, name, NULL, 0, source_text, options, noptions, NULL, out);
 }
 
 const char *jitop_module_name(const jitop_module *m)

@@ -30,6 +30,7 @@
  * handle, and the scratch is in use until the enqueue is done.
  */
 #include "load/driver.h"
+#include "load/load.h"
 #include "ops/cublas_dl.h"
 #include "ops/ip_plan.h"
 #include "ops/ops_state.h"
@@ -179,6 +180,10 @@ struct jitop__inplace_state {
     ip_copy_k copy[5];
     int partition_said; /* the verbose log said whether the partition runs */
     size_t partitioned; /* calls whose copy-back ran on the kept SMs (tests) */
+    jitop_module *panel_module; /* kernels/inplace_panel.cu for sm_90a, on first need */
+    int panel_resident; /* sqmm_panel's blocks the device holds; 0: not asked, -1: unknown */
+    int panel_said;     /* the verbose log said why a call did not take the panel */
+    size_t panel_calls; /* calls the panel kernel took (tests) */
     enum ip_softmax_path softmax_path;
 };
 
@@ -315,6 +320,7 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
         {JITOP__IP_BAD_CHUNK, "JITOP_INPLACE_CHUNK_MB", "MiB in [1, 65536]"},
         {JITOP__IP_BAD_BUFS, "JITOP_INPLACE_MM_BUFS", "2, 3 or 4"},
         {JITOP__IP_BAD_COPY_SMS, "JITOP_INPLACE_MM_COPY_SMS", "SMs in [0, 65535]"},
+        {JITOP__IP_BAD_PANEL, "JITOP_INPLACE_MM_PANEL", "0 or 1"},
     };
     for (size_t i = 0; made && i < sizeof bad / sizeof bad[0]; i++)
         if (mm.bad & bad[i].bit)
@@ -325,7 +331,10 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
     return rc;
 }
 
-static int ip_get(struct jitop__inplace_state *s, const char *name, jitop_op **out)
+/* The op name of module m (s->module or s->panel_module: their names
+ * differ), got once and kept. Takes s->lock. */
+static int ip_get_in(struct jitop__inplace_state *s, jitop_module *m, const char *name,
+                     jitop_op **out)
 {
     int rc = JITOP_OK;
     pthread_mutex_lock(&s->lock);
@@ -334,7 +343,7 @@ static int ip_get(struct jitop__inplace_state *s, const char *name, jitop_op **o
         i = i->next;
     if (i == NULL) {
         jitop_op *op = NULL;
-        rc = jitop_op_get(s->module, name, &op); /* compiles the instance on first use */
+        rc = jitop_op_get(m, name, &op); /* compiles the instance on first use */
         if (rc == JITOP_OK && strlen(name) >= sizeof i->name)
             rc = jitop__fail(JITOP_EINVAL, "inplace: op name %s too long", name);
         if (rc == JITOP_OK && (i = calloc(1, sizeof *i)) == NULL)
@@ -350,6 +359,11 @@ static int ip_get(struct jitop__inplace_state *s, const char *name, jitop_op **o
         *out = i->op;
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+static int ip_get(struct jitop__inplace_state *s, const char *name, jitop_op **out)
+{
+    return ip_get_in(s, s->module, name, out);
 }
 
 /* cuBLAS (see jitop__cublas_open) with cublasGemmEx; NULL, with the
@@ -485,7 +499,14 @@ size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
         return 0;
     jitop__ip_mm_cfg cfg;
     jitop__ip_mm_cfg_env(&cfg);
-    return jitop__ip_mm_scratch_bound(&cfg, (size_t)n * es);
+    const size_t chunked = jitop__ip_mm_scratch_bound(&cfg, (size_t)n * es);
+    /* the panel kernel's (16-bit, n a multiple of 256 up to 4096): W^T and
+     * a counter a block, at most 65536 blocks (far more than any GPU holds
+     * at once) */
+    const size_t panel = es == 2 && n % 256 == 0 && n <= JITOP__IP_PANEL_MAX_N
+                             ? jitop__ip_panel_scratch(n, es, 0, 65536)
+                             : 0;
+    return chunked > panel ? chunked : panel;
 }
 
 size_t jitop_inplace_scratch_bytes(jitop_ctx *ctx)
@@ -586,6 +607,192 @@ static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *
     size_t sizes[] = {8, 8, 8};
     return jitop_launch(op, (jitop_dim3){(unsigned)grid, 1, 1}, (jitop_dim3){256, 1, 1}, 0, stream,
                         args, sizes, 3);
+}
+
+/* ------------------------------------------------- square matmul, panel */
+
+/* The bytes of shared memory sqmm_panel asks (kernels/inplace_panel.cu's
+ * IP_PANEL_SMEM: 3 stages of 128 x 64 and 256 x 64 elements, the finished
+ * 128 x 256 tile, 1 KiB for alignment). */
+#define IP_PANEL_SMEM ((size_t)3 * (128 + 256) * 64 * 2 + 128 * 256 * 2 + 1024)
+
+/* kernels/inplace_panel.cu built for sm_90a, loaded on the first call that
+ * wants it with that call's instance declared (decl), and kept. Takes no
+ * lock across the load (it compiles); two threads racing load the same
+ * module (jitop__load_arch returns the one already loaded). */
+static int ip_panel_module(jitop_ctx *ctx, struct jitop__inplace_state *s, const char *decl,
+                           jitop_module **out)
+{
+    jitop_module *m = __atomic_load_n(&s->panel_module, __ATOMIC_ACQUIRE);
+    if (m != NULL) {
+        *out = m;
+        return JITOP_OK;
+    }
+    char *path = jitop__sprintf("%s/inplace_panel.cu", ctx->kernel_dir);
+    char *opt = jitop__sprintf("-instance=%s", decl);
+    int rc = path && opt ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+    if (rc == JITOP_OK) {
+        const char *srcs[1] = {path}, *opts[1] = {opt};
+        rc = jitop__load_arch(ctx, "inplace_panel", srcs, 1, opts, 1, "sm_90a", &m);
+        if (rc != JITOP_OK)
+            rc = jitop__fail_prefix(rc, "inplace: loading %s for sm_90a", path);
+    }
+    free(opt);
+    free(path);
+    if (rc != JITOP_OK)
+        return rc;
+    __atomic_store_n(&s->panel_module, m, __ATOMIC_RELEASE);
+    *out = m;
+    return JITOP_OK;
+}
+
+/* A 2-D map of a row-major rows x n matrix of 16-bit elements at base, in
+ * boxes of box_rows x 64 with the 128-byte swizzle (sqmm_panel's tiles). */
+static int ip_panel_map(const jitop__cuda_api *api, jitop_dtype dtype, const void *base,
+                        int64_t rows, int64_t n, unsigned box_rows, CUtensorMap *out)
+{
+    const cuuint64_t dims[2] = {(cuuint64_t)n, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)n * 2};
+    const cuuint32_t box[2] = {64, box_rows}, ones[2] = {1, 1};
+    return jitop__cu_check(
+        api->cuTensorMapEncodeTiled(out,
+                                    dtype == JITOP_BFLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                    2, (void *)(uintptr_t)base, dims, strides, box, ones,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled", "inplace");
+}
+
+/* How many sqmm_panel blocks the device holds at once (132 on an H100: one
+ * an SM, at 384 threads of 168 registers and ~209 KiB of shared memory),
+ * asked of the driver once; -1 when it could not say. */
+static int ip_panel_resident(struct jitop__inplace_state *s, jitop_op *op)
+{
+    int n = __atomic_load_n(&s->panel_resident, __ATOMIC_ACQUIRE);
+    if (n != 0)
+        return n;
+    if (jitop_occupancy_clusters(op, 384, IP_PANEL_SMEM, 1, &n) != JITOP_OK || n < 1) {
+        jitop__clear_error(); /* the panel is then not taken: the chunked path runs */
+        n = -1;
+    }
+    __atomic_store_n(&s->panel_resident, n, __ATOMIC_RELEASE);
+    return n;
+}
+
+/* Whether the panel kernel takes this call (ip_plan.h's rule; the module is
+ * loaded, and the instance compiled, only for a call the cheap conditions
+ * let through): 1 with *op and *grid; 0 with the reason logged once. */
+static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const jitop__driver *d,
+                         jitop_dtype dtype, int64_t m, int64_t n, const void *a, const void *w,
+                         jitop_op **op, int *grid)
+{
+    const size_t es = jitop_dtype_size(dtype);
+    const char *why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, m, n,
+                                           (uintptr_t)a, (uintptr_t)w, INT_MAX, grid);
+    if (why == NULL) {
+        char name[64];
+        snprintf(name, sizeof name, "sqmm_panel<%s, %d>", ip_ctype(dtype), (int)n);
+        jitop_module *pm = NULL;
+        int rc = ip_panel_module(ctx, s, name, &pm);
+        if (rc == JITOP_OK)
+            rc = ip_get_in(s, pm, name, op);
+        if (rc != JITOP_OK) {
+            /* a toolkit without sm_90a, say: the chunked path still runs */
+            jitop__log(ctx, "inplace: sqmm_panel unavailable (%s): the chunked path runs",
+                       jitop_errmsg(NULL));
+            jitop__clear_error();
+            why = "the kernel did not build";
+        } else {
+            why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, m, n,
+                                       (uintptr_t)a, (uintptr_t)w, ip_panel_resident(s, *op),
+                                       grid);
+        }
+    }
+    if (why != NULL && !__atomic_exchange_n(&s->panel_said, 1, __ATOMIC_RELAXED))
+        jitop__log(ctx, "inplace: square matmul n=%lld m=%lld: the chunked path (%s)",
+                   (long long)n, (long long)m, why);
+    return why == NULL;
+}
+
+/* A <- A op(W) by sqmm_panel on grid blocks (ip_plan.h): W^T into the
+ * scratch first for A W (the kernel reads K-contiguous rows of B), the
+ * group counters zeroed, one cooperative launch (every group's blocks are
+ * resident at once: they wait for one another). */
+static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop_dtype dtype,
+                           int64_t m, int n, void *a, const void *w, int trans, jitop_op *op,
+                           int grid, void *stream)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    const jitop__cuda_api *api = d->api;
+    jitop_op *top = NULL;
+    int rc = JITOP_OK;
+    if (!trans) {
+        char tname[64];
+        snprintf(tname, sizeof tname, "sqmm_panel_transpose<%s>", ip_ctype(dtype));
+        rc = ip_get_in(s, __atomic_load_n(&s->panel_module, __ATOMIC_ACQUIRE), tname, &top);
+    }
+    if (rc == JITOP_OK)
+        rc = jitop__cuda_more();
+    if (rc == JITOP_OK)
+        rc = jitop__driver_make_current(d);
+    if (rc != JITOP_OK)
+        return rc;
+    const size_t es = jitop_dtype_size(dtype);
+    const size_t wt_bytes = trans ? 0 : (size_t)n * (size_t)n * es;
+    pthread_mutex_lock(&s->lock);
+    ip_ws *ws = NULL;
+    rc = ip_workspace(ctx, s, stream, jitop__ip_panel_scratch(n, es, trans, grid), 0, &ws);
+    const CUdeviceptr wt = ws != NULL ? ws->buf : 0, cnt = wt + wt_bytes;
+    const void *b = trans ? w : (const void *)(uintptr_t)wt;
+    if (rc == JITOP_OK && !trans) {
+        const void *wp = w;
+        void *wtp = (void *)(uintptr_t)wt;
+        int nn = n;
+        void *targs[] = {&wp, &wtp, &nn};
+        size_t tsizes[] = {sizeof wp, sizeof wtp, sizeof nn};
+        rc = jitop_launch(top, (jitop_dim3){(unsigned)(n / 32), (unsigned)(n / 32), 1},
+                          (jitop_dim3){32, 8, 1}, 0, stream, targs, tsizes, 3);
+    }
+    if (rc == JITOP_OK)
+        rc = jitop__cu_check(api->cuMemsetD32Async(cnt, 0, (size_t)grid, (CUstream)stream),
+                             "cuMemsetD32Async", "inplace");
+    CUtensorMap ta, tb;
+    if (rc == JITOP_OK)
+        rc = ip_panel_map(api, dtype, a, m, n, 128, &ta);
+    if (rc == JITOP_OK)
+        rc = ip_panel_map(api, dtype, b, n, n, 256, &tb);
+    if (rc == JITOP_OK) {
+        int mm = (int)m;
+        unsigned *cp = (unsigned *)(uintptr_t)cnt;
+        void *args[] = {&ta, &tb, &mm, &cp};
+        size_t sizes[] = {sizeof ta, sizeof tb, sizeof mm, sizeof cp};
+        jitop_launch_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.grid = (jitop_dim3){(unsigned)grid, 1, 1};
+        cfg.block = (jitop_dim3){384, 1, 1};
+        cfg.shared_bytes = IP_PANEL_SMEM;
+        cfg.stream = stream;
+        cfg.cooperative = 1;
+        rc = jitop_launch_ex(op, &cfg, args, sizes, 4);
+    }
+    if (rc == JITOP_OK)
+        s->panel_calls++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+size_t jitop__inplace_panel_calls(jitop_ctx *ctx)
+{
+    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
+    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    const size_t n = s->panel_calls;
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 /* C (rows x n) = A_chunk op(W) into c, row-major: in cuBLAS's column-major
@@ -811,8 +1018,13 @@ int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, in
     if ((rc = ip_state(ctx, n <= IP_SMALL_N ? small : NULL, &s)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     const jitop__driver *d = jitop__driver_of(ctx);
+    jitop_op *panel = NULL;
+    int grid = 0;
     if (n <= IP_SMALL_N)
         rc = ip_matmul_small(s, d, dtype, m, (int)n, a, w, transpose_w != 0, stream);
+    else if (ip_panel_pick(ctx, s, d, dtype, m, n, a, w, &panel, &grid))
+        rc = ip_matmul_panel(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0, panel, grid,
+                             stream);
     else
         rc = ip_matmul_chunked(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0,
                                (flags & JITOP_MATMUL_TF32) != 0, stream);

@@ -24,7 +24,7 @@ static int ip_parse(const char *s, long lo, long hi, long *out)
 void jitop__ip_mm_cfg_parse(const char *chunk_mb, const char *overlap, const char *bufs,
                             const char *copy_sms, jitop__ip_mm_cfg *out)
 {
-    jitop__ip_mm_cfg c = {JITOP__IP_CHUNK_BYTES, 1, 2, 0, 0};
+    jitop__ip_mm_cfg c = {JITOP__IP_CHUNK_BYTES, 1, 2, 0, 0, -1};
     long v = 0;
     int r = ip_parse(chunk_mb, 1, JITOP__IP_MAX_CHUNK_MB, &v);
     if (r > 0)
@@ -43,11 +43,60 @@ void jitop__ip_mm_cfg_parse(const char *chunk_mb, const char *overlap, const cha
     *out = c;
 }
 
+void jitop__ip_panel_parse(const char *panel, jitop__ip_mm_cfg *out)
+{
+    out->panel = -1;
+    if (panel == NULL)
+        return;
+    if (strcmp(panel, "0") == 0 || strcmp(panel, "1") == 0)
+        out->panel = panel[0] - '0';
+    else
+        out->bad |= JITOP__IP_BAD_PANEL;
+}
+
 void jitop__ip_mm_cfg_env(jitop__ip_mm_cfg *out)
 {
     jitop__ip_mm_cfg_parse(getenv("JITOP_INPLACE_CHUNK_MB"), getenv("JITOP_INPLACE_OVERLAP"),
                            getenv("JITOP_INPLACE_MM_BUFS"), getenv("JITOP_INPLACE_MM_COPY_SMS"),
                            out);
+    jitop__ip_panel_parse(getenv("JITOP_INPLACE_MM_PANEL"), out);
+}
+
+const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int64_t m,
+                                 int64_t n, uintptr_t a, uintptr_t w, int resident, int *grid)
+{
+    *grid = 0;
+    if (mode == 0)
+        return "JITOP_INPLACE_MM_PANEL=0";
+    if (cc_major != 9 || cc_minor != 0)
+        return "not compute capability 9.0";
+    if (es != 2)
+        return "not 16-bit";
+    if (n % 256 != 0 || n < JITOP__IP_PANEL_MIN_N || n > JITOP__IP_PANEL_MAX_N)
+        return "n not a multiple of 256 in [256, 4096]";
+    if (m < 1 || m > JITOP__IP_PANEL_MAX_M)
+        return "m out of the kernel's range";
+    if (a % 16 != 0 || w % 16 != 0)
+        return "a or w not 16-byte aligned";
+    if (mode < 0 && n < JITOP__IP_PANEL_AUTO_MIN_N)
+        return "n below the automatic rule's range";
+    if (mode < 0 && n > JITOP__IP_PANEL_AUTO_MAX_N &&
+        (n > JITOP__IP_PANEL_AUTO_WIDE_N || m < JITOP__IP_PANEL_AUTO_WIDE_M))
+        return "n and m outside the automatic rule's range";
+    const int64_t cl = n / 256, tiles = (m + 127) / 128 * cl;
+    int64_t g = resident > 0 ? resident : 0;
+    g -= g % cl;
+    if (g < cl)
+        return "the device holds fewer blocks than a group";
+    *grid = (int)(g < tiles ? g : tiles);
+    return NULL;
+}
+
+size_t jitop__ip_panel_scratch(int64_t n, size_t es, int transposed, int grid)
+{
+    const size_t wt = transposed ? 0 : (size_t)n * (size_t)n * es;
+    const size_t cnt = (size_t)(grid > 0 ? grid : 0) * 4;
+    return (wt + cnt + 255) / 256 * 256;
 }
 
 void jitop__ip_mm_plan_make(const jitop__ip_mm_cfg *cfg, int64_t m, size_t row, uintptr_t a,

@@ -21,6 +21,10 @@
  *                                the SMs cuBLAS leaves free (the driver's D2D
  *                                copy also runs on SMs, and cuBLAS's kernels
  *                                fill them all). 0 or unset: off.
+ *   JITOP_INPLACE_MM_PANEL=0|1   the panel kernel (kernels/inplace_panel.cu,
+ *                                below): 0 never, 1 for every call it can
+ *                                take; unset: for the calls the automatic
+ *                                rule gives it (jitop__ip_panel_plan)
  *
  * A value that does not parse or is out of range is ignored (the default
  * holds) and named in jitop__ip_mm_cfg.bad, which the context's verbose log
@@ -43,6 +47,7 @@
 #define JITOP__IP_BAD_CHUNK 1u
 #define JITOP__IP_BAD_BUFS 2u
 #define JITOP__IP_BAD_COPY_SMS 4u
+#define JITOP__IP_BAD_PANEL 8u
 
 typedef struct jitop__ip_mm_cfg {
     size_t chunk_bytes; /* bytes of A per product (before rounding to whole rows) */
@@ -50,13 +55,19 @@ typedef struct jitop__ip_mm_cfg {
     int bufs;           /* buffers in turn when the copy stream runs, 2..4 */
     int copy_sms;       /* SMs kept for the copy-back; 0: the driver's copy */
     unsigned bad;       /* JITOP__IP_BAD_* */
+    int panel;          /* JITOP_INPLACE_MM_PANEL: -1 the automatic rule, 0, 1 */
 } jitop__ip_mm_cfg;
 
 /* The settings from the four variables' values (NULL: unset). */
 void jitop__ip_mm_cfg_parse(const char *chunk_mb, const char *overlap, const char *bufs,
                             const char *copy_sms, jitop__ip_mm_cfg *out);
 
-/* The same from getenv. */
+/* JITOP_INPLACE_MM_PANEL's value (NULL: unset) into out->panel: "0", "1",
+ * else -1 (the automatic rule), with JITOP__IP_BAD_PANEL when set to
+ * anything else. */
+void jitop__ip_panel_parse(const char *panel, jitop__ip_mm_cfg *out);
+
+/* The same from getenv (all five). */
 void jitop__ip_mm_cfg_env(jitop__ip_mm_cfg *out);
 
 /* One call's plan for m rows of row bytes at address a, on a device of
@@ -95,6 +106,41 @@ size_t jitop__ip_mm_scratch_bound(const jitop__ip_mm_cfg *cfg, size_t row);
  * most, at most sms x blocks_per_sm blocks (the rest is the kernel's loop),
  * at least one. */
 unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_sm, int sms);
+
+/* The panel kernel (kernels/inplace_panel.cu, sqmm_panel<T, n>): A <- A W
+ * for 16-bit A on sm_90a, written straight into A by groups of n / 256
+ * blocks that each own a panel of 128 rows (no copy-back). It can take a
+ * call when: the device is compute capability 9.0 exactly (sm_90a code runs
+ * there only); 2-byte elements; n a multiple of 256 in [256, 4096]; 1 <= m
+ * <= JITOP__IP_PANEL_MAX_M; a and w 16-byte aligned (TMA); the device holds
+ * at least a group's blocks at once (resident: the driver's occupancy over
+ * all SMs). It takes it when mode is 1, or mode is -1 (unset) and the
+ * automatic rule does: n in [512, 1024] for any m, n in (1024, 2048] for m
+ * >= JITOP__IP_PANEL_AUTO_WIDE_M (where it measured faster than the chunked
+ * path on the H100; below that m a wide n leaves the last round of panels
+ * part-empty: bench/INPLACE_NOTES.md). Then it returns NULL and *grid is
+ * the persistent grid: resident rounded down to whole groups, at most one
+ * block per tile (a multiple of n / 256: every block of a group runs at
+ * once, which the cooperative launch guarantees); else the reason, for the
+ * verbose log. */
+#define JITOP__IP_PANEL_MIN_N 256
+#define JITOP__IP_PANEL_MAX_N 4096
+#define JITOP__IP_PANEL_MAX_M ((int64_t)INT32_MAX - 128)
+#define JITOP__IP_PANEL_AUTO_MIN_N 512
+#define JITOP__IP_PANEL_AUTO_MAX_N 1024
+#define JITOP__IP_PANEL_AUTO_WIDE_N 2048
+#define JITOP__IP_PANEL_AUTO_WIDE_M 16384
+const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int64_t m,
+                                 int64_t n, uintptr_t a, uintptr_t w, int resident, int *grid);
+
+/* The panel path's scratch: W^T (n x n elements of es bytes) unless
+ * transposed (A W^T reads W as it is), then one 4-byte counter a group of
+ * the grid, rounded up to 256 bytes. */
+size_t jitop__ip_panel_scratch(int64_t n, size_t es, int transposed, int grid);
+
+/* Calls of ctx that the panel kernel took (defined in inplace.c; for the
+ * GPU test). */
+size_t jitop__inplace_panel_calls(jitop_ctx *ctx);
 
 /* Calls of ctx whose copy-back ran by ip_copy on the kept SMs (defined in
  * inplace.c; for the GPU test, which must see the variant run, not fall

@@ -20,17 +20,19 @@
 #include "fakecuda.h"
 #include "jitop.h"
 #include "load/driver.h"
+#include "ops/ip_plan.h"
 #include "testutil.h"
 
 static fake_cuda_stats_fn g_fake_stats;
 
-static const char *const VARS[3] = {"JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_MM_BUFS",
-                                    "JITOP_INPLACE_MM_COPY_SMS"};
+#define NVARS 4
+static const char *const VARS[NVARS] = {"JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_MM_BUFS",
+                                        "JITOP_INPLACE_MM_COPY_SMS", "JITOP_INPLACE_MM_PANEL"};
 
-/* Sets the three variables (NULL: unset), keeping the old values. */
-static void env_set(const char *const v[3], char *saved[3])
+/* Sets the variables (NULL: unset), keeping the old values. */
+static void env_set(const char *const v[NVARS], char *saved[NVARS])
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NVARS; i++) {
         const char *was = getenv(VARS[i]);
         saved[i] = was ? strdup(was) : NULL;
         assert_true(was == NULL || saved[i] != NULL);
@@ -38,9 +40,9 @@ static void env_set(const char *const v[3], char *saved[3])
     }
 }
 
-static void env_restore(char *saved[3])
+static void env_restore(char *saved[NVARS])
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NVARS; i++) {
         assert_int_equal(saved[i] ? setenv(VARS[i], saved[i], 1) : unsetenv(VARS[i]), 0);
         free(saved[i]);
     }
@@ -66,13 +68,13 @@ static jitop_ctx *fake_ctx(char **dir)
 /* The context's first in-place call (a one-element softmax, a launch the
  * fake takes) under the settings v, with stderr captured: returns what was
  * logged (malloc'd). */
-static char *first_call_logged(jitop_ctx *ctx, const char *dir, const char *const v[3])
+static char *first_call_logged(jitop_ctx *ctx, const char *dir, const char *const v[NVARS])
 {
     const jitop__cuda_api *cu = jitop__cuda();
     assert_non_null(cu);
     CUdeviceptr x = 0;
     assert_int_equal(cu->cuMemAlloc(&x, 64), CUDA_SUCCESS);
-    char *saved[3];
+    char *saved[NVARS];
     env_set(v, saved);
     char *log = jt_path(dir, "stderr");
     fflush(stderr);
@@ -101,19 +103,20 @@ static void test_bad_settings_are_logged(void **state)
     (void)state;
     char *dir;
     jitop_ctx *ctx = fake_ctx(&dir);
-    const char *const bad[3] = {"8MB", "9", "-2"};
+    const char *const bad[NVARS] = {"8MB", "9", "-2", "2"};
     char *text = first_call_logged(ctx, dir, bad);
     static const char *const want[] = {
         "jitop: inplace: JITOP_INPLACE_CHUNK_MB=8MB ignored (want MiB in [1, 65536])\n",
         "jitop: inplace: JITOP_INPLACE_MM_BUFS=9 ignored (want 2, 3 or 4)\n",
         "jitop: inplace: JITOP_INPLACE_MM_COPY_SMS=-2 ignored (want SMs in [0, 65535])\n",
+        "jitop: inplace: JITOP_INPLACE_MM_PANEL=2 ignored (want 0 or 1)\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (strstr(text, want[i]) == NULL)
             fail_msg("no '%s' in the log:\n%s", want[i], text);
     free(text);
     /* made once: a later call reads nothing again and says nothing */
-    const char *const none[3] = {"x", "x", "x"};
+    const char *const none[NVARS] = {"x", "x", "x", "x"};
     text = first_call_logged(ctx, dir, none);
     if (strstr(text, "ignored") != NULL)
         fail_msg("a second call logged:\n%s", text);
@@ -127,7 +130,9 @@ static void test_good_settings_are_quiet(void **state)
     (void)state;
     char *dir;
     jitop_ctx *ctx = fake_ctx(&dir);
-    const char *const good[3] = {"8", "3", "16"};
+    /* the panel kernel off: this call is the chunked path's (the panel
+     * path on the fake: test_panel_path below) */
+    const char *const good[NVARS] = {"8", "3", "16", "0"};
     char *text = first_call_logged(ctx, dir, good);
     if (strstr(text, "ignored") != NULL)
         fail_msg("good settings logged:\n%s", text);
@@ -143,6 +148,76 @@ static void test_good_settings_are_quiet(void **state)
                                                NULL);
     assert_int_equal(rc, JITOP_ENOTFOUND);
     assert_non_null(strstr(jitop_errmsg(NULL), "needs cuBLAS"));
+    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
+    assert_int_equal(cu->cuMemFree(a), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemFree(w), CUDA_SUCCESS);
+    jitop_ctx_destroy(ctx);
+    free(dir);
+}
+
+/* One square product with stderr captured into *log (malloc'd). */
+static int matmul_logged(jitop_ctx *ctx, const char *dir, int64_t m, CUdeviceptr a,
+                         CUdeviceptr w, int trans, char **log)
+{
+    char *path = jt_path(dir, "stderr2");
+    fflush(stderr);
+    int keep = dup(2);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(keep >= 0);
+    assert_true(dup2(fileno(f), 2) >= 0);
+    const int rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT16, m, 1024, (void *)(uintptr_t)a,
+                                               (void *)(uintptr_t)w, trans, 0, NULL);
+    fflush(stderr);
+    assert_true(dup2(keep, 2) >= 0);
+    assert_int_equal(close(keep), 0);
+    assert_int_equal(fclose(f), 0);
+    *log = jt_read(path);
+    free(path);
+    return rc;
+}
+
+/* The panel kernel's host side on the fake driver (CC 9.0): the sm_90a
+ * build (real NVRTC), its transpose and launch, the tensor maps (the fake
+ * checks their alignment and boxes), the cooperative launch and the scratch
+ * (W^T and the counters) within the bound; a call it cannot take (A not
+ * 16-byte aligned) goes to the chunked path (here: no cuBLAS behind the
+ * fake, a clean JITOP_ENOTFOUND) and the log says why. The kernel's
+ * results need the GPU: tests/gpu/test_inplace.c. */
+static void test_panel_path(void **state)
+{
+    (void)state;
+    char *dir;
+    jitop_ctx *ctx = fake_ctx(&dir);
+    const char *const on[NVARS] = {NULL, NULL, NULL, "1"};
+    char *text = first_call_logged(ctx, dir, on);
+    free(text);
+    const jitop__cuda_api *cu = jitop__cuda();
+    CUdeviceptr a = 0, w = 0;
+    assert_int_equal(cu->cuMemAlloc(&a, 4096 * 1024 * 2 + 16), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemAlloc(&w, 1024 * 1024 * 2), CUDA_SUCCESS);
+    assert_int_equal(a % 16, 0);
+    for (int trans = 0; trans < 2; trans++) {
+        const int rc = matmul_logged(ctx, dir, 4096, a, w, trans, &text);
+        if (rc != JITOP_OK)
+            fail_msg("trans %d: %s: %s\n%s", trans, jitop_strerror(rc), jitop_errmsg(NULL), text);
+        if (strstr(text, "chunked") != NULL)
+            fail_msg("trans %d took the chunked path:\n%s", trans, text);
+        free(text);
+        assert_int_equal(jitop__inplace_panel_calls(ctx), (size_t)trans + 1);
+    }
+    const size_t held = jitop_inplace_scratch_bytes(ctx);
+    if (held < (size_t)1024 * 1024 * 2 || held > jitop_square_matmul_scratch_bound(JITOP_FLOAT16, 1024))
+        fail_msg("scratch %zu bytes: not W^T plus counters within the bound", held);
+    /* A at 2 bytes past 16: the chunked path, which needs cuBLAS */
+    const int rc = matmul_logged(ctx, dir, 4095, a + 2, w, 0, &text);
+    assert_int_equal(rc, JITOP_ENOTFOUND);
+    assert_non_null(strstr(jitop_errmsg(NULL), "needs cuBLAS"));
+    if (strstr(text, "the chunked path (a or w not 16-byte aligned)") == NULL)
+        fail_msg("no reason logged:\n%s", text);
+    free(text);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 2);
+    assert_int_equal(jitop_inplace_release(ctx), JITOP_OK);
     assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
     assert_int_equal(cu->cuMemFree(a), CUDA_SUCCESS);
     assert_int_equal(cu->cuMemFree(w), CUDA_SUCCESS);
@@ -170,6 +245,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_settings_are_logged),
         cmocka_unit_test(test_good_settings_are_quiet),
+        cmocka_unit_test(test_panel_path),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();

@@ -5,7 +5,8 @@
  * its rows rounded to multiples of 8 and its copy word), the scratch bound
  * (the plan's scratch never exceeds it, for any m; the public
  * jitop_square_matmul_scratch_bound follows the environment), and
- * ip_copy's grid. */
+ * ip_copy's grid; the panel kernel's setting (JITOP_INPLACE_MM_PANEL), when
+ * it takes a call and on how many blocks, and its scratch within the bound. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -331,6 +332,148 @@ static void test_copy_grid(void **state)
     assert_int_equal(jitop__ip_copy_grid(16 * MiB, 0, 256, 8, 8), 1);
 }
 
+static void test_panel_parse(void **state)
+{
+    (void)state;
+    jitop__ip_mm_cfg c = parse(NULL, NULL, NULL, NULL);
+    assert_int_equal(c.panel, -1); /* unset: the automatic rule */
+    jitop__ip_panel_parse("0", &c);
+    assert_int_equal(c.panel, 0);
+    assert_int_equal(c.bad, 0);
+    jitop__ip_panel_parse("1", &c);
+    assert_int_equal(c.panel, 1);
+    assert_int_equal(c.bad, 0);
+    const char *bad[] = {"", "2", "01", "yes", "1 ", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = parse(NULL, NULL, NULL, NULL);
+        jitop__ip_panel_parse(bad[i], &c);
+        if (c.panel != -1 || c.bad != JITOP__IP_BAD_PANEL)
+            fail_msg("'%s': panel %d bad %u", bad[i], c.panel, c.bad);
+    }
+    jitop__ip_panel_parse(NULL, &c); /* unset again: the rule, the flag kept */
+    assert_int_equal(c.panel, -1);
+    assert_int_equal(c.bad, JITOP__IP_BAD_PANEL);
+}
+
+/* jitop__ip_panel_plan on an H100 (CC 9.0, 132 blocks resident) unless said */
+static const char *panel(int mode, int64_t m, int64_t n, uintptr_t a, int *grid)
+{
+    return jitop__ip_panel_plan(mode, 9, 0, 2, m, n, a, (uintptr_t)0x7f0000100000, 132, grid);
+}
+
+static void test_panel_plan(void **state)
+{
+    (void)state;
+    const uintptr_t a = (uintptr_t)0x7f0000000000;
+    int grid = -1;
+    /* n 1024: groups of 4, 132 blocks resident = 33 groups */
+    assert_null(panel(-1, 65536, 1024, a, &grid));
+    assert_int_equal(grid, 132);
+    assert_null(panel(-1, 4096, 1024, a, &grid)); /* 32 panels x 4 tiles */
+    assert_int_equal(grid, 128);
+    assert_null(panel(-1, 1, 1024, a, &grid)); /* one panel: one group */
+    assert_int_equal(grid, 4);
+    assert_null(panel(1, 129, 768, a, &grid)); /* 2 panels x 3 */
+    assert_int_equal(grid, 6);
+    assert_null(panel(1, 1000000, 1536, a, &grid)); /* groups of 6: 22 */
+    assert_int_equal(grid, 132);
+    assert_null(panel(1, 1000000, 4096, a, &grid)); /* groups of 16: 8 */
+    assert_int_equal(grid, 128);
+    assert_null(panel(1, 5, 256, a, &grid)); /* a group of one */
+    assert_int_equal(grid, 1);
+    /* the automatic rule: 512-1024 always, up to 2048 from m 16384 */
+    assert_null(panel(-1, 7, 512, a, &grid));
+    assert_non_null(strstr(panel(-1, 65536, 256, a, &grid), "automatic"));
+    assert_int_equal(grid, 0);
+    assert_non_null(strstr(panel(-1, 16383, 1536, a, &grid), "automatic"));
+    assert_null(panel(-1, 16384, 1536, a, &grid));
+    assert_null(panel(-1, 65536, 2048, a, &grid));
+    assert_non_null(strstr(panel(-1, 1 << 20, 2304, a, &grid), "automatic"));
+    assert_non_null(strstr(panel(-1, 1 << 20, 4096, a, &grid), "automatic"));
+    /* what no mode overrides */
+    for (int mode = -1; mode <= 1; mode++) {
+        if (mode == 0)
+            continue;
+        assert_non_null(strstr(panel(mode, 4096, 1000, a, &grid), "multiple of 256"));
+        assert_non_null(strstr(panel(mode, 4096, 128, a, &grid), "multiple of 256"));
+        assert_non_null(strstr(panel(mode, 4096, 4352, a, &grid), "multiple of 256"));
+        assert_non_null(strstr(panel(mode, 4096, 1024, a + 2, &grid), "aligned"));
+        assert_non_null(strstr(panel(mode, 4096, 1024, a + 8, &grid), "aligned"));
+        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a + 4, 132,
+                                                    &grid),
+                               "aligned"));
+        assert_non_null(strstr(panel(mode, 0, 1024, a, &grid), "range"));
+        assert_non_null(strstr(panel(mode, JITOP__IP_PANEL_MAX_M + 1, 1024, a, &grid), "range"));
+        assert_null(panel(mode, JITOP__IP_PANEL_MAX_M, 1024, a, &grid));
+        assert_int_equal(grid, 132);
+        const char *why = jitop__ip_panel_plan(mode, 8, 9, 2, 4096, 1024, a, a, 132, &grid);
+        assert_non_null(strstr(why, "9.0"));
+        why = jitop__ip_panel_plan(mode, 10, 0, 2, 4096, 1024, a, a, 132, &grid);
+        assert_non_null(strstr(why, "9.0")); /* sm_90a code does not run on sm_100 */
+        why = jitop__ip_panel_plan(mode, 9, 0, 4, 4096, 1024, a, a, 132, &grid);
+        assert_non_null(strstr(why, "16-bit")); /* float32, TF32 included */
+        /* a device holding fewer blocks than a group */
+        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 3, &grid));
+        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, -1, &grid));
+        assert_int_equal(grid, 0);
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 7, &grid));
+        assert_int_equal(grid, 4); /* one group of 4 of the 7 */
+    }
+    assert_non_null(strstr(panel(0, 65536, 1024, a, &grid), "JITOP_INPLACE_MM_PANEL=0"));
+    /* every grid: whole groups, at most one block a tile, at most resident */
+    int n_ok = 0;
+    for (int64_t n = 256; n <= 4096; n += 256)
+        for (int64_t m = 1; m < 100000; m = m * 3 + 1)
+            for (int res = 1; res <= 300; res += 37) {
+                const char *why = jitop__ip_panel_plan(1, 9, 0, 2, m, n, a, a, res, &grid);
+                const int cl = (int)(n / 256);
+                const int64_t tiles = (m + 127) / 128 * cl;
+                if (why != NULL) {
+                    if (res >= cl)
+                        fail_msg("n %lld m %lld res %d: %s", (long long)n, (long long)m, res, why);
+                    continue;
+                }
+                if (grid < cl || grid % cl != 0 || grid > res || grid > tiles ||
+                    (grid < tiles && grid + cl <= res))
+                    fail_msg("n %lld m %lld res %d: grid %d", (long long)n, (long long)m, res,
+                             grid);
+                n_ok++;
+            }
+    assert_true(n_ok > 1000);
+}
+
+static void test_panel_scratch(void **state)
+{
+    (void)state;
+    /* W^T (n x n x 2) and a counter a block, in 256-byte steps */
+    assert_int_equal(jitop__ip_panel_scratch(1024, 2, 0, 132), 2 * MiB + 768);
+    assert_int_equal(jitop__ip_panel_scratch(1024, 2, 1, 132), 768);
+    assert_int_equal(jitop__ip_panel_scratch(256, 2, 1, 1), 256);
+    assert_int_equal(jitop__ip_panel_scratch(4096, 2, 0, 128), 32 * MiB + 512);
+    /* the public bound covers the panel path's scratch at any grid a GPU
+     * holds, whatever the chunk setting */
+    const char *chunks[] = {NULL, "1", "32"};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        char *saved = getenv("JITOP_INPLACE_CHUNK_MB") ? strdup(getenv("JITOP_INPLACE_CHUNK_MB"))
+                                                      : NULL;
+        assert_int_equal(chunks[i] ? setenv("JITOP_INPLACE_CHUNK_MB", chunks[i], 1)
+                                   : unsetenv("JITOP_INPLACE_CHUNK_MB"),
+                         0);
+        for (int64_t n = 256; n <= 4096; n += 256) {
+            const size_t bound = jitop_square_matmul_scratch_bound(JITOP_FLOAT16, n);
+            for (int trans = 0; trans < 2; trans++)
+                if (jitop__ip_panel_scratch(n, 2, trans, 4096) > bound)
+                    fail_msg("chunk %s n %lld: panel scratch over the bound %zu",
+                             chunks[i] ? chunks[i] : "-", (long long)n, bound);
+            assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_BFLOAT16, n), bound);
+        }
+        assert_int_equal(saved ? setenv("JITOP_INPLACE_CHUNK_MB", saved, 1)
+                               : unsetenv("JITOP_INPLACE_CHUNK_MB"),
+                         0);
+        free(saved);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +483,9 @@ int main(void)
         cmocka_unit_test(test_plan_cases),
         cmocka_unit_test(test_plan_invariants),
         cmocka_unit_test(test_copy_grid),
+        cmocka_unit_test(test_panel_parse),
+        cmocka_unit_test(test_panel_plan),
+        cmocka_unit_test(test_panel_scratch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();

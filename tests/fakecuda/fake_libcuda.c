@@ -1091,6 +1091,46 @@ static CUresult CUDAAPI fake_cuStreamWaitEvent(CUstream stream, CUevent event, u
     return CUDA_SUCCESS;
 }
 
+static CUresult CUDAAPI fake_cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n,
+                                              CUstream stream)
+{
+    (void)stream;
+    unsigned int *p = (unsigned int *)dst;
+    for (size_t i = 0; i < n; i++)
+        p[i] = value;
+    return CUDA_SUCCESS;
+}
+
+/* Checks what the driver checks of a 2-D map (alignment of the address and
+ * the strides, the box within 256 and the swizzle's 128-byte inner box) and
+ * writes the arguments' bytes into the map, so that a launch passes them. */
+static CUresult CUDAAPI fake_cuTensorMapEncodeTiled(
+    CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *base,
+    const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+    const cuuint32_t *elem_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    (void)l2, (void)oob, (void)interleave;
+    if (!map || !base || !dims || !box || !elem_strides || rank < 1 || rank > 5 ||
+        (uintptr_t)base % 16 != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    const size_t es = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 ||
+                              type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                          ? 2
+                          : 4;
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (box[i] < 1 || box[i] > 256 || dims[i] < 1)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i + 1 < rank && (!strides || strides[i] % 16 != 0))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * es > 128)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof *map);
+    memcpy(map, &base, sizeof base);
+    return CUDA_SUCCESS;
+}
+
 /* Each fake must have the prototype jitop calls it with (the header's, which
  * cuda.c checks against the ABI version it asks for). */
 #define FAKE_CHECK_PROTOTYPE(fn, version)                                                         \

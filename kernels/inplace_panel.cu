@@ -1,0 +1,332 @@
+// The in-place square product A (m x N) <- A B^T for 16-bit A on sm_90a (H100):
+// B = W^T (A W) or W (A W^T), N x N with K contiguous, float32 accumulation.
+// Compiled by jitop for sm_90a (wgmma, TMA); src/ops/inplace.c launches it and
+// transposes W into its scratch first for A W (ip_panel_transpose).
+//
+// Why a kernel of its own: cuBLAS writes the product to other memory, so the
+// chunked path (inplace.c) copies every chunk back, one more read and write
+// of A that the product does not hide at small N (N 1024: 0.61-0.73 of
+// torch.matmul's speed on the H100; bench/INPLACE_NOTES.md).
+//
+// Who owns what. A is cut into panels of 128 rows and a panel's output into
+// N / 256 tiles of 256 columns. The grid is persistent: G blocks (a multiple
+// of CL = N / 256, all resident: a cooperative launch), block b in group
+// g = b / CL computing the columns (b % CL) * 256 .. + 255 of panels g,
+// g + G / CL, ... A tile's product needs the panel's every column, so no
+// block of the group may store into the panel before every block of the
+// group has read it: each block counts its reading done on cnt[g] (release)
+// and its storer waits until the group's count for that panel is complete
+// (acquire). No block reads a panel after its group finished it, so nothing
+// else waits.
+//
+// One block: 384 threads. Warpgroups 1 and 2 (the consumers) each compute 64
+// rows x 256 columns with wgmma m64n256k16 (128 float accumulators a
+// thread), A and B from shared memory in 3 stages of 128 x 64 and 256 x 64
+// elements, loaded by TMA (128-byte swizzle) from thread 0 (the producer),
+// which runs ahead into the next panel. A finished tile goes to shared
+// memory (16-bit, in the same swizzle, 4 boxes of 64 columns) and the
+// consumers go on to their next panel; thread 32 (the storer) waits for the
+// group, then stores the tile into A with TMA. Rows past m: TMA reads them
+// as 0 and does not store them.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// CUtensorMap's bytes (cuda.h is host-only): 128 bytes, 64-byte aligned.
+struct alignas(64) ip_tensor_map {
+    unsigned long long v[16];
+};
+
+#define IP_PANEL_BM 128
+#define IP_PANEL_BN 256
+#define IP_PANEL_BK 64
+#define IP_PANEL_STAGES 3
+
+// Shared memory of one block: the stages, the finished tile, 1 KiB to align
+// the swizzled tiles to 1024 bytes (src/ops/inplace.c asks for this many).
+#define IP_PANEL_SMEM                                                                              \
+    (IP_PANEL_STAGES * (IP_PANEL_BM + IP_PANEL_BN) * IP_PANEL_BK * 2 +                             \
+     IP_PANEL_BM * IP_PANEL_BN * 2 + 1024)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ unsigned ip_smem(const void *p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ip_mbar_init(unsigned long long *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ip_smem(bar)), "r"(count)
+                 : "memory");
+}
+__device__ __forceinline__ void ip_mbar_expect(unsigned long long *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ip_smem(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void ip_mbar_arrive(unsigned long long *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ip_smem(bar)) : "memory");
+}
+__device__ __forceinline__ void ip_mbar_wait(unsigned long long *bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(ip_smem(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void ip_tma_load(void *dst, const ip_tensor_map *map, int x, int y,
+                                            unsigned long long *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(ip_smem(dst)),
+                 "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y),
+                 "r"(ip_smem(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void ip_tma_store(const ip_tensor_map *map, const void *src, int x,
+                                             int y)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::
+                     "l"(reinterpret_cast<unsigned long long>(map)),
+                 "r"(ip_smem(src)), "r"(x), "r"(y)
+                 : "memory");
+}
+__device__ __forceinline__ unsigned ip_ld_acquire(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void ip_red_release(unsigned *p, unsigned v)
+{
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// wgmma's descriptor of a K-major tile in shared memory with the 128-byte
+// swizzle: rows of 128 bytes (64 elements), 1024 bytes between groups of 8
+// rows; the start address moves 32 bytes per k16 step inside the swizzle.
+__device__ __forceinline__ unsigned long long ip_desc(const void *p)
+{
+    const unsigned long long a = ip_smem(p);
+    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+template <typename T> struct ip_panel_mma;
+// wgmma m64n256k16, float accumulators d (the thread's 128), A and B from
+// their descriptors; accumulate 0 overwrites d.
+template <> struct ip_panel_mma<__half> {
+    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long da,
+                                               unsigned long long db, int accumulate)
+    {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %130, 0;\n\t"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, %128, %129, p, 1, 1, 0, 0;\n\t}"
+                     :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db), "r"(accumulate));
+    }
+};
+template <> struct ip_panel_mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long da,
+                                               unsigned long long db, int accumulate)
+    {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %130, 0;\n\t"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                     "}, %128, %129, p, 1, 1, 0, 0;\n\t}"
+                     :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db), "r"(accumulate));
+    }
+};
+
+template <typename T> __device__ __forceinline__ unsigned ip_pack2(float x, float y);
+template <> __device__ __forceinline__ unsigned ip_pack2<__half>(float x, float y)
+{
+    const __half2 h = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const unsigned *>(&h);
+}
+template <> __device__ __forceinline__ unsigned ip_pack2<__nv_bfloat16>(float x, float y)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const unsigned *>(&h);
+}
+#endif
+
+// ta: A (m x N, boxes of 128 rows x 64 columns, 128-byte swizzle), also the
+// map of the stores; tb: B (N x N, boxes of 256 x 64); cnt: gridDim.x / CL
+// zeroed counters.
+template <typename T, int N>
+__global__ void __launch_bounds__(384, 1)
+    sqmm_panel(const __grid_constant__ ip_tensor_map ta, const __grid_constant__ ip_tensor_map tb,
+               int m, unsigned *cnt)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(N % IP_PANEL_BN == 0, "N is a multiple of 256");
+    constexpr int BM = IP_PANEL_BM, BN = IP_PANEL_BN, BK = IP_PANEL_BK, S = IP_PANEL_STAGES;
+    constexpr int CL = N / BN, KT = N / BK;
+    extern __shared__ unsigned char ip_panel_raw[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<unsigned long long>(ip_panel_raw) + 1023) & ~1023ull);
+    T *sa = reinterpret_cast<T *>(smem);
+    T *sb = reinterpret_cast<T *>(smem + S * BM * BK * 2);
+    unsigned char *sc = smem + S * (BM + BN) * BK * 2;
+    __shared__ unsigned long long full[S], empty[S], tile_full, tile_empty;
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int groups = gridDim.x / CL, g = blockIdx.x / CL, col0 = (blockIdx.x % CL) * BN;
+    const int panels = (m + BM - 1) / BM;
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            ip_mbar_init(&full[s], 1);
+            ip_mbar_init(&empty[s], 2);
+        }
+        ip_mbar_init(&tile_full, 256);
+        ip_mbar_init(&tile_empty, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        if (tid == 0) { // the producer
+            int it = 0;
+            for (int p = g; p < panels; p += groups)
+                for (int k = 0; k < KT; k++, it++) {
+                    const int s = it % S;
+                    if (it >= S)
+                        ip_mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                    ip_mbar_expect(&full[s], (BM + BN) * BK * 2);
+                    ip_tma_load(sa + s * BM * BK, &ta, k * BK, p * BM, &full[s]);
+                    ip_tma_load(sb + s * BN * BK, &tb, k * BK, col0, &full[s]);
+                }
+        } else if (tid == 32) { // the storer
+            unsigned round = 0;
+            for (int p = g; p < panels; p += groups, round++) {
+                ip_mbar_wait(&tile_full, round & 1);
+                // this block has read its share of the panel: count it, and
+                // wait for the group's
+                ip_red_release(&cnt[g], 1);
+                const unsigned want = CL * (round + 1);
+                while (ip_ld_acquire(&cnt[g]) < want)
+                    __nanosleep(32);
+#pragma unroll
+                for (int b = 0; b < BN / 64; b++)
+                    ip_tma_store(&ta, sc + b * BM * 128, col0 + 64 * b, p * BM);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                ip_mbar_arrive(&tile_empty);
+            }
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+        return;
+    }
+    const int wr = wg - 1, t = tid % 128, w = t / 32, l = t % 32;
+    int it = 0;
+    unsigned round = 0;
+    for (int p = g; p < panels; p += groups, round++) {
+        float d[128];
+        for (int k = 0; k < KT; k++, it++) {
+            const int s = it % S;
+            ip_mbar_wait(&full[s], (it / S) & 1);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            const T *pa = sa + s * BM * BK + wr * 64 * BK;
+            const T *pb = sb + s * BN * BK;
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                ip_panel_mma<T>::run(d, ip_desc(pa + kk * 16), ip_desc(pb + kk * 16),
+                                     (k > 0 || kk > 0) ? 1 : 0);
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            // this step's products stay in flight; the previous step's are
+            // done, so its stage goes back to the producer
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            if (k > 0 && t == 0)
+                ip_mbar_arrive(&empty[(it - 1) % S]);
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (t == 0)
+            ip_mbar_arrive(&empty[(it - 1) % S]);
+        if (round > 0)
+            ip_mbar_wait(&tile_empty, (round - 1) & 1);
+        // the accumulator layout of m64nNk16: row 16 w + l / 4 (+ 8), columns
+        // 8 i + 2 (l % 4) (+ 1); into the swizzled boxes (16-byte chunk
+        // (column / 8) % 8 ^ row % 8), which no two lanes of a store share
+        const int rl = wr * 64 + 16 * w + l / 4;
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            unsigned char *box = sc + (i / 8) * BM * 128;
+            const int at = ((i % 8) ^ (l / 4)) * 16 + 4 * (l % 4);
+            *reinterpret_cast<unsigned *>(box + rl * 128 + at) = ip_pack2<T>(d[4 * i], d[4 * i + 1]);
+            *reinterpret_cast<unsigned *>(box + (rl + 8) * 128 + at) =
+                ip_pack2<T>(d[4 * i + 2], d[4 * i + 3]);
+        }
+        // the tile's generic stores, seen by the storer's TMA (async proxy)
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        ip_mbar_arrive(&tile_full);
+    }
+#else
+    __trap(); // sm_90a only: src/ops/inplace.c never launches it elsewhere
+#endif
+}
+
+// wt <- w^T, both N x N (N a multiple of 32): blocks of 32 x 8 threads over
+// 32 x 32 tiles.
+template <typename T>
+__global__ void __launch_bounds__(256) sqmm_panel_transpose(const T *__restrict__ w,
+                                                            T *__restrict__ wt, int n)
+{
+    __shared__ T tile[32][33];
+    const int bx = blockIdx.x * 32, by = blockIdx.y * 32;
+    for (int j = threadIdx.y; j < 32; j += 8)
+        tile[j][threadIdx.x] = w[(size_t)(by + j) * n + bx + threadIdx.x];
+    __syncthreads();
+    for (int j = threadIdx.y; j < 32; j += 8)
+        wt[(size_t)(bx + j) * n + by + threadIdx.x] = tile[threadIdx.x][j];
+}
