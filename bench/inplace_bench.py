@@ -20,6 +20,12 @@ device's free memory before and after the shape's first call (cuMemGetInfo:
 scratch plus anything cuBLAS allocates). The warp-per-row kernel takes n up
 to 2048 (its register array) and needs no extra memory.
 
+Square matmul variants (--sections var), each a context made under its own
+JITOP_INPLACE_* settings: the panel path forced on and off
+(JITOP_INPLACE_MM_PANEL=1 / 0) against the automatic rule for float16 and
+bfloat16 at n in {512, ..., 4096}, m in {4096, 65536}, and the chunked
+path's copy-back settings (run with the panel path off) at n 1024 and 4096.
+
 Softmax over rows of N (M x N = 64M elements) in place: GB/s counting one
 read and one write of the tensor, against torch.softmax (out of place, the
 same bytes) and a device-to-device copy of the tensor (torch's copy_).
@@ -219,12 +225,21 @@ def main():
     # SM partition runs where planned; --verbose-variants makes the variant
     # contexts verbose, whose log says so once per context. Each variant's
     # result is checked against torch.matmul (rel_err).
-    out_md.append("\n## Square matmul variants: chunk size, copy overlap, buffers, SMs kept for the copy\n")
-    out_md.append("| dtype | m | n | variant | chunks | jitop ms | torch.matmul ms | jitop / torch | scratch MiB |")
-    out_md.append("|---|---|---|---|---|---|---|---|---|")
+    # The panel path (JITOP_INPLACE_MM_PANEL: a persistent wgmma kernel
+    # writing the product straight into A, float16/bfloat16 on compute
+    # capability 9.0, n % 256 == 0 and 256 <= n <= 4096): "panel on" forces
+    # it where eligible, "panel off" never, "default" is the automatic rule.
+    # The copy-back variants are the chunked path's settings: they run with
+    # the panel path off, so that the rule cannot swap the path under them.
+    out_md.append("\n## Square matmul variants: the panel path, chunk size, copy overlap, buffers, "
+                  "SMs kept for the copy\n")
+    out_md.append("Variants (each a context of its own, made under these settings; every other "
+                  "JITOP_INPLACE_* unset):\n")
     vvars = ("JITOP_INPLACE_OVERLAP", "JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_MM_BUFS",
-             "JITOP_INPLACE_MM_COPY_SMS")
-    variants = [("default (32 MiB x 2)", {}),
+             "JITOP_INPLACE_MM_COPY_SMS", "JITOP_INPLACE_MM_PANEL")
+    variants = [("default (auto: panel rule, else 32 MiB x 2)", {}),
+                ("panel off", {"JITOP_INPLACE_MM_PANEL": "0"}),
+                ("panel on", {"JITOP_INPLACE_MM_PANEL": "1"}),
                 ("no overlap (32 MiB x 1)", {"JITOP_INPLACE_OVERLAP": "0"}),
                 ("copy_sms 4", {"JITOP_INPLACE_MM_COPY_SMS": "4"}),
                 ("copy_sms 8", {"JITOP_INPLACE_MM_COPY_SMS": "8"}),
@@ -239,9 +254,25 @@ def main():
                                             "JITOP_INPLACE_MM_BUFS": "3"}),
                 ("copy_sms 16, 8 MiB x 4", {"JITOP_INPLACE_MM_COPY_SMS": "16", "JITOP_INPLACE_CHUNK_MB": "8",
                                             "JITOP_INPLACE_MM_BUFS": "4"})]
+    # the chunked path's settings: with the panel path off
+    variants = [(name, env if name.startswith("default") or "JITOP_INPLACE_MM_PANEL" in env
+                 else dict(env, JITOP_INPLACE_MM_PANEL="0")) for name, env in variants]
     if args.variants:
         keep = [v.strip() for v in args.variants.split(";") if v.strip()]
         variants = [v for v in variants if v[0] in keep]
+    for vname, env in variants:
+        out_md.append(f"- {vname}: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "nothing set"))
+    out_md.append("\nchunks: the chunked path's products per call; \"panel\": the panel path "
+                  "(JITOP_INPLACE_MM_PANEL=1 on an eligible shape of this device); \"N or panel\": "
+                  "the automatic rule picks.\n")
+    out_md.append("| dtype | m | n | variant | chunks | jitop ms | torch.matmul ms | jitop / torch | scratch MiB |")
+    out_md.append("|---|---|---|---|---|---|---|---|---|")
+    cc90 = torch.cuda.get_device_capability(0) == (9, 0)
+
+    def panel_eligible(dt, n):
+        # src/ops/inplace.c's rule (torch's allocations are 16-byte aligned)
+        return cc90 and dt in (torch.float16, torch.bfloat16) and n % 256 == 0 and 256 <= n <= 4096
+
     vctx = {}
 
     def chunks_of(env, m, row):
@@ -277,14 +308,30 @@ def main():
                ("tf32", torch.float32, True, 1024, 4096), ("tf32", torch.float32, True, 1024, 65536),
                ("float32", torch.float32, False, 1024, 4096), ("float32", torch.float32, False, 1024, 65536),
                ("float16", torch.float16, False, 4096, 4096))
-    for kname, dt, tf32, n, m in (vshapes if "var" in sections else ()):
+    # the panel path against the chunked one over the panel's n: these shapes
+    # under the three panel variants only (all of them: ~2 minutes more)
+    pvars = [v for v in vctx if v.startswith("default") or v in ("panel off", "panel on")]
+    vshapes = [(s, list(vctx)) for s in vshapes]
+    if pvars:
+        have = {(d, n, m) for _, d, _, n, m in (s for s, _ in vshapes)}
+        vshapes += [((kname, dt, False, n, m), pvars)
+                     for kname, dt in (("float16", torch.float16), ("bfloat16", torch.bfloat16))
+                     for n in (512, 768, 1024, 1536, 2048, 4096) for m in (4096, 65536)
+                     if (dt, n, m) not in have]
+    for (kname, dt, tf32, n, m), vnames in (vshapes if "var" in sections else ()):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         a = torch.randn(m, n, device="cuda", dtype=dt)
         w = (torch.randn(n, n, device="cuda", dtype=torch.float32) / n ** 0.5).to(dt)
         want = torch.matmul(a, w).float()
         t_torch = time_ms(lambda: torch.matmul(a, w))
-        for vname, c2 in vctx.items():
-            nch = chunks_of(dict(variants)[vname], m, n * a.element_size())
+        for vname in vnames:
+            c2 = vctx[vname]
+            venv = dict(variants)[vname]
+            nch = chunks_of(venv, m, n * a.element_size())
+            if panel_eligible(dt, n) and venv.get("JITOP_INPLACE_MM_PANEL") == "1":
+                nch = "panel"
+            elif panel_eligible(dt, n) and "JITOP_INPLACE_MM_PANEL" not in venv:
+                nch = f"{nch} or panel"
 
             def jt2(x=a, c2=c2):
                 check(lib.jitop_square_matmul_inplace(c2, DT[dt], m, n, x.data_ptr(), w.data_ptr(), 0,
@@ -301,7 +348,7 @@ def main():
             emit(area="kernel", kernel="square_matmul_inplace_variant", dtype=kname, m=m, n=n, variant=vname,
                  chunks=nch, jitop_ms=t, torch_ms=t_torch, scratch_mib=sc, rel_err=err)
             out_md.append(f"| {kname} | {m} | {n} | {vname} | {nch} | {t:.3f} | {t_torch:.3f} | {t_torch / t:.2f} | "
-                          f"{sc:.0f} |")
+                          f"{sc:.1f} |")
             log(out_md[-1], f"rel_err {err:.2e}")
         for c2 in vctx.values():
             lib.jitop_inplace_release(c2)

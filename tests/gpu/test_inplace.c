@@ -16,7 +16,16 @@
  * multiple of the chunk's rows, n 1000, 1024, 4096, W and W^T, every dtype
  * and TF32, A off 16-byte alignment (narrower copy words); each checks that
  * the variant ran (jitop__inplace_partitioned) or, where it must not
- * (overlap off), that it did not.
+ * (overlap off), that it did not. W sits between guards too and must come
+ * back unchanged.
+ *
+ * The panel path (float16/bfloat16 on sm_90, JITOP_INPLACE_MM_PANEL=1 in a
+ * context of its own): n from 256 to 4096 in steps of 256 and m from 1 to
+ * 65536, W and W^T, rows whose partial sums pass float16's top, two calls in
+ * a row on the stream; jitop__inplace_panel_calls must count exactly the
+ * eligible calls on a device of compute capability 9.0 and none elsewhere;
+ * A off 16-byte alignment, n = 1000 and JITOP_INPLACE_MM_PANEL=0 never take
+ * it. The copy-back variants run with the panel path off.
  *
  * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
  * a cluster and the long-row kernel), scale 1
@@ -273,6 +282,42 @@ static size_t pick_rows(int64_t m, int64_t n, int64_t *rows, size_t cap)
 
 static size_t max_bound; /* the largest scratch bound of the cases run so far */
 
+/* matmul_case_at's inputs. 0: fill's uniform [-1, 1) everywhere. 1: the
+ * even rows of A from 96 to 100, W's entries 0.5 to 1 in magnitude, positive
+ * for k < n / 2 and negative after (k: W's row, or its column when
+ * transposed), so that the partial sums of an even row reach about
+ * 100 x 0.75 x n / 2 (over float16's top 65504 for n >= 2048: an
+ * accumulator of the input's type would overflow) while the result stays
+ * near 100 x 0.15 x sqrt(n); the odd rows stay uniform. */
+static int mm_large;
+/* calls in a row on the stream, no synchronization between: A <- A W^reps */
+static int mm_reps = 1;
+
+static void put_large(jitop_dtype dt, CUdeviceptr a, int64_t m, CUdeviceptr w, int64_t n,
+                      int trans)
+{
+    const size_t es = jitop_dtype_size(dt);
+    float *v = malloc((size_t)n * sizeof(float));
+    void *h = malloc((size_t)n * n * es);
+    assert_true(v != NULL && h != NULL);
+    for (int64_t r = 0; r < m; r += 2) {
+        jt_random_floats(v, (size_t)n, 96.f, 100.f);
+        for (int64_t k = 0; k < n; k++)
+            store(dt, h, (size_t)k, v[k]);
+        CU(cu->cuMemcpyHtoD(a + (size_t)r * n * es, h, (size_t)n * es));
+    }
+    for (int64_t i = 0; i < n; i++) {
+        jt_random_floats(v, (size_t)n, 0.5f, 1.f);
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t k = trans ? j : i;
+            store(dt, h, (size_t)i * n + j, k < n / 2 ? v[j] : -v[j]);
+        }
+    }
+    CU(cu->cuMemcpyHtoD(w, h, (size_t)n * n * es));
+    free(v);
+    free(h);
+}
+
 /* A at offset bytes past a 256-byte boundary (0: as cuMemAlloc gives). */
 static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags,
                            size_t offset)
@@ -280,11 +325,13 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     const size_t es = jitop_dtype_size(dt);
     jitop_ctx *c = mm_ctx != NULL ? mm_ctx : ctx;
     guarded a = galloc((size_t)m * n * es, offset);
-    CUdeviceptr w;
-    CU(cu->cuMemAlloc(&w, (size_t)n * n * es));
+    guarded wg = galloc((size_t)n * n * es, 0);
+    const CUdeviceptr w = wg.p;
     fill(dt, a.p, m * n);
     fill(dt, w, n * n);
     CU(cu->cuCtxSynchronize());
+    if (mm_large)
+        put_large(dt, a.p, m, w, n, trans);
 
     int64_t rows[64];
     size_t nr = pick_rows(m, n, rows, 64);
@@ -299,11 +346,22 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     for (size_t i = 0; i < nr; i++)
         CU(cu->cuMemcpyDtoH((char *)ah + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
 
-    OK(jitop_square_matmul_inplace(c, dt, m, n, (void *)(uintptr_t)a.p, (void *)(uintptr_t)w,
-                                   trans, flags, NULL));
+    for (int rep = 0; rep < mm_reps; rep++)
+        OK(jitop_square_matmul_inplace(c, dt, m, n, (void *)(uintptr_t)a.p,
+                                       (void *)(uintptr_t)w, trans, flags, NULL));
     CU(cu->cuCtxSynchronize());
     for (size_t i = 0; i < nr; i++)
         CU(cu->cuMemcpyDtoH((char *)oh + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
+    /* W is read only (the panel path reads a transposed copy of its own) */
+    {
+        void *wa = malloc((size_t)n * n * es);
+        assert_non_null(wa);
+        CU(cu->cuMemcpyDtoH(wa, w, (size_t)n * n * es));
+        if (memcmp(wa, wh, (size_t)n * n * es) != 0)
+            fail_msg("%s trans=%d m=%lld n=%lld: w was written", dname(dt), trans, (long long)m,
+                     (long long)n);
+        free(wa);
+    }
 
     /* float32: full float32 products (no TF32); 16-bit: the output's rounding */
     double tol = dt == JITOP_FLOAT32 ? 1e-5 : dt == JITOP_FLOAT16 ? 2e-3 : 1e-2;
@@ -313,22 +371,26 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
         for (int64_t k = 0; k < n; k++)
             ad[k] = load(dt, (const char *)ah + i * n * es, (size_t)k);
         double num = 0, den = 0;
-        if (trans) {
-            for (int64_t j = 0; j < n; j++) {
-                double s = 0;
-                const float *wr = wf + (size_t)j * n;
-                for (int64_t k = 0; k < n; k++)
-                    s += ad[k] * wr[k];
-                acc[j] = s;
-            }
-        } else {
-            for (int64_t j = 0; j < n; j++)
-                acc[j] = 0;
-            for (int64_t k = 0; k < n; k++) {
-                const double av = ad[k];
-                const float *wr = wf + (size_t)k * n;
+        for (int rep = 0; rep < mm_reps; rep++) {
+            if (rep > 0) /* the next product's input (unrounded: within the tolerance) */
+                memcpy(ad, acc, (size_t)n * sizeof(double));
+            if (trans) {
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0;
+                    const float *wr = wf + (size_t)j * n;
+                    for (int64_t k = 0; k < n; k++)
+                        s += ad[k] * wr[k];
+                    acc[j] = s;
+                }
+            } else {
                 for (int64_t j = 0; j < n; j++)
-                    acc[j] += av * wr[j];
+                    acc[j] = 0;
+                for (int64_t k = 0; k < n; k++) {
+                    const double av = ad[k];
+                    const float *wr = wf + (size_t)k * n;
+                    for (int64_t j = 0; j < n; j++)
+                        acc[j] += av * wr[j];
+                }
             }
         }
         for (int64_t j = 0; j < n; j++) {
@@ -348,6 +410,9 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     snprintf(what, sizeof what, "matmul %s trans=%d m=%lld n=%lld off=%zu", dname(dt), trans,
              (long long)m, (long long)n, offset);
     check_guards(&a, offset, what);
+    char wwhat[112];
+    snprintf(wwhat, sizeof wwhat, "%s: w", what);
+    check_guards(&wg, 0, wwhat);
     size_t bound = jitop_square_matmul_scratch_bound(dt, n);
     if (bound > max_bound)
         max_bound = bound;
@@ -360,7 +425,7 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     free(oh);
     free(acc);
     free(ad);
-    CU(cu->cuMemFree(w));
+    gfree(&wg);
     gfree(&a);
 }
 
@@ -436,20 +501,24 @@ static void test_matmul_scratch_and_tf32(void **state)
     matmul_case(JITOP_FLOAT32, 1, 4096, 1024, JITOP_MATMUL_TF32);
 }
 
-/* The copy-back variants' settings, read by a context when its first
- * in-place call makes its state, and by jitop_square_matmul_scratch_bound at
- * each call: set by variant_begin for the context it makes and kept set
- * while that context's cases run (variant_end restores them). */
-static const char *const MM_VARS[4] = {"JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_OVERLAP",
-                                       "JITOP_INPLACE_MM_BUFS", "JITOP_INPLACE_MM_COPY_SMS"};
-static char *mm_saved[4];
+/* The copy-back variants' settings and the panel path's, read by a context
+ * when its first in-place call makes its state, and by
+ * jitop_square_matmul_scratch_bound at each call: set by variant_begin for
+ * the context it makes and kept set while that context's cases run
+ * (variant_end restores them). */
+#define MM_NVARS 5
+static const char *const MM_VARS[MM_NVARS] = {"JITOP_INPLACE_CHUNK_MB", "JITOP_INPLACE_OVERLAP",
+                                              "JITOP_INPLACE_MM_BUFS", "JITOP_INPLACE_MM_COPY_SMS",
+                                              "JITOP_INPLACE_MM_PANEL"};
+static char *mm_saved[MM_NVARS];
 static size_t mm_saved_bound;
 
-static void variant_begin(const char *chunk_mb, const char *overlap, const char *bufs,
-                          const char *copy_sms)
+/* panel: JITOP_INPLACE_MM_PANEL's value (NULL: unset, the automatic rule) */
+static void variant_begin_panel(const char *chunk_mb, const char *overlap, const char *bufs,
+                                const char *copy_sms, const char *panel)
 {
-    const char *const v[4] = {chunk_mb, overlap, bufs, copy_sms};
-    for (int i = 0; i < 4; i++) {
+    const char *const v[MM_NVARS] = {chunk_mb, overlap, bufs, copy_sms, panel};
+    for (int i = 0; i < MM_NVARS; i++) {
         const char *was = getenv(MM_VARS[i]);
         mm_saved[i] = was != NULL ? strdup(was) : NULL;
         assert_true(was == NULL || mm_saved[i] != NULL);
@@ -466,13 +535,21 @@ static void variant_begin(const char *chunk_mb, const char *overlap, const char 
     max_bound = 0;
 }
 
+/* The copy-back variants are the chunked path's: the panel path off, so that
+ * no float16/bfloat16 case on sm_90 leaves it unseen. */
+static void variant_begin(const char *chunk_mb, const char *overlap, const char *bufs,
+                          const char *copy_sms)
+{
+    variant_begin_panel(chunk_mb, overlap, bufs, copy_sms, "0");
+}
+
 static void variant_end(void)
 {
     OK(jitop_inplace_release(mm_ctx));
     assert_int_equal(jitop_inplace_scratch_bytes(mm_ctx), 0);
     jitop_ctx_destroy(mm_ctx);
     mm_ctx = NULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MM_NVARS; i++) {
         assert_int_equal(mm_saved[i] != NULL ? setenv(MM_VARS[i], mm_saved[i], 1)
                                              : unsetenv(MM_VARS[i]),
                          0);
@@ -559,6 +636,96 @@ static void test_matmul_variants(void **state)
     variant_dtype(JITOP_BFLOAT16, 0);
     variant_dtype(JITOP_FLOAT32, 0);
     variant_dtype(JITOP_FLOAT32, JITOP_MATMUL_TF32);
+}
+
+/* ------------------------------------------------------ the panel path */
+
+/* The device of ctx has compute capability 9.0 exactly (sm_90a's kernels run
+ * on it and on no other). */
+static int is_sm90(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    OK(jitop_ctx_cuda(ctx, NULL, &dev));
+    CU(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CU(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    return major == 9 && minor == 0;
+}
+
+/* The panel path's shapes (inplace.c's rule, restated here so that the test
+ * does not take the code's word): 16-bit, n a multiple of 256 in
+ * [256, 4096], A 16-byte aligned (the test's W always is). */
+static int panel_shape(jitop_dtype dt, int64_t n, size_t offset)
+{
+    return (dt == JITOP_FLOAT16 || dt == JITOP_BFLOAT16) && n % 256 == 0 && n >= 256 &&
+           n <= 4096 && offset % 16 == 0;
+}
+
+/* matmul_case_at in mm_ctx; jitop__inplace_panel_calls must grow by one per
+ * call exactly when want_panel (and the device is sm_90), else stay. */
+static void panel_case(jitop_dtype dt, int trans, int64_t m, int64_t n, size_t offset,
+                       int want_panel)
+{
+    const size_t before = jitop__inplace_panel_calls(mm_ctx);
+    matmul_case_at(dt, trans, m, n, 0, offset);
+    const size_t ran = jitop__inplace_panel_calls(mm_ctx) - before;
+    const size_t want = want_panel && is_sm90() ? (size_t)mm_reps : 0;
+    if (ran != want)
+        fail_msg("panel %s: %s trans=%d m=%lld n=%lld off=%zu reps=%d: the panel path ran %zu "
+                 "times, want %zu",
+                 getenv("JITOP_INPLACE_MM_PANEL") ? getenv("JITOP_INPLACE_MM_PANEL") : "-",
+                 dname(dt), trans, (long long)m, (long long)n, offset, mm_reps, ran, want);
+}
+
+static void panel_dtype(jitop_dtype dt)
+{
+    static const int64_t ns[] = {256, 512, 768, 1024, 1536, 2048, 4096};
+    static const int64_t ms[] = {1, 7, 129, 1000, 4096};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (int trans = 0; trans <= 1; trans++)
+                panel_case(dt, trans, ms[mi], ns[ni], 0, 1);
+    for (int trans = 0; trans <= 1; trans++) {
+        panel_case(dt, trans, 65536, 1024, 0, 1); /* 512 panels: each group loops */
+        mm_large = 1;
+        panel_case(dt, trans, 1000, 2048, 0, 1);
+        mm_large = 0;
+    }
+    /* two calls in a row on the stream: the second must see the first's
+     * output whole (and find the path's counters ready again) */
+    mm_reps = 2;
+    panel_case(dt, 0, 4096, 1024, 0, 1);
+    panel_case(dt, 1, 1000, 512, 0, 1);
+    mm_reps = 1;
+    /* not the panel path, the same results */
+    panel_case(dt, 0, 1000, 1024, 2, panel_shape(dt, 1024, 2)); /* A off 16 bytes */
+    panel_case(dt, 1, 1000, 1000, 0, panel_shape(dt, 1000, 0)); /* n not a multiple of 256 */
+    panel_case(dt, 0, 129, 4352, 0, panel_shape(dt, 4352, 0));  /* n over 4096 */
+}
+
+static void test_matmul_panel(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    print_message("panel path: device %s compute capability 9.0\n", is_sm90() ? "of" : "not of");
+    variant_begin_panel(NULL, NULL, NULL, NULL, "1");
+    panel_dtype(JITOP_FLOAT16);
+    panel_dtype(JITOP_BFLOAT16);
+    /* float32 never, TF32 included */
+    panel_case(JITOP_FLOAT32, 0, 1000, 1024, 0, 0);
+    panel_case(JITOP_FLOAT32, 1, 4096, 1024, 0, 0);
+    matmul_case(JITOP_FLOAT32, 0, 1000, 1024, JITOP_MATMUL_TF32);
+    assert_int_equal(jitop__inplace_panel_calls(mm_ctx),
+                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 2 + 2 * 2) : 0);
+    variant_end();
+    /* JITOP_INPLACE_MM_PANEL=0: never, on the path's own shapes */
+    variant_begin_panel(NULL, NULL, NULL, NULL, "0");
+    panel_case(JITOP_FLOAT16, 0, 4096, 1024, 0, 0);
+    panel_case(JITOP_FLOAT16, 1, 1000, 256, 0, 0);
+    panel_case(JITOP_BFLOAT16, 1, 4096, 2048, 0, 0);
+    panel_case(JITOP_BFLOAT16, 0, 7, 4096, 0, 0);
+    assert_int_equal(jitop__inplace_panel_calls(mm_ctx), 0);
+    variant_end();
 }
 
 /* ------------------------------------------------------------- softmax */
@@ -877,6 +1044,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_matmul_bf16),
         cmocka_unit_test(test_matmul_scratch_and_tf32),
         cmocka_unit_test(test_matmul_variants),
+        cmocka_unit_test(test_matmul_panel),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
