@@ -257,6 +257,9 @@ __global__ void __launch_bounds__(384, 1)
                 const unsigned want = CL * (round + 1);
                 while (ip_ld_acquire(&cnt[g]) < want)
                     __nanosleep(32);
+                // the stores below are the async proxy's; the other blocks'
+                // reads they must follow were seen through the generic one
+                asm volatile("fence.proxy.async.global;" ::: "memory");
 #pragma unroll
                 for (int b = 0; b < BN / 64; b++)
                     ip_tma_store(&ta, sc + b * BM * 128, col0 + 64 * b, p * BM);

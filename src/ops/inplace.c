@@ -183,6 +183,7 @@ struct jitop__inplace_state {
     jitop_module *panel_module; /* kernels/inplace_panel.cu for sm_90a, on first need */
     int panel_resident; /* sqmm_panel's blocks the device holds; 0: not asked, -1: unknown */
     int panel_said;     /* the verbose log said why a call did not take the panel */
+    int panel_broken;   /* its build or a launch failed once: the chunked path from then on */
     size_t panel_calls; /* calls the panel kernel took (tests) */
     enum ip_softmax_path softmax_path;
 };
@@ -617,11 +618,12 @@ static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *
 #define IP_PANEL_SMEM ((size_t)3 * (128 + 256) * 64 * 2 + 128 * 256 * 2 + 1024)
 
 /* kernels/inplace_panel.cu built for sm_90a, loaded on the first call that
- * wants it with that call's instance declared (decl), and kept. Takes no
+ * wants it with that call's instances declared (decl, decl2: the product
+ * and the transpose, one compile), and kept. Takes no
  * lock across the load (it compiles); two threads racing load the same
  * module (jitop__load_arch returns the one already loaded). */
 static int ip_panel_module(jitop_ctx *ctx, struct jitop__inplace_state *s, const char *decl,
-                           jitop_module **out)
+                           const char *decl2, jitop_module **out)
 {
     jitop_module *m = __atomic_load_n(&s->panel_module, __ATOMIC_ACQUIRE);
     if (m != NULL) {
@@ -630,14 +632,16 @@ static int ip_panel_module(jitop_ctx *ctx, struct jitop__inplace_state *s, const
     }
     char *path = jitop__sprintf("%s/inplace_panel.cu", ctx->kernel_dir);
     char *opt = jitop__sprintf("-instance=%s", decl);
-    int rc = path && opt ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
+    char *opt2 = jitop__sprintf("-instance=%s", decl2);
+    int rc = path && opt && opt2 ? JITOP_OK : jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
     if (rc == JITOP_OK) {
-        const char *srcs[1] = {path}, *opts[1] = {opt};
-        rc = jitop__load_arch(ctx, "inplace_panel", srcs, 1, opts, 1, "sm_90a", &m);
+        const char *srcs[1] = {path}, *opts[2] = {opt, opt2};
+        rc = jitop__load_arch(ctx, "inplace_panel", srcs, 1, opts, 2, "sm_90a", &m);
         if (rc != JITOP_OK)
             rc = jitop__fail_prefix(rc, "inplace: loading %s for sm_90a", path);
     }
     free(opt);
+    free(opt2);
     free(path);
     if (rc != JITOP_OK)
         return rc;
@@ -686,28 +690,34 @@ static int ip_panel_resident(struct jitop__inplace_state *s, jitop_op *op)
  * let through): 1 with *op and *grid; 0 with the reason logged once. */
 static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const jitop__driver *d,
                          jitop_dtype dtype, int64_t m, int64_t n, const void *a, const void *w,
-                         jitop_op **op, int *grid)
+                         int trans, jitop_op **op, int *grid)
 {
     const size_t es = jitop_dtype_size(dtype);
     const char *why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, m, n,
-                                           (uintptr_t)a, (uintptr_t)w, INT_MAX, grid);
+                                           (uintptr_t)a, (uintptr_t)w, trans, INT_MAX, grid);
+    if (why == NULL && __atomic_load_n(&s->panel_broken, __ATOMIC_ACQUIRE))
+        why = "the kernel failed to build or launch before";
     if (why == NULL) {
-        char name[64];
-        snprintf(name, sizeof name, "sqmm_panel<%s, %d>", ip_ctype(dtype), (int)n);
+        char name[64], tname[64];
+        const char *ct = ip_ctype(dtype) != NULL ? ip_ctype(dtype) : "?"; /* 16-bit here */
+        snprintf(name, sizeof name, "sqmm_panel<%s, %d>", ct, (int)n);
+        snprintf(tname, sizeof tname, "sqmm_panel_transpose<%s>", ct);
         jitop_module *pm = NULL;
-        int rc = ip_panel_module(ctx, s, name, &pm);
+        int rc = ip_panel_module(ctx, s, name, tname, &pm);
         if (rc == JITOP_OK)
             rc = ip_get_in(s, pm, name, op);
         if (rc != JITOP_OK) {
-            /* a toolkit without sm_90a, say: the chunked path still runs */
-            jitop__log(ctx, "inplace: sqmm_panel unavailable (%s): the chunked path runs",
+            /* a toolkit without sm_90a, say: the chunked path runs, now and
+             * from now on (no compile tried again at every call) */
+            jitop__log(ctx, "inplace: %s unavailable (%s): the chunked path runs", name,
                        jitop_errmsg(NULL));
             jitop__clear_error();
+            __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
             why = "the kernel did not build";
         } else {
             why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, m, n,
-                                       (uintptr_t)a, (uintptr_t)w, ip_panel_resident(s, *op),
-                                       grid);
+                                       (uintptr_t)a, (uintptr_t)w, trans,
+                                       ip_panel_resident(s, *op), grid);
         }
     }
     if (why != NULL && !__atomic_exchange_n(&s->panel_said, 1, __ATOMIC_RELAXED))
@@ -715,6 +725,10 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
                    (long long)n, (long long)m, why);
     return why == NULL;
 }
+
+/* ip_matmul_panel's answer when the kernel's launch failed and a is as it
+ * was: run the chunked path (not a JITOP_ code). */
+#define IP_PANEL_REFUSED (-1000)
 
 /* A <- A op(W) by sqmm_panel on grid blocks (ip_plan.h): W^T into the
  * scratch first for A W (the kernel reads K-contiguous rows of B), the
@@ -776,6 +790,17 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
         cfg.stream = stream;
         cfg.cooperative = 1;
         rc = jitop_launch_ex(op, &cfg, args, sizes, 4);
+        if (rc != JITOP_OK) {
+            /* nothing of a was written (the transpose and the counters are
+             * jitop's scratch): the caller runs the chunked path instead, now
+             * and from now on (a device that refuses the cooperative grid,
+             * say, under MPS limits) */
+            jitop__log(ctx, "inplace: sqmm_panel launch failed (%s): the chunked path runs",
+                       jitop_errmsg(NULL));
+            jitop__clear_error();
+            __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
+            rc = IP_PANEL_REFUSED;
+        }
     }
     if (rc == JITOP_OK)
         s->panel_calls++;
@@ -1022,9 +1047,10 @@ int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, in
     int grid = 0;
     if (n <= IP_SMALL_N)
         rc = ip_matmul_small(s, d, dtype, m, (int)n, a, w, transpose_w != 0, stream);
-    else if (ip_panel_pick(ctx, s, d, dtype, m, n, a, w, &panel, &grid))
-        rc = ip_matmul_panel(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0, panel, grid,
-                             stream);
+    else if (ip_panel_pick(ctx, s, d, dtype, m, n, a, w, transpose_w != 0, &panel, &grid) &&
+             (rc = ip_matmul_panel(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0, panel,
+                                   grid, stream)) != IP_PANEL_REFUSED)
+        ; /* the panel kernel ran (or failed before its launch) */
     else
         rc = ip_matmul_chunked(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0,
                                (flags & JITOP_MATMUL_TF32) != 0, stream);

@@ -63,7 +63,8 @@ void jitop__ip_mm_cfg_env(jitop__ip_mm_cfg *out)
 }
 
 const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int64_t m,
-                                 int64_t n, uintptr_t a, uintptr_t w, int resident, int *grid)
+                                 int64_t n, uintptr_t a, uintptr_t w, int transposed,
+                                 int resident, int *grid)
 {
     *grid = 0;
     if (mode == 0)
@@ -76,7 +77,7 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
         return "n not a multiple of 256 in [256, 4096]";
     if (m < 1 || m > JITOP__IP_PANEL_MAX_M)
         return "m out of the kernel's range";
-    if (a % 16 != 0 || w % 16 != 0)
+    if (a % 16 != 0 || (transposed && w % 16 != 0))
         return "a or w not 16-byte aligned";
     if (mode < 0 && n < JITOP__IP_PANEL_AUTO_MIN_N)
         return "n below the automatic rule's range";

@@ -112,7 +112,8 @@ unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_
  * blocks that each own a panel of 128 rows (no copy-back). It can take a
  * call when: the device is compute capability 9.0 exactly (sm_90a code runs
  * there only); 2-byte elements; n a multiple of 256 in [256, 4096]; 1 <= m
- * <= JITOP__IP_PANEL_MAX_M; a and w 16-byte aligned (TMA); the device holds
+ * <= JITOP__IP_PANEL_MAX_M; a 16-byte aligned, and w with transposed (TMA
+ * reads it then; A W reads jitop's own aligned W^T); the device holds
  * at least a group's blocks at once (resident: the driver's occupancy over
  * all SMs). It takes it when mode is 1, or mode is -1 (unset) and the
  * automatic rule does: n in [512, 1024] for any m, n in (1024, 2048] for m
@@ -131,11 +132,12 @@ unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_
 #define JITOP__IP_PANEL_AUTO_WIDE_N 2048
 #define JITOP__IP_PANEL_AUTO_WIDE_M 16384
 const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int64_t m,
-                                 int64_t n, uintptr_t a, uintptr_t w, int resident, int *grid);
+                                 int64_t n, uintptr_t a, uintptr_t w, int transposed,
+                                 int resident, int *grid);
 
 /* The panel path's scratch: W^T (n x n elements of es bytes) unless
- * transposed (A W^T reads W as it is), then one 4-byte counter a group of
- * the grid, rounded up to 256 bytes. */
+ * transposed (A W^T reads W as it is), then a 4-byte counter a block of the
+ * grid (the kernel uses one a group), rounded up to 256 bytes. */
 size_t jitop__ip_panel_scratch(int64_t n, size_t es, int transposed, int grid);
 
 /* Calls of ctx that the panel kernel took (defined in inplace.c; for the

@@ -358,7 +358,7 @@ static void test_panel_parse(void **state)
 /* jitop__ip_panel_plan on an H100 (CC 9.0, 132 blocks resident) unless said */
 static const char *panel(int mode, int64_t m, int64_t n, uintptr_t a, int *grid)
 {
-    return jitop__ip_panel_plan(mode, 9, 0, 2, m, n, a, (uintptr_t)0x7f0000100000, 132, grid);
+    return jitop__ip_panel_plan(mode, 9, 0, 2, m, n, a, (uintptr_t)0x7f0000100000, 1, 132, grid);
 }
 
 static void test_panel_plan(void **state)
@@ -399,24 +399,27 @@ static void test_panel_plan(void **state)
         assert_non_null(strstr(panel(mode, 4096, 4352, a, &grid), "multiple of 256"));
         assert_non_null(strstr(panel(mode, 4096, 1024, a + 2, &grid), "aligned"));
         assert_non_null(strstr(panel(mode, 4096, 1024, a + 8, &grid), "aligned"));
-        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a + 4, 132,
+        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a + 4, 1, 132,
                                                     &grid),
                                "aligned"));
+        /* A W reads W only through the transpose into jitop's scratch */
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a + 2, 0, 132, &grid));
+        assert_int_equal(grid, 128);
         assert_non_null(strstr(panel(mode, 0, 1024, a, &grid), "range"));
         assert_non_null(strstr(panel(mode, JITOP__IP_PANEL_MAX_M + 1, 1024, a, &grid), "range"));
         assert_null(panel(mode, JITOP__IP_PANEL_MAX_M, 1024, a, &grid));
         assert_int_equal(grid, 132);
-        const char *why = jitop__ip_panel_plan(mode, 8, 9, 2, 4096, 1024, a, a, 132, &grid);
+        const char *why = jitop__ip_panel_plan(mode, 8, 9, 2, 4096, 1024, a, a, 1, 132, &grid);
         assert_non_null(strstr(why, "9.0"));
-        why = jitop__ip_panel_plan(mode, 10, 0, 2, 4096, 1024, a, a, 132, &grid);
+        why = jitop__ip_panel_plan(mode, 10, 0, 2, 4096, 1024, a, a, 1, 132, &grid);
         assert_non_null(strstr(why, "9.0")); /* sm_90a code does not run on sm_100 */
-        why = jitop__ip_panel_plan(mode, 9, 0, 4, 4096, 1024, a, a, 132, &grid);
+        why = jitop__ip_panel_plan(mode, 9, 0, 4, 4096, 1024, a, a, 1, 132, &grid);
         assert_non_null(strstr(why, "16-bit")); /* float32, TF32 included */
         /* a device holding fewer blocks than a group */
-        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 3, &grid));
-        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, -1, &grid));
+        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 1, 3, &grid));
+        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 1, -1, &grid));
         assert_int_equal(grid, 0);
-        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 7, &grid));
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 1, 7, &grid));
         assert_int_equal(grid, 4); /* one group of 4 of the 7 */
     }
     assert_non_null(strstr(panel(0, 65536, 1024, a, &grid), "JITOP_INPLACE_MM_PANEL=0"));
@@ -425,7 +428,7 @@ static void test_panel_plan(void **state)
     for (int64_t n = 256; n <= 4096; n += 256)
         for (int64_t m = 1; m < 100000; m = m * 3 + 1)
             for (int res = 1; res <= 300; res += 37) {
-                const char *why = jitop__ip_panel_plan(1, 9, 0, 2, m, n, a, a, res, &grid);
+                const char *why = jitop__ip_panel_plan(1, 9, 0, 2, m, n, a, a, 1, res, &grid);
                 const int cl = (int)(n / 256);
                 const int64_t tiles = (m + 127) / 128 * cl;
                 if (why != NULL) {

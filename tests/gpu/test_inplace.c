@@ -686,6 +686,8 @@ static void panel_dtype(jitop_dtype dt)
                 panel_case(dt, trans, ms[mi], ns[ni], 0, 1);
     for (int trans = 0; trans <= 1; trans++) {
         panel_case(dt, trans, 65536, 1024, 0, 1); /* 512 panels: each group loops */
+        panel_case(dt, trans, 20000, 1280, 0, 1); /* groups of 5 over 157 panels: 6-7 rounds */
+        panel_case(dt, trans, 20000, 1792, 0, 1); /* groups of 7 (126 blocks) */
         mm_large = 1;
         panel_case(dt, trans, 1000, 2048, 0, 1);
         mm_large = 0;
@@ -716,7 +718,7 @@ static void test_matmul_panel(void **state)
     panel_case(JITOP_FLOAT32, 1, 4096, 1024, 0, 0);
     matmul_case(JITOP_FLOAT32, 0, 1000, 1024, JITOP_MATMUL_TF32);
     assert_int_equal(jitop__inplace_panel_calls(mm_ctx),
-                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 2 + 2 * 2) : 0);
+                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 4 + 2 + 2 * 2) : 0);
     variant_end();
     /* JITOP_INPLACE_MM_PANEL=0: never, on the path's own shapes */
     variant_begin_panel(NULL, NULL, NULL, NULL, "0");
