@@ -24,8 +24,8 @@
  * 65536, W and W^T, rows whose partial sums pass float16's top, two calls in
  * a row on the stream; jitop__inplace_panel_calls must count exactly the
  * eligible calls on a device of compute capability 9.0 and none elsewhere;
- * A off 16-byte alignment, n = 1000 and JITOP_INPLACE_MM_PANEL=0 never take
- * it. The copy-back variants run with the panel path off.
+ * A or W off 16-byte alignment, n = 1000 or 4352, float32 and
+ * JITOP_INPLACE_MM_PANEL=0 never take it. The copy-back variants run with the panel path off.
  *
  * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
  * a cluster and the long-row kernel), scale 1
@@ -292,6 +292,8 @@ static size_t max_bound; /* the largest scratch bound of the cases run so far */
 static int mm_large;
 /* calls in a row on the stream, no synchronization between: A <- A W^reps */
 static int mm_reps = 1;
+/* W at this many bytes past a 256-byte boundary */
+static size_t mm_woff;
 
 static void put_large(jitop_dtype dt, CUdeviceptr a, int64_t m, CUdeviceptr w, int64_t n,
                       int trans)
@@ -325,7 +327,7 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     const size_t es = jitop_dtype_size(dt);
     jitop_ctx *c = mm_ctx != NULL ? mm_ctx : ctx;
     guarded a = galloc((size_t)m * n * es, offset);
-    guarded wg = galloc((size_t)n * n * es, 0);
+    guarded wg = galloc((size_t)n * n * es, mm_woff);
     const CUdeviceptr w = wg.p;
     fill(dt, a.p, m * n);
     fill(dt, w, n * n);
@@ -412,7 +414,7 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     check_guards(&a, offset, what);
     char wwhat[112];
     snprintf(wwhat, sizeof wwhat, "%s: w", what);
-    check_guards(&wg, 0, wwhat);
+    check_guards(&wg, mm_woff, wwhat);
     size_t bound = jitop_square_matmul_scratch_bound(dt, n);
     if (bound > max_bound)
         max_bound = bound;
@@ -653,11 +655,11 @@ static int is_sm90(void)
 
 /* The panel path's shapes (inplace.c's rule, restated here so that the test
  * does not take the code's word): 16-bit, n a multiple of 256 in
- * [256, 4096], A 16-byte aligned (the test's W always is). */
+ * [256, 4096], A and W 16-byte aligned. */
 static int panel_shape(jitop_dtype dt, int64_t n, size_t offset)
 {
     return (dt == JITOP_FLOAT16 || dt == JITOP_BFLOAT16) && n % 256 == 0 && n >= 256 &&
-           n <= 4096 && offset % 16 == 0;
+           n <= 4096 && offset % 16 == 0 && mm_woff % 16 == 0;
 }
 
 /* matmul_case_at in mm_ctx; jitop__inplace_panel_calls must grow by one per
@@ -700,6 +702,9 @@ static void panel_dtype(jitop_dtype dt)
     mm_reps = 1;
     /* not the panel path, the same results */
     panel_case(dt, 0, 1000, 1024, 2, panel_shape(dt, 1024, 2)); /* A off 16 bytes */
+    mm_woff = 8;
+    panel_case(dt, 1, 1000, 1024, 0, panel_shape(dt, 1024, 0)); /* W off 16 bytes */
+    mm_woff = 0;
     panel_case(dt, 1, 1000, 1000, 0, panel_shape(dt, 1000, 0)); /* n not a multiple of 256 */
     panel_case(dt, 0, 129, 4352, 0, panel_shape(dt, 4352, 0));  /* n over 4096 */
 }
