@@ -134,9 +134,9 @@ JITOP_API int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype d
  * capability 9.0 GPU (H100), n a multiple of 256 and a, w 16-byte aligned:
  * a jitop kernel built for sm_90a (kernels/inplace_panel.cu: wgmma, TMA)
  * whose blocks own panels of 128 rows and write the product straight into
- * a, one read and one write of a; its extra memory is a transposed copy of
+ * a (one read and one write of a from DRAM); its extra memory is a transposed copy of
  * w (n x n elements, none with transpose_w) and a 4-byte counter a block,
- * within the bound below. It runs for n 512-1024 at any m and n up to
+ * within the bound below. It runs for n 256-1024 at any m and n up to
  * 2048 from m 16384, where it measured faster than the path below;
  * $JITOP_INPLACE_MM_PANEL=1 gives it every call it can take (n 256-4096),
  * 0 none. Other n, float32 (TF32 too), other GPUs: cuBLAS (libcublas.so.13,

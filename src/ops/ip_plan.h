@@ -116,7 +116,7 @@ unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_
  * reads it then; A W reads jitop's own aligned W^T); the device holds
  * at least a group's blocks at once (resident: the driver's occupancy over
  * all SMs). It takes it when mode is 1, or mode is -1 (unset) and the
- * automatic rule does: n in [512, 1024] for any m, n in (1024, 2048] for m
+ * automatic rule does: n in [256, 1024] for any m, n in (1024, 2048] for m
  * >= JITOP__IP_PANEL_AUTO_WIDE_M (where it measured faster than the chunked
  * path on the H100; below that m a wide n leaves the last round of panels
  * part-empty: bench/INPLACE_NOTES.md). Then it returns NULL and *grid is
@@ -127,7 +127,7 @@ unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_
 #define JITOP__IP_PANEL_MIN_N 256
 #define JITOP__IP_PANEL_MAX_N 4096
 #define JITOP__IP_PANEL_MAX_M ((int64_t)INT32_MAX - 128)
-#define JITOP__IP_PANEL_AUTO_MIN_N 512
+#define JITOP__IP_PANEL_AUTO_MIN_N 256
 #define JITOP__IP_PANEL_AUTO_MAX_N 1024
 #define JITOP__IP_PANEL_AUTO_WIDE_N 2048
 #define JITOP__IP_PANEL_AUTO_WIDE_M 16384

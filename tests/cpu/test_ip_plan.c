@@ -381,10 +381,10 @@ static void test_panel_plan(void **state)
     assert_int_equal(grid, 128);
     assert_null(panel(1, 5, 256, a, &grid)); /* a group of one */
     assert_int_equal(grid, 1);
-    /* the automatic rule: 512-1024 always, up to 2048 from m 16384 */
+    /* the automatic rule: 256-1024 always, up to 2048 from m 16384 */
     assert_null(panel(-1, 7, 512, a, &grid));
-    assert_non_null(strstr(panel(-1, 65536, 256, a, &grid), "automatic"));
-    assert_int_equal(grid, 0);
+    assert_null(panel(-1, 65536, 256, a, &grid));
+    assert_int_equal(grid, 132); /* 512 panels of one tile each */
     assert_non_null(strstr(panel(-1, 16383, 1536, a, &grid), "automatic"));
     assert_null(panel(-1, 16384, 1536, a, &grid));
     assert_null(panel(-1, 65536, 2048, a, &grid));
