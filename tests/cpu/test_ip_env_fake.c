@@ -198,6 +198,8 @@ static void test_panel_path(void **state)
     assert_int_equal(cu->cuMemAlloc(&w, 1024 * 1024 * 2), CUDA_SUCCESS);
     assert_int_equal(a % 16, 0);
     for (int trans = 0; trans < 2; trans++) {
+        fake_cuda_stats st0, st;
+        g_fake_stats(&st0);
         const int rc = matmul_logged(ctx, dir, 4096, a, w, trans, &text);
         if (rc != JITOP_OK)
             fail_msg("trans %d: %s: %s\n%s", trans, jitop_strerror(rc), jitop_errmsg(NULL), text);
@@ -205,6 +207,23 @@ static void test_panel_path(void **state)
             fail_msg("trans %d took the chunked path:\n%s", trans, text);
         free(text);
         assert_int_equal(jitop__inplace_panel_calls(ctx), (size_t)trans + 1);
+        g_fake_stats(&st);
+        /* the product's launch, the last: cooperative, 384 threads, the
+         * kernel's shared memory (3 stages of 48 KiB, the 64 KiB tile, 1
+         * KiB of alignment), whole groups of 4 blocks, at most one a tile
+         * (32 panels x 4) and at most the 132 the fake holds; W^T's
+         * transpose before it for A W */
+        assert_int_equal(st.launches - st0.launches, trans ? 1 : 2);
+        assert_int_equal(st.last_cooperative, 1);
+        assert_int_equal(st.last_block[0], 384);
+        assert_int_equal(st.last_block[1] * st.last_block[2], 1);
+        assert_int_equal(st.last_smem, 3 * (128 + 256) * 64 * 2 + 128 * 256 * 2 + 1024);
+        assert_int_equal(st.last_grid[0], 128);
+        assert_int_equal(st.last_grid[1] * st.last_grid[2], 1);
+        /* two maps: A in boxes of 64 x 128, B in 64 x 256 (the last) */
+        assert_int_equal(st.tensor_maps - st0.tensor_maps, 2);
+        assert_int_equal(st.last_box[0], 64);
+        assert_int_equal(st.last_box[1], 256);
     }
     const size_t held = jitop_inplace_scratch_bytes(ctx);
     if (held < (size_t)1024 * 1024 * 2 || held > jitop_square_matmul_scratch_bound(JITOP_FLOAT16, 1024))
@@ -216,6 +235,25 @@ static void test_panel_path(void **state)
     if (strstr(text, "the chunked path (a or w not 16-byte aligned)") == NULL)
         fail_msg("no reason logged:\n%s", text);
     free(text);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 2);
+    /* a device that refuses the cooperative grid: A untouched by the panel
+     * path, the chunked one runs (no cuBLAS here: JITOP_ENOTFOUND, not the
+     * launch's error), and from then on the context does not try again */
+    assert_int_equal(setenv("FAKE_CUDA_NO_COOPERATIVE", "1", 1), 0);
+    for (int i = 0; i < 2; i++) {
+        fake_cuda_stats st0, st;
+        g_fake_stats(&st0);
+        const int r2 = matmul_logged(ctx, dir, 4096, a, w, 1, &text);
+        g_fake_stats(&st);
+        assert_int_equal(r2, JITOP_ENOTFOUND);
+        assert_non_null(strstr(jitop_errmsg(NULL), "needs cuBLAS"));
+        if (i == 0 && strstr(text, "sqmm_panel launch failed") == NULL)
+            fail_msg("the refused launch not logged:\n%s", text);
+        /* the first call tried the launch once, the second not at all */
+        assert_int_equal(st.tensor_maps - st0.tensor_maps, i == 0 ? 2 : 0);
+        free(text);
+    }
+    assert_int_equal(unsetenv("FAKE_CUDA_NO_COOPERATIVE"), 0);
     assert_int_equal(jitop__inplace_panel_calls(ctx), 2);
     assert_int_equal(jitop_inplace_release(ctx), JITOP_OK);
     assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);

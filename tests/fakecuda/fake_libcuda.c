@@ -854,6 +854,12 @@ static CUresult CUDAAPI fake_cuLaunchKernel(CUfunction fn, unsigned int gx, unsi
     (void)stream;
     if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || extra)
         return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    g_stats.last_grid[0] = gx, g_stats.last_grid[1] = gy, g_stats.last_grid[2] = gz;
+    g_stats.last_block[0] = bx, g_stats.last_block[1] = by, g_stats.last_block[2] = bz;
+    g_stats.last_smem = shared_bytes;
+    g_stats.last_cooperative = 0;
+    unlock();
     return launch((fake_kernel *)fn, shared_bytes, args);
 }
 
@@ -862,9 +868,22 @@ static CUresult CUDAAPI fake_cuLaunchKernelEx(const CUlaunchConfig *config, CUfu
 {
     if (!config)
         return CUDA_ERROR_INVALID_VALUE;
-    return fake_cuLaunchKernel(fn, config->gridDimX, config->gridDimY, config->gridDimZ,
-                               config->blockDimX, config->blockDimY, config->blockDimZ,
-                               config->sharedMemBytes, config->hStream, args, extra);
+    int cooperative = 0;
+    for (unsigned i = 0; i < config->numAttrs; i++)
+        if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+            cooperative = config->attrs[i].value.cooperative != 0;
+    /* FAKE_CUDA_NO_COOPERATIVE set: a device that refuses cooperative grids
+     * (as under MPS limits), read at each launch */
+    if (cooperative && getenv("FAKE_CUDA_NO_COOPERATIVE") != NULL)
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    const CUresult r = fake_cuLaunchKernel(fn, config->gridDimX, config->gridDimY,
+                                           config->gridDimZ, config->blockDimX, config->blockDimY,
+                                           config->blockDimZ, config->sharedMemBytes,
+                                           config->hStream, args, extra);
+    lock();
+    g_stats.last_cooperative = cooperative;
+    unlock();
+    return r;
 }
 
 static CUresult CUDAAPI fake_cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size,
@@ -1126,8 +1145,15 @@ static CUresult CUDAAPI fake_cuTensorMapEncodeTiled(
     }
     if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * es > 128)
         return CUDA_ERROR_INVALID_VALUE;
+    if ((box[0] * es) % 16 != 0)
+        return CUDA_ERROR_INVALID_VALUE;
     memset(map, 0, sizeof *map);
     memcpy(map, &base, sizeof base);
+    lock();
+    g_stats.tensor_maps++;
+    g_stats.last_box[0] = box[0];
+    g_stats.last_box[1] = rank > 1 ? box[1] : 1;
+    unlock();
     return CUDA_SUCCESS;
 }
 

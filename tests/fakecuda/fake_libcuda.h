@@ -22,6 +22,13 @@ typedef struct fake_cuda_stats {
     long global_lookups;     /* cuModuleGetGlobal calls */
     long global_copies;      /* cuMemcpy* calls into or out of a module's global */
     long global_async_copies; /* of which the *Async ones */
+    /* the last launch's shape, shared memory and cooperative attribute */
+    unsigned last_grid[3], last_block[3], last_smem;
+    int last_cooperative;
+    /* cuTensorMapEncodeTiled calls that succeeded, and the last one's box
+     * (its first two dimensions) */
+    long tensor_maps;
+    unsigned last_box[2];
 } fake_cuda_stats;
 
 #define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"
