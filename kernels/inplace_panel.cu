@@ -1,4 +1,5 @@
-// The in-place square product A (m x N) <- A B^T for 16-bit A on sm_90a (H100):
+// The in-place square product A (m x N) <- A B^T on sm_90a (H100), for
+// float16 and bfloat16 A, and float32 A with TF32 products (T = float);
 // B = W^T (A W) or W (A W^T), N x N with K contiguous, float32 accumulation.
 // Compiled by jitop for sm_90a (wgmma, TMA); src/ops/inplace.c launches it and
 // transposes W into its scratch first for A W (ip_panel_transpose).
@@ -20,14 +21,16 @@
 // else waits.
 //
 // One block: 384 threads. Warpgroups 1 and 2 (the consumers) each compute 64
-// rows x 256 columns with wgmma m64n256k16 (128 float accumulators a
-// thread), A and B from shared memory in 3 stages of 128 x 64 and 256 x 64
-// elements, loaded by TMA (128-byte swizzle) from thread 0 (the producer),
-// which runs ahead into the next panel. A finished tile goes to shared
-// memory (16-bit, in the same swizzle, 4 boxes of 64 columns) and the
-// consumers go on to their next panel; thread 32 (the storer) waits for the
-// group, then stores the tile into A with TMA. Rows past m: TMA reads them
-// as 0 and does not store them.
+// rows x BN columns with wgmma (16-bit: m64n256k16, 128 float accumulators
+// a thread; TF32: m64n128k8, 64), A and B from shared memory in stages of
+// 128 x BK and BN x BK elements (BK: 128 bytes of a row), loaded by TMA
+// (128-byte swizzle) from thread 0 (the producer), which runs ahead into
+// the next panel. A finished tile goes to shared memory (the element type,
+// in the same swizzle, 4 boxes of 128 bytes of columns) and the consumers
+// go on to their next panel; thread 32 (the storer) waits for the group,
+// then stores the tile into A with TMA. Rows past m: TMA reads them as 0
+// and does not store them. The tile sizes per type: ip_panel_cfg (and
+// jitop__ip_panel_bn / _smem in src/ops/ip_plan.c, which must agree).
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
@@ -37,15 +40,22 @@ struct alignas(64) ip_tensor_map {
 };
 
 #define IP_PANEL_BM 128
-#define IP_PANEL_BN 256
-#define IP_PANEL_BK 64
-#define IP_PANEL_STAGES 3
 
-// Shared memory of one block: the stages, the finished tile, 1 KiB to align
-// the swizzled tiles to 1024 bytes (src/ops/inplace.c asks for this many).
-#define IP_PANEL_SMEM                                                                              \
-    (IP_PANEL_STAGES * (IP_PANEL_BM + IP_PANEL_BN) * IP_PANEL_BK * 2 +                             \
-     IP_PANEL_BM * IP_PANEL_BN * 2 + 1024)
+// Per element type: ES bytes, BN columns a tile, BK = 128 / ES elements of K
+// a stage (one 128-byte swizzle row), KSTEP of K a wgmma, S stages. Shared
+// memory of one block (SMEM, what src/ops/inplace.c asks): the stages, the
+// finished tile, 1 KiB to align the swizzled tiles to 1024 bytes. 16-bit:
+// 214016 bytes; TF32: 197632 (4 stages of the half-wide tile).
+template <int ES_, int BN_, int KSTEP_, int S_> struct ip_panel_shape {
+    static constexpr int ES = ES_, BN = BN_, BK = 128 / ES_, KSTEP = KSTEP_, S = S_;
+    static constexpr int NACC = BN_ / 2; // 64 x BN floats over 128 threads
+    static constexpr int SMEM = S_ * (IP_PANEL_BM + BN_) * (128 / ES_) * ES_ +
+                                IP_PANEL_BM * BN_ * ES_ + 1024;
+};
+template <typename T> struct ip_panel_cfg;
+template <> struct ip_panel_cfg<__half> : ip_panel_shape<2, 256, 16, 3> {};
+template <> struct ip_panel_cfg<__nv_bfloat16> : ip_panel_shape<2, 256, 16, 3> {};
+template <> struct ip_panel_cfg<float> : ip_panel_shape<4, 128, 8, 4> {};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ unsigned ip_smem(const void *p)
@@ -190,7 +200,41 @@ template <> struct ip_panel_mma<__nv_bfloat16> {
     }
 };
 
-template <typename T> __device__ __forceinline__ unsigned ip_pack2(float x, float y);
+template <> struct ip_panel_mma<float> {
+    static __device__ __forceinline__ void run(float (&d)[64], unsigned long long da,
+                                               unsigned long long db, int accumulate)
+    {
+        asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
+                     "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, %64, %65, p, 1, 1;\n\t}"
+                     :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(da), "l"(db), "r"(accumulate));
+    }
+};
+
+// Two results of one row, the element type's bytes (16-bit: 4, float: 8).
+template <typename T> struct ip_pack2_t;
+template <> struct ip_pack2_t<__half> { using type = unsigned; };
+template <> struct ip_pack2_t<__nv_bfloat16> { using type = unsigned; };
+template <> struct ip_pack2_t<float> { using type = float2; };
+template <typename T>
+__device__ __forceinline__ typename ip_pack2_t<T>::type ip_pack2(float x, float y);
+template <> __device__ __forceinline__ float2 ip_pack2<float>(float x, float y)
+{
+    return make_float2(x, y);
+}
 template <> __device__ __forceinline__ unsigned ip_pack2<__half>(float x, float y)
 {
     const __half2 h = __floats2half2_rn(x, y);
@@ -203,8 +247,8 @@ template <> __device__ __forceinline__ unsigned ip_pack2<__nv_bfloat16>(float x,
 }
 #endif
 
-// ta: A (m x N, boxes of 128 rows x 64 columns, 128-byte swizzle), also the
-// map of the stores; tb: B (N x N, boxes of 256 x 64); cnt: gridDim.x / CL
+// ta: A (m x N, boxes of 128 rows x BK columns, 128-byte swizzle), also the
+// map of the stores; tb: B (N x N, boxes of BN x BK); cnt: gridDim.x / CL
 // zeroed counters.
 template <typename T, int N>
 __global__ void __launch_bounds__(384, 1)
@@ -212,15 +256,16 @@ __global__ void __launch_bounds__(384, 1)
                int m, unsigned *cnt)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(N % IP_PANEL_BN == 0, "N is a multiple of 256");
-    constexpr int BM = IP_PANEL_BM, BN = IP_PANEL_BN, BK = IP_PANEL_BK, S = IP_PANEL_STAGES;
+    using C = ip_panel_cfg<T>;
+    constexpr int BM = IP_PANEL_BM, BN = C::BN, BK = C::BK, S = C::S, ES = C::ES;
+    static_assert(N % BN == 0, "N is a multiple of the tile's columns");
     constexpr int CL = N / BN, KT = N / BK;
     extern __shared__ unsigned char ip_panel_raw[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(
         (reinterpret_cast<unsigned long long>(ip_panel_raw) + 1023) & ~1023ull);
     T *sa = reinterpret_cast<T *>(smem);
-    T *sb = reinterpret_cast<T *>(smem + S * BM * BK * 2);
-    unsigned char *sc = smem + S * (BM + BN) * BK * 2;
+    T *sb = reinterpret_cast<T *>(smem + S * BM * BK * ES);
+    unsigned char *sc = smem + S * (BM + BN) * BK * ES;
     __shared__ unsigned long long full[S], empty[S], tile_full, tile_empty;
     const int tid = threadIdx.x, wg = tid / 128;
     const int groups = gridDim.x / CL, g = blockIdx.x / CL, col0 = (blockIdx.x % CL) * BN;
@@ -243,7 +288,7 @@ __global__ void __launch_bounds__(384, 1)
                     const int s = it % S;
                     if (it >= S)
                         ip_mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                    ip_mbar_expect(&full[s], (BM + BN) * BK * 2);
+                    ip_mbar_expect(&full[s], (BM + BN) * BK * ES);
                     ip_tma_load(sa + s * BM * BK, &ta, k * BK, p * BM, &full[s]);
                     ip_tma_load(sb + s * BN * BK, &tb, k * BK, col0, &full[s]);
                 }
@@ -261,8 +306,8 @@ __global__ void __launch_bounds__(384, 1)
                 // reads they must follow were seen through the generic one
                 asm volatile("fence.proxy.async.global;" ::: "memory");
 #pragma unroll
-                for (int b = 0; b < BN / 64; b++)
-                    ip_tma_store(&ta, sc + b * BM * 128, col0 + 64 * b, p * BM);
+                for (int b = 0; b < BN / BK; b++)
+                    ip_tma_store(&ta, sc + b * BM * 128, col0 + BK * b, p * BM);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                 ip_mbar_arrive(&tile_empty);
@@ -275,7 +320,7 @@ __global__ void __launch_bounds__(384, 1)
     int it = 0;
     unsigned round = 0;
     for (int p = g; p < panels; p += groups, round++) {
-        float d[128];
+        float d[C::NACC];
         for (int k = 0; k < KT; k++, it++) {
             const int s = it % S;
             ip_mbar_wait(&full[s], (it / S) & 1);
@@ -283,8 +328,8 @@ __global__ void __launch_bounds__(384, 1)
             const T *pa = sa + s * BM * BK + wr * 64 * BK;
             const T *pb = sb + s * BN * BK;
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                ip_panel_mma<T>::run(d, ip_desc(pa + kk * 16), ip_desc(pb + kk * 16),
+            for (int kk = 0; kk < BK / C::KSTEP; kk++)
+                ip_panel_mma<T>::run(d, ip_desc(pa + kk * C::KSTEP), ip_desc(pb + kk * C::KSTEP),
                                      (k > 0 || kk > 0) ? 1 : 0);
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             // this step's products stay in flight; the previous step's are
@@ -298,16 +343,19 @@ __global__ void __launch_bounds__(384, 1)
             ip_mbar_arrive(&empty[(it - 1) % S]);
         if (round > 0)
             ip_mbar_wait(&tile_empty, (round - 1) & 1);
-        // the accumulator layout of m64nNk16: row 16 w + l / 4 (+ 8), columns
-        // 8 i + 2 (l % 4) (+ 1); into the swizzled boxes (16-byte chunk
-        // (column / 8) % 8 ^ row % 8), which no two lanes of a store share
+        // the accumulator layout of wgmma m64nN: row 16 w + l / 4 (+ 8),
+        // columns 8 i + 2 (l % 4) (+ 1); into the swizzled boxes of BK
+        // columns (128 bytes a row: 16-byte chunk c ^ row % 8), where the
+        // lanes of one store fall in distinct chunks of distinct rows
         const int rl = wr * 64 + 16 * w + l / 4;
+        using P = typename ip_pack2_t<T>::type;
 #pragma unroll
-        for (int i = 0; i < 32; i++) {
-            unsigned char *box = sc + (i / 8) * BM * 128;
-            const int at = ((i % 8) ^ (l / 4)) * 16 + 4 * (l % 4);
-            *reinterpret_cast<unsigned *>(box + rl * 128 + at) = ip_pack2<T>(d[4 * i], d[4 * i + 1]);
-            *reinterpret_cast<unsigned *>(box + (rl + 8) * 128 + at) =
+        for (int i = 0; i < BN / 8; i++) {
+            const int col = 8 * i + 2 * (l % 4), byte = (col % BK) * ES;
+            unsigned char *box = sc + (col / BK) * BM * 128;
+            const int at = (((byte / 16) ^ (l / 4)) * 16) + byte % 16;
+            *reinterpret_cast<P *>(box + rl * 128 + at) = ip_pack2<T>(d[4 * i], d[4 * i + 1]);
+            *reinterpret_cast<P *>(box + (rl + 8) * 128 + at) =
                 ip_pack2<T>(d[4 * i + 2], d[4 * i + 3]);
         }
         // the tile's generic stores, seen by the storer's TMA (async proxy)

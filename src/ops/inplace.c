@@ -181,7 +181,8 @@ struct jitop__inplace_state {
     int partition_said; /* the verbose log said whether the partition runs */
     size_t partitioned; /* calls whose copy-back ran on the kept SMs (tests) */
     jitop_module *panel_module; /* kernels/inplace_panel.cu for sm_90a, on first need */
-    int panel_resident; /* sqmm_panel's blocks the device holds; 0: not asked, -1: unknown */
+    int panel_resident[2]; /* sqmm_panel's blocks the device holds, 16-bit and TF32;
+                              0: not asked, -1: unknown */
     int panel_said;     /* the verbose log said why a call did not take the panel */
     int panel_broken;   /* its build or a launch failed once: the chunked path from then on */
     size_t panel_calls; /* calls the panel kernel took (tests) */
@@ -501,10 +502,10 @@ size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
     jitop__ip_mm_cfg cfg;
     jitop__ip_mm_cfg_env(&cfg);
     const size_t chunked = jitop__ip_mm_scratch_bound(&cfg, (size_t)n * es);
-    /* the panel kernel's (16-bit, n a multiple of 256 up to 4096): W^T and
-     * a counter a block, at most 65536 blocks (far more than any GPU holds
-     * at once) */
-    const size_t panel = es == 2 && n % 256 == 0 && n <= JITOP__IP_PANEL_MAX_N
+    /* the panel kernel's (16-bit, n a multiple of 256, or TF32 of 128, up to
+     * 4096): W^T and a counter a block, at most 65536 blocks (far more than
+     * any GPU holds at once) */
+    const size_t panel = n % jitop__ip_panel_bn(es) == 0 && n <= JITOP__IP_PANEL_MAX_N
                              ? jitop__ip_panel_scratch(n, es, 0, 65536)
                              : 0;
     return chunked > panel ? chunked : panel;
@@ -612,11 +613,6 @@ static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *
 
 /* ------------------------------------------------- square matmul, panel */
 
-/* The bytes of shared memory sqmm_panel asks (kernels/inplace_panel.cu's
- * IP_PANEL_SMEM: 3 stages of 128 x 64 and 256 x 64 elements, the finished
- * 128 x 256 tile, 1 KiB for alignment). */
-#define IP_PANEL_SMEM ((size_t)3 * (128 + 256) * 64 * 2 + 128 * 256 * 2 + 1024)
-
 /* kernels/inplace_panel.cu built for sm_90a, loaded on the first call that
  * wants it with that call's instances declared (decl, decl2: the product
  * and the transpose, one compile), and kept. Takes no
@@ -650,18 +646,21 @@ static int ip_panel_module(jitop_ctx *ctx, struct jitop__inplace_state *s, const
     return JITOP_OK;
 }
 
-/* A 2-D map of a row-major rows x n matrix of 16-bit elements at base, in
- * boxes of box_rows x 64 with the 128-byte swizzle (sqmm_panel's tiles). */
+/* A 2-D map of a row-major rows x n matrix at base, in boxes of box_rows x
+ * 128 bytes of a row with the 128-byte swizzle (sqmm_panel's tiles). TF32
+ * reads float32 as it is: the tensor cores use its top 19 bits. */
 static int ip_panel_map(const jitop__cuda_api *api, jitop_dtype dtype, const void *base,
                         int64_t rows, int64_t n, unsigned box_rows, CUtensorMap *out)
 {
+    const size_t es = jitop_dtype_size(dtype);
     const cuuint64_t dims[2] = {(cuuint64_t)n, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)n * 2};
-    const cuuint32_t box[2] = {64, box_rows}, ones[2] = {1, 1};
+    const cuuint64_t strides[1] = {(cuuint64_t)n * es};
+    const cuuint32_t box[2] = {(cuuint32_t)(128 / es), box_rows}, ones[2] = {1, 1};
     return jitop__cu_check(
         api->cuTensorMapEncodeTiled(out,
-                                    dtype == JITOP_BFLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                    dtype == JITOP_BFLOAT16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : dtype == JITOP_FLOAT32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                                     2, (void *)(uintptr_t)base, dims, strides, box, ones,
                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -669,19 +668,22 @@ static int ip_panel_map(const jitop__cuda_api *api, jitop_dtype dtype, const voi
         "cuTensorMapEncodeTiled", "inplace");
 }
 
-/* How many sqmm_panel blocks the device holds at once (132 on an H100: one
- * an SM, at 384 threads of 168 registers and ~209 KiB of shared memory),
- * asked of the driver once; -1 when it could not say. */
-static int ip_panel_resident(struct jitop__inplace_state *s, jitop_op *op)
+/* How many sqmm_panel blocks of es-byte elements the device holds at once
+ * (132 on an H100: one an SM, at 384 threads and ~193-209 KiB of shared
+ * memory), asked of the driver once per element size; -1 when it could not
+ * say. */
+static int ip_panel_resident(struct jitop__inplace_state *s, jitop_op *op, size_t es)
 {
-    int n = __atomic_load_n(&s->panel_resident, __ATOMIC_ACQUIRE);
+    int *slot = &s->panel_resident[es == 4];
+    int n = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (n != 0)
         return n;
-    if (jitop_occupancy_clusters(op, 384, IP_PANEL_SMEM, 1, &n) != JITOP_OK || n < 1) {
+    if (jitop_occupancy_clusters(op, 384, jitop__ip_panel_smem(es), 1, &n) != JITOP_OK ||
+        n < 1) {
         jitop__clear_error(); /* the panel is then not taken: the chunked path runs */
         n = -1;
     }
-    __atomic_store_n(&s->panel_resident, n, __ATOMIC_RELEASE);
+    __atomic_store_n(slot, n, __ATOMIC_RELEASE);
     return n;
 }
 
@@ -689,17 +691,17 @@ static int ip_panel_resident(struct jitop__inplace_state *s, jitop_op *op)
  * loaded, and the instance compiled, only for a call the cheap conditions
  * let through): 1 with *op and *grid; 0 with the reason logged once. */
 static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const jitop__driver *d,
-                         jitop_dtype dtype, int64_t m, int64_t n, const void *a, const void *w,
-                         int trans, jitop_op **op, int *grid)
+                         jitop_dtype dtype, int tf32, int64_t m, int64_t n, const void *a,
+                         const void *w, int trans, jitop_op **op, int *grid)
 {
     const size_t es = jitop_dtype_size(dtype);
-    const char *why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, m, n,
+    const char *why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, tf32, m, n,
                                            (uintptr_t)a, (uintptr_t)w, trans, INT_MAX, grid);
     if (why == NULL && __atomic_load_n(&s->panel_broken, __ATOMIC_ACQUIRE))
         why = "the kernel failed to build or launch before";
     if (why == NULL) {
         char name[64], tname[64];
-        const char *ct = ip_ctype(dtype) != NULL ? ip_ctype(dtype) : "?"; /* 16-bit here */
+        const char *ct = ip_ctype(dtype) != NULL ? ip_ctype(dtype) : "?"; /* checked before */
         snprintf(name, sizeof name, "sqmm_panel<%s, %d>", ct, (int)n);
         snprintf(tname, sizeof tname, "sqmm_panel_transpose<%s>", ct);
         jitop_module *pm = NULL;
@@ -715,9 +717,9 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
             __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
             why = "the kernel did not build";
         } else {
-            why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, m, n,
+            why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, tf32, m, n,
                                        (uintptr_t)a, (uintptr_t)w, trans,
-                                       ip_panel_resident(s, *op), grid);
+                                       ip_panel_resident(s, *op, es), grid);
         }
     }
     if (why != NULL && !__atomic_exchange_n(&s->panel_said, 1, __ATOMIC_RELAXED))
@@ -776,7 +778,7 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
     if (rc == JITOP_OK)
         rc = ip_panel_map(api, dtype, a, m, n, 128, &ta);
     if (rc == JITOP_OK)
-        rc = ip_panel_map(api, dtype, b, n, n, 256, &tb);
+        rc = ip_panel_map(api, dtype, b, n, n, (unsigned)jitop__ip_panel_bn(es), &tb);
     if (rc == JITOP_OK) {
         int mm = (int)m;
         unsigned *cp = (unsigned *)(uintptr_t)cnt;
@@ -786,7 +788,7 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
         memset(&cfg, 0, sizeof cfg);
         cfg.grid = (jitop_dim3){(unsigned)grid, 1, 1};
         cfg.block = (jitop_dim3){384, 1, 1};
-        cfg.shared_bytes = IP_PANEL_SMEM;
+        cfg.shared_bytes = jitop__ip_panel_smem(es);
         cfg.stream = stream;
         cfg.cooperative = 1;
         rc = jitop_launch_ex(op, &cfg, args, sizes, 4);
@@ -1047,7 +1049,8 @@ int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, in
     int grid = 0;
     if (n <= IP_SMALL_N)
         rc = ip_matmul_small(s, d, dtype, m, (int)n, a, w, transpose_w != 0, stream);
-    else if (ip_panel_pick(ctx, s, d, dtype, m, n, a, w, transpose_w != 0, &panel, &grid) &&
+    else if (ip_panel_pick(ctx, s, d, dtype, (flags & JITOP_MATMUL_TF32) != 0, m, n, a, w,
+                           transpose_w != 0, &panel, &grid) &&
              (rc = ip_matmul_panel(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0, panel,
                                    grid, stream)) != IP_PANEL_REFUSED)
         ; /* the panel kernel ran (or failed before its launch) */

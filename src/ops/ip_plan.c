@@ -62,8 +62,20 @@ void jitop__ip_mm_cfg_env(jitop__ip_mm_cfg *out)
     jitop__ip_panel_parse(getenv("JITOP_INPLACE_MM_PANEL"), out);
 }
 
-const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int64_t m,
-                                 int64_t n, uintptr_t a, uintptr_t w, int transposed,
+int jitop__ip_panel_bn(size_t es)
+{
+    return es == 4 ? 128 : 256;
+}
+
+size_t jitop__ip_panel_smem(size_t es)
+{
+    /* stages x (128 + bn) rows of 128 bytes, the 128 x bn tile, 1 KiB */
+    const size_t bn = (size_t)jitop__ip_panel_bn(es), stages = es == 4 ? 4 : 3;
+    return stages * (128 + bn) * 128 + 128 * bn * es + 1024;
+}
+
+const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int tf32,
+                                 int64_t m, int64_t n, uintptr_t a, uintptr_t w, int transposed,
                                  int resident, int *grid)
 {
     *grid = 0;
@@ -71,10 +83,12 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
         return "JITOP_INPLACE_MM_PANEL=0";
     if (cc_major != 9 || cc_minor != 0)
         return "not compute capability 9.0";
-    if (es != 2)
-        return "not 16-bit";
-    if (n % 256 != 0 || n < JITOP__IP_PANEL_MIN_N || n > JITOP__IP_PANEL_MAX_N)
-        return "n not a multiple of 256 in [256, 4096]";
+    if (es != 2 && !(es == 4 && tf32))
+        return "not 16-bit or TF32 (full float32 runs on cuBLAS)";
+    const int bn = jitop__ip_panel_bn(es);
+    if (n % bn != 0 || n < JITOP__IP_PANEL_MIN_N || n > JITOP__IP_PANEL_MAX_N)
+        return es == 2 ? "n not a multiple of 256 in [256, 4096]"
+                       : "n not a multiple of 128 in [256, 4096]";
     if (m < 1 || m > JITOP__IP_PANEL_MAX_M)
         return "m out of the kernel's range";
     if (a % 16 != 0 || (transposed && w % 16 != 0))
@@ -84,7 +98,7 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
     if (mode < 0 && n > JITOP__IP_PANEL_AUTO_MAX_N &&
         (n > JITOP__IP_PANEL_AUTO_WIDE_N || m < JITOP__IP_PANEL_AUTO_WIDE_M))
         return "n and m outside the automatic rule's range";
-    const int64_t cl = n / 256, tiles = (m + 127) / 128 * cl;
+    const int64_t cl = n / bn, tiles = (m + 127) / 128 * cl;
     int64_t g = resident > 0 ? resident : 0;
     g -= g % cl;
     if (g < cl)

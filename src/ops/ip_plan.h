@@ -108,10 +108,12 @@ size_t jitop__ip_mm_scratch_bound(const jitop__ip_mm_cfg *cfg, size_t row);
 unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_sm, int sms);
 
 /* The panel kernel (kernels/inplace_panel.cu, sqmm_panel<T, n>): A <- A W
- * for 16-bit A on sm_90a, written straight into A by groups of n / 256
- * blocks that each own a panel of 128 rows (no copy-back). It can take a
- * call when: the device is compute capability 9.0 exactly (sm_90a code runs
- * there only); 2-byte elements; n a multiple of 256 in [256, 4096]; 1 <= m
+ * on sm_90a for 16-bit A, and float32 A with TF32 products, written
+ * straight into A by groups of n / bn blocks (bn: jitop__ip_panel_bn) that
+ * each own a panel of 128 rows (no copy-back). It can take a call when: the
+ * device is compute capability 9.0 exactly (sm_90a code runs there only);
+ * 2-byte elements, or 4-byte ones with tf32; n a multiple of bn in [256,
+ * 4096]; 1 <= m
  * <= JITOP__IP_PANEL_MAX_M; a 16-byte aligned, and w with transposed (TMA
  * reads it then; A W reads jitop's own aligned W^T); the device holds
  * at least a group's blocks at once (resident: the driver's occupancy over
@@ -131,9 +133,15 @@ unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_
 #define JITOP__IP_PANEL_AUTO_MAX_N 1024
 #define JITOP__IP_PANEL_AUTO_WIDE_N 2048
 #define JITOP__IP_PANEL_AUTO_WIDE_M 16384
-const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int64_t m,
-                                 int64_t n, uintptr_t a, uintptr_t w, int transposed,
+const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es, int tf32,
+                                 int64_t m, int64_t n, uintptr_t a, uintptr_t w, int transposed,
                                  int resident, int *grid);
+
+/* sqmm_panel's tile columns for es-byte elements (256; TF32: 128) and its
+ * blocks' shared memory (kernels/inplace_panel.cu's ip_panel_cfg<T>::SMEM:
+ * 214016 bytes; TF32: 197632). */
+int jitop__ip_panel_bn(size_t es);
+size_t jitop__ip_panel_smem(size_t es);
 
 /* The panel path's scratch: W^T (n x n elements of es bytes) unless
  * transposed (A W^T reads W as it is), then a 4-byte counter a block of the

@@ -229,19 +229,44 @@ static void test_panel_path(void **state)
     if (held < (size_t)1024 * 1024 * 2 || held > jitop_square_matmul_scratch_bound(JITOP_FLOAT16, 1024))
         fail_msg("scratch %zu bytes: not W^T plus counters within the bound", held);
     /* A at 2 bytes past 16: the chunked path, which needs cuBLAS */
-    const int rc = matmul_logged(ctx, dir, 4095, a + 2, w, 0, &text);
+    int rc = matmul_logged(ctx, dir, 4095, a + 2, w, 0, &text);
     assert_int_equal(rc, JITOP_ENOTFOUND);
     assert_non_null(strstr(jitop_errmsg(NULL), "needs cuBLAS"));
     if (strstr(text, "the chunked path (a or w not 16-byte aligned)") == NULL)
         fail_msg("no reason logged:\n%s", text);
     free(text);
     assert_int_equal(jitop__inplace_panel_calls(ctx), 2);
+    /* TF32: float32 A and W in tiles of 128 columns, groups of 8 (32 panels x
+     * 8 tiles: 128 blocks), 4 stages, boxes of 32 floats; full float32
+     * stays on the chunked path (no cuBLAS here: JITOP_ENOTFOUND) */
+    CUdeviceptr af = 0, wf = 0;
+    assert_int_equal(cu->cuMemAlloc(&af, 4096 * 1024 * 4), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemAlloc(&wf, 1024 * 1024 * 4), CUDA_SUCCESS);
+    fake_cuda_stats st0, st;
+    g_fake_stats(&st0);
+    rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, 4096, 1024, (void *)(uintptr_t)af,
+                                     (void *)(uintptr_t)wf, 0, JITOP_MATMUL_TF32, NULL);
+    if (rc != JITOP_OK)
+        fail_msg("TF32: %s: %s", jitop_strerror(rc), jitop_errmsg(NULL));
+    g_fake_stats(&st);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 3);
+    assert_int_equal(st.last_cooperative, 1);
+    assert_int_equal(st.last_smem, 4 * (128 + 128) * 32 * 4 + 128 * 128 * 4 + 1024);
+    assert_int_equal(st.last_grid[0], 128);
+    assert_int_equal(st.tensor_maps - st0.tensor_maps, 2);
+    assert_int_equal(st.last_box[0], 32);
+    assert_int_equal(st.last_box[1], 128);
+    rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, 4096, 1024, (void *)(uintptr_t)af,
+                                     (void *)(uintptr_t)wf, 0, 0, NULL);
+    assert_int_equal(rc, JITOP_ENOTFOUND);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 3);
+    assert_int_equal(cu->cuMemFree(af), CUDA_SUCCESS);
+    assert_int_equal(cu->cuMemFree(wf), CUDA_SUCCESS);
     /* a device that refuses the cooperative grid: A untouched by the panel
      * path, the chunked one runs (no cuBLAS here: JITOP_ENOTFOUND, not the
      * launch's error), and from then on the context does not try again */
     assert_int_equal(setenv("FAKE_CUDA_NO_COOPERATIVE", "1", 1), 0);
     for (int i = 0; i < 2; i++) {
-        fake_cuda_stats st0, st;
         g_fake_stats(&st0);
         const int r2 = matmul_logged(ctx, dir, 4096, a, w, 1, &text);
         g_fake_stats(&st);
@@ -254,7 +279,7 @@ static void test_panel_path(void **state)
         free(text);
     }
     assert_int_equal(unsetenv("FAKE_CUDA_NO_COOPERATIVE"), 0);
-    assert_int_equal(jitop__inplace_panel_calls(ctx), 2);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 3);
     assert_int_equal(jitop_inplace_release(ctx), JITOP_OK);
     assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
     assert_int_equal(cu->cuMemFree(a), CUDA_SUCCESS);

@@ -358,7 +358,7 @@ static void test_panel_parse(void **state)
 /* jitop__ip_panel_plan on an H100 (CC 9.0, 132 blocks resident) unless said */
 static const char *panel(int mode, int64_t m, int64_t n, uintptr_t a, int *grid)
 {
-    return jitop__ip_panel_plan(mode, 9, 0, 2, m, n, a, (uintptr_t)0x7f0000100000, 1, 132, grid);
+    return jitop__ip_panel_plan(mode, 9, 0, 2, 0, m, n, a, (uintptr_t)0x7f0000100000, 1, 132, grid);
 }
 
 static void test_panel_plan(void **state)
@@ -399,27 +399,38 @@ static void test_panel_plan(void **state)
         assert_non_null(strstr(panel(mode, 4096, 4352, a, &grid), "multiple of 256"));
         assert_non_null(strstr(panel(mode, 4096, 1024, a + 2, &grid), "aligned"));
         assert_non_null(strstr(panel(mode, 4096, 1024, a + 8, &grid), "aligned"));
-        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a + 4, 1, 132,
+        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a + 4, 1, 132,
                                                     &grid),
                                "aligned"));
         /* A W reads W only through the transpose into jitop's scratch */
-        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a + 2, 0, 132, &grid));
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a + 2, 0, 132, &grid));
         assert_int_equal(grid, 128);
         assert_non_null(strstr(panel(mode, 0, 1024, a, &grid), "range"));
         assert_non_null(strstr(panel(mode, JITOP__IP_PANEL_MAX_M + 1, 1024, a, &grid), "range"));
         assert_null(panel(mode, JITOP__IP_PANEL_MAX_M, 1024, a, &grid));
         assert_int_equal(grid, 132);
-        const char *why = jitop__ip_panel_plan(mode, 8, 9, 2, 4096, 1024, a, a, 1, 132, &grid);
+        const char *why = jitop__ip_panel_plan(mode, 8, 9, 2, 0, 4096, 1024, a, a, 1, 132, &grid);
         assert_non_null(strstr(why, "9.0"));
-        why = jitop__ip_panel_plan(mode, 10, 0, 2, 4096, 1024, a, a, 1, 132, &grid);
+        why = jitop__ip_panel_plan(mode, 10, 0, 2, 0, 4096, 1024, a, a, 1, 132, &grid);
         assert_non_null(strstr(why, "9.0")); /* sm_90a code does not run on sm_100 */
-        why = jitop__ip_panel_plan(mode, 9, 0, 4, 4096, 1024, a, a, 1, 132, &grid);
-        assert_non_null(strstr(why, "16-bit")); /* float32, TF32 included */
+        why = jitop__ip_panel_plan(mode, 9, 0, 4, 0, 4096, 1024, a, a, 1, 132, &grid);
+        assert_non_null(strstr(why, "16-bit or TF32")); /* full float32: cuBLAS */
+        /* TF32: tiles of 128 columns, groups of n / 128 */
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 4, 1, 4096, 1024, a, a, 1, 132, &grid));
+        assert_int_equal(grid, 128);
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 4, 1, 16384, 1152, a, a, 1, 132, &grid));
+        assert_int_equal(grid, 126); /* 14 groups of 9 */
+        assert_null(jitop__ip_panel_plan(1, 9, 0, 4, 1, 129, 1152, a, a, 1, 132, &grid));
+        assert_int_equal(grid, 18); /* 2 panels x 9 tiles */
+        why = jitop__ip_panel_plan(mode, 9, 0, 4, 1, 4096, 1100, a, a, 1, 132, &grid);
+        assert_non_null(strstr(why, "multiple of 128"));
+        why = jitop__ip_panel_plan(mode, 9, 0, 2, 1, 4096, 1152, a, a, 1, 132, &grid);
+        assert_non_null(strstr(why, "multiple of 256")); /* the flag means nothing to 16-bit */
         /* a device holding fewer blocks than a group */
-        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 1, 3, &grid));
-        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 1, -1, &grid));
+        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a, 1, 3, &grid));
+        assert_non_null(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a, 1, -1, &grid));
         assert_int_equal(grid, 0);
-        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 4096, 1024, a, a, 1, 7, &grid));
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a, 1, 7, &grid));
         assert_int_equal(grid, 4); /* one group of 4 of the 7 */
     }
     assert_non_null(strstr(panel(0, 65536, 1024, a, &grid), "JITOP_INPLACE_MM_PANEL=0"));
@@ -428,7 +439,7 @@ static void test_panel_plan(void **state)
     for (int64_t n = 256; n <= 4096; n += 256)
         for (int64_t m = 1; m < 100000; m = m * 3 + 1)
             for (int res = 1; res <= 300; res += 37) {
-                const char *why = jitop__ip_panel_plan(1, 9, 0, 2, m, n, a, a, 1, res, &grid);
+                const char *why = jitop__ip_panel_plan(1, 9, 0, 2, 0, m, n, a, a, 1, res, &grid);
                 const int cl = (int)(n / 256);
                 const int64_t tiles = (m + 127) / 128 * cl;
                 if (why != NULL) {
@@ -443,11 +454,28 @@ static void test_panel_plan(void **state)
                 n_ok++;
             }
     assert_true(n_ok > 1000);
+    for (int64_t n = 256; n <= 4096; n += 128)
+        for (int64_t m = 1; m < 100000; m = m * 5 + 3) {
+            const char *why = jitop__ip_panel_plan(1, 9, 0, 4, 1, m, n, a, a, 1, 132, &grid);
+            const int cl = (int)(n / 128);
+            const int64_t tiles = (m + 127) / 128 * cl;
+            if (why != NULL || grid < cl || grid % cl != 0 || grid > 132 || grid > tiles ||
+                (grid < tiles && grid + cl <= 132))
+                fail_msg("TF32 n %lld m %lld: %s, grid %d", (long long)n, (long long)m,
+                         why ? why : "taken", grid);
+        }
 }
 
 static void test_panel_scratch(void **state)
 {
     (void)state;
+    /* the kernel's shapes (kernels/inplace_panel.cu's ip_panel_cfg) */
+    assert_int_equal(jitop__ip_panel_bn(2), 256);
+    assert_int_equal(jitop__ip_panel_bn(4), 128);
+    assert_int_equal(jitop__ip_panel_smem(2), 214016);
+    assert_int_equal(jitop__ip_panel_smem(4), 197632);
+    assert_true(jitop__ip_panel_smem(2) <= 227 * 1024 && jitop__ip_panel_smem(4) <= 227 * 1024);
+    assert_int_equal(jitop__ip_panel_scratch(1024, 4, 0, 128), 4 * MiB + 512);
     /* W^T (n x n x 2) and a counter a block, in 256-byte steps */
     assert_int_equal(jitop__ip_panel_scratch(1024, 2, 0, 132), 2 * MiB + 768);
     assert_int_equal(jitop__ip_panel_scratch(1024, 2, 1, 132), 768);
@@ -470,6 +498,12 @@ static void test_panel_scratch(void **state)
                              chunks[i] ? chunks[i] : "-", (long long)n, bound);
             assert_int_equal(jitop_square_matmul_scratch_bound(JITOP_BFLOAT16, n), bound);
         }
+        for (int64_t n = 256; n <= 4096; n += 128) /* TF32 */
+            for (int trans = 0; trans < 2; trans++)
+                if (jitop__ip_panel_scratch(n, 4, trans, 4096) >
+                    jitop_square_matmul_scratch_bound(JITOP_FLOAT32, n))
+                    fail_msg("chunk %s n %lld: TF32 panel scratch over the bound",
+                             chunks[i] ? chunks[i] : "-", (long long)n);
         assert_int_equal(saved ? setenv("JITOP_INPLACE_CHUNK_MB", saved, 1)
                                : unsetenv("JITOP_INPLACE_CHUNK_MB"),
                          0);

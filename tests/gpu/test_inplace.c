@@ -664,11 +664,13 @@ static int panel_shape(jitop_dtype dt, int trans, int64_t n, size_t offset)
 
 /* matmul_case_at in mm_ctx; jitop__inplace_panel_calls must grow by one per
  * call exactly when want_panel (and the device is sm_90), else stay. */
+static unsigned panel_flags; /* panel_case's flags (JITOP_MATMUL_TF32) */
+
 static void panel_case(jitop_dtype dt, int trans, int64_t m, int64_t n, size_t offset,
                        int want_panel)
 {
     const size_t before = jitop__inplace_panel_calls(mm_ctx);
-    matmul_case_at(dt, trans, m, n, 0, offset);
+    matmul_case_at(dt, trans, m, n, panel_flags, offset);
     const size_t ran = jitop__inplace_panel_calls(mm_ctx) - before;
     const size_t want = want_panel && is_sm90() ? (size_t)mm_reps : 0;
     if (ran != want)
@@ -720,12 +722,24 @@ static void test_matmul_panel(void **state)
     variant_begin_panel(NULL, NULL, NULL, NULL, "1");
     panel_dtype(JITOP_FLOAT16);
     panel_dtype(JITOP_BFLOAT16);
-    /* float32 never, TF32 included */
+    /* full float32 never; TF32 on its shapes (n a multiple of 128: tiles
+     * of 128 columns), its own tolerance */
     panel_case(JITOP_FLOAT32, 0, 1000, 1024, 0, 0);
     panel_case(JITOP_FLOAT32, 1, 4096, 1024, 0, 0);
-    matmul_case(JITOP_FLOAT32, 0, 1000, 1024, JITOP_MATMUL_TF32);
+    panel_flags = JITOP_MATMUL_TF32;
+    static const int64_t tn[] = {256, 384, 1024, 1152, 2048, 4096};
+    static const int64_t tm[] = {1, 129, 1000, 4096};
+    for (size_t ni = 0; ni < sizeof tn / sizeof tn[0]; ni++)
+        for (size_t mi = 0; mi < sizeof tm / sizeof tm[0]; mi++)
+            for (int trans = 0; trans <= 1; trans++)
+                panel_case(JITOP_FLOAT32, trans, tm[mi], tn[ni], 0, 1);
+    panel_case(JITOP_FLOAT32, 0, 20000, 1024, 0, 1); /* groups of 8 over 157 panels */
+    panel_case(JITOP_FLOAT32, 1, 20000, 1152, 0, 1); /* groups of 9 */
+    panel_case(JITOP_FLOAT32, 1, 1000, 1000, 0, 0);  /* n not a multiple of 128 */
+    panel_case(JITOP_FLOAT32, 0, 1000, 1024, 4, 0);  /* A off 16 bytes */
+    panel_flags = 0;
     assert_int_equal(jitop__inplace_panel_calls(mm_ctx),
-                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 4 + 2 + 2 * 2 + 1) : 0);
+                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 4 + 2 + 2 * 2 + 1) + 6 * 4 * 2 + 2 : 0);
     variant_end();
     /* JITOP_INPLACE_MM_PANEL=0: never, on the path's own shapes */
     variant_begin_panel(NULL, NULL, NULL, NULL, "0");
