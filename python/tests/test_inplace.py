@@ -31,7 +31,10 @@ def launches():
             "cluster_queries")] + [("last_cluster_size", ctypes.c_uint),
                                    ("last_cluster_smem", ctypes.c_uint)] + [
             (name, ctypes.c_long) for name in ("symbols_resolved", "global_lookups",
-                                               "global_copies", "global_async_copies")]
+                                               "global_copies", "global_async_copies")] + [
+            ("last_grid", ctypes.c_uint * 3), ("last_block", ctypes.c_uint * 3),
+            ("last_smem", ctypes.c_uint), ("last_cooperative", ctypes.c_int),
+            ("tensor_maps", ctypes.c_long), ("last_box", ctypes.c_uint * 2)]
     s = Stats()
     ctypes.CDLL("libcuda.so.1").fake_cuda_get_stats(ctypes.byref(s))
     return s.launches

@@ -5,6 +5,8 @@
 #ifndef JITOP_FAKE_LIBCUDA_H
 #define JITOP_FAKE_LIBCUDA_H
 
+/* python/tests/test_inplace.py mirrors this struct with ctypes (every
+ * field, in order): change both. */
 typedef struct fake_cuda_stats {
     long modules_loaded;     /* loaded now (cuModuleLoadData minus cuModuleUnload) */
     long modules_ever;       /* every cuModuleLoadData that succeeded */
