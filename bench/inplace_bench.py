@@ -23,7 +23,8 @@ to 2048 (its register array) and needs no extra memory.
 Square matmul variants (--sections var), each a context made under its own
 JITOP_INPLACE_* settings: the panel path forced on and off
 (JITOP_INPLACE_MM_PANEL=1 / 0) against the automatic rule for float16 and
-bfloat16 at n in {512, ..., 4096}, m in {4096, 65536}, and the chunked
+bfloat16 at n in {512, ..., 4096}, m in {4096, 65536} (and TF32 at the
+variant shapes), and the chunked
 path's copy-back settings (run with the panel path off) at n 1024 and 4096.
 
 Softmax over rows of N (M x N = 64M elements) in place: GB/s counting one
@@ -269,9 +270,11 @@ def main():
     out_md.append("|---|---|---|---|---|---|---|---|---|")
     cc90 = torch.cuda.get_device_capability(0) == (9, 0)
 
-    def panel_eligible(dt, n):
-        # src/ops/inplace.c's rule (torch's allocations are 16-byte aligned)
-        return cc90 and dt in (torch.float16, torch.bfloat16) and n % 256 == 0 and 256 <= n <= 4096
+    def panel_eligible(dt, n, tf32):
+        # src/ops/ip_plan.c's rule (torch's allocations are 16-byte aligned):
+        # 16-bit in tiles of 256 columns, TF32 in tiles of 128
+        tile = 256 if dt in (torch.float16, torch.bfloat16) else 128 if tf32 else 0
+        return cc90 and tile > 0 and n % tile == 0 and 256 <= n <= 4096
 
     vctx = {}
 
@@ -328,9 +331,9 @@ def main():
             c2 = vctx[vname]
             venv = dict(variants)[vname]
             nch = chunks_of(venv, m, n * a.element_size())
-            if panel_eligible(dt, n) and venv.get("JITOP_INPLACE_MM_PANEL") == "1":
+            if panel_eligible(dt, n, tf32) and venv.get("JITOP_INPLACE_MM_PANEL") == "1":
                 nch = "panel"
-            elif panel_eligible(dt, n) and "JITOP_INPLACE_MM_PANEL" not in venv:
+            elif panel_eligible(dt, n, tf32) and "JITOP_INPLACE_MM_PANEL" not in venv:
                 nch = f"{nch} or panel"
 
             def jt2(x=a, c2=c2):
