@@ -238,14 +238,20 @@ static void ip_state_destroy(jitop_ctx *ctx)
     ctx->ops->inplace = NULL;
 }
 
+/* ctx's in-place state if a call made it, else NULL (ctx may be NULL). */
+static struct jitop__inplace_state *ip_state_made(jitop_ctx *ctx)
+{
+    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
+    return ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+}
+
 /* The state, created on first use: loads kernels/inplace.cu with decl (the
  * instance the first call asks, when it is known before the load; NULL:
  * none) declared (-instance=), so that a cold first call is one compile. */
 static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_state **out)
 {
-    struct jitop__inplace_state *s = NULL;
-    jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
-    if (ops != NULL && (s = __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE)) != NULL) {
+    struct jitop__inplace_state *s = ip_state_made(ctx);
+    if (s != NULL) {
         *out = s;
         return JITOP_OK;
     }
@@ -274,6 +280,7 @@ static int ip_state(jitop_ctx *ctx, const char *decl, struct jitop__inplace_stat
     jitop__ip_mm_cfg mm;
     jitop__ip_mm_cfg_env(&mm);
     int made = 0;
+    jitop__ops_state *ops = NULL;
     pthread_mutex_lock(&ctx->lock);
     rc = jitop__ops_state_get(ctx, &ops);
     if (rc == JITOP_OK && ops->inplace == NULL) {
@@ -511,11 +518,23 @@ size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
     return chunked > panel ? chunked : panel;
 }
 
+/* The state's call counters (tests), read under its lock: the panel
+ * kernel's calls, or the partitioned copy-backs. */
+static size_t ip_count(jitop_ctx *ctx, int panel)
+{
+    struct jitop__inplace_state *s = ip_state_made(ctx);
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    const size_t n = panel ? s->panel_calls : s->partitioned;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 size_t jitop_inplace_scratch_bytes(jitop_ctx *ctx)
 {
     size_t total = 0;
-    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
-    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+    struct jitop__inplace_state *s = ip_state_made(ctx);
     if (s == NULL)
         return 0;
     pthread_mutex_lock(&s->lock);
@@ -529,8 +548,7 @@ int jitop_inplace_release(jitop_ctx *ctx)
 {
     if (ctx == NULL)
         return jitop__fail(JITOP_EINVAL, "jitop_inplace_release: ctx is NULL");
-    jitop__ops_state *ops = __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE);
-    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
+    struct jitop__inplace_state *s = ip_state_made(ctx);
     if (s == NULL)
         return JITOP_OK;
     const jitop__driver *d = jitop__driver_of(ctx);
@@ -728,18 +746,17 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
     return why == NULL;
 }
 
-/* ip_matmul_panel's answer when the kernel's launch failed and a is as it
- * was: run the chunked path (not a JITOP_ code). */
-#define IP_PANEL_REFUSED (-1000)
-
 /* A <- A op(W) by sqmm_panel on grid blocks (ip_plan.h): W^T into the
  * scratch first for A W (the kernel reads K-contiguous rows of B), the
  * group counters zeroed, one cooperative launch (every group's blocks are
- * resident at once: they wait for one another). */
+ * resident at once: they wait for one another). *refused: the launch
+ * failed with a as it was, JITOP_OK returned: the caller runs the chunked
+ * path instead. */
 static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop_dtype dtype,
                            int64_t m, int n, void *a, const void *w, int trans, jitop_op *op,
-                           int grid, void *stream)
+                           int grid, void *stream, int *refused)
 {
+    *refused = 0;
     const jitop__driver *d = jitop__driver_of(ctx);
     const jitop__cuda_api *api = d->api;
     jitop_op *top = NULL;
@@ -801,10 +818,11 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
                        jitop_errmsg(NULL));
             jitop__clear_error();
             __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
-            rc = IP_PANEL_REFUSED;
+            *refused = 1;
+            rc = JITOP_OK;
         }
     }
-    if (rc == JITOP_OK)
+    if (rc == JITOP_OK && !*refused)
         s->panel_calls++;
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -812,14 +830,7 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
 
 size_t jitop__inplace_panel_calls(jitop_ctx *ctx)
 {
-    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
-    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
-    if (s == NULL)
-        return 0;
-    pthread_mutex_lock(&s->lock);
-    const size_t n = s->panel_calls;
-    pthread_mutex_unlock(&s->lock);
-    return n;
+    return ip_count(ctx, 1);
 }
 
 /* C (rows x n) = A_chunk op(W) into c, row-major: in cuBLAS's column-major
@@ -1010,14 +1021,7 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
 
 size_t jitop__inplace_partitioned(jitop_ctx *ctx)
 {
-    jitop__ops_state *ops = ctx ? __atomic_load_n(&ctx->ops, __ATOMIC_ACQUIRE) : NULL;
-    struct jitop__inplace_state *s = ops ? __atomic_load_n(&ops->inplace, __ATOMIC_ACQUIRE) : NULL;
-    if (s == NULL)
-        return 0;
-    pthread_mutex_lock(&s->lock);
-    const size_t n = s->partitioned;
-    pthread_mutex_unlock(&s->lock);
-    return n;
+    return ip_count(ctx, 0);
 }
 
 int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, int64_t n, void *a,
@@ -1045,18 +1049,18 @@ int jitop_square_matmul_inplace(jitop_ctx *ctx, jitop_dtype dtype, int64_t m, in
     if ((rc = ip_state(ctx, n <= IP_SMALL_N ? small : NULL, &s)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     const jitop__driver *d = jitop__driver_of(ctx);
+    const int trans = transpose_w != 0, tf32 = (flags & JITOP_MATMUL_TF32) != 0;
     jitop_op *panel = NULL;
-    int grid = 0;
-    if (n <= IP_SMALL_N)
-        rc = ip_matmul_small(s, d, dtype, m, (int)n, a, w, transpose_w != 0, stream);
-    else if (ip_panel_pick(ctx, s, d, dtype, (flags & JITOP_MATMUL_TF32) != 0, m, n, a, w,
-                           transpose_w != 0, &panel, &grid) &&
-             (rc = ip_matmul_panel(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0, panel,
-                                   grid, stream)) != IP_PANEL_REFUSED)
-        ; /* the panel kernel ran (or failed before its launch) */
-    else
-        rc = ip_matmul_chunked(ctx, s, dtype, m, (int)n, a, w, transpose_w != 0,
-                               (flags & JITOP_MATMUL_TF32) != 0, stream);
+    int grid = 0, refused = 1; /* 1 until the panel kernel took the call */
+    if (n <= IP_SMALL_N) {
+        rc = ip_matmul_small(s, d, dtype, m, (int)n, a, w, trans, stream);
+        refused = 0;
+    } else if (ip_panel_pick(ctx, s, d, dtype, tf32, m, n, a, w, trans, &panel, &grid)) {
+        rc = ip_matmul_panel(ctx, s, dtype, m, (int)n, a, w, trans, panel, grid, stream,
+                             &refused);
+    }
+    if (rc == JITOP_OK && refused)
+        rc = ip_matmul_chunked(ctx, s, dtype, m, (int)n, a, w, trans, tf32, stream);
     return rc == JITOP_OK ? JITOP_OK : jitop__fail_prefix(rc, "%s", fn);
 }
 

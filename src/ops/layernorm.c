@@ -121,17 +121,16 @@ static int ln_threads_rule(int *rule)
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512.
  * - 16-bit forward rows of 96 KiB or more (N >= 49152): the copy-engine
- *   forward kernel, blocks of 16 KiB of a row (8 per row), which beat
- *   32 KiB blocks, with 4 stages of rows in flight a block, its gamma and
- *   beta in shared memory and one cluster exchange a row (which beat 2 and
- *   3 stages and the two exchanges); below 96 KiB the register and
- *   cluster kernels win.
+ *   forward kernel, blocks of 16 KiB of a row (8 per row), 4 stages of
+ *   rows in flight a block (the loads of the next rows hide each row's
+ *   exchange), its gamma and beta in shared memory (read once, not from
+ *   L2 every row) and one cluster exchange a row; below 96 KiB the
+ *   register and cluster kernels.
  * - float32 forward rows of 144 KiB or more (N >= 36864): the same kernel
- *   in blocks of at most 32 KiB of a row (8 per row up to N 65536; caps
- *   of 16 KiB and the register clusters lost there), 4 stages (against 2
- *   and 3), gamma and beta in shared memory, one exchange.
+ *   in blocks of at most 32 KiB of a row (8 per row up to N 65536), 4
+ *   stages, gamma and beta in shared memory, one exchange.
  * - One cluster exchange a row in the forward's register clusters too
- *   (no loss measured, one barrier less a row).
+ *   (one barrier less a row).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {

@@ -76,25 +76,15 @@ static char *first_call_logged(jitop_ctx *ctx, const char *dir, const char *cons
     assert_int_equal(cu->cuMemAlloc(&x, 64), CUDA_SUCCESS);
     char *saved[NVARS];
     env_set(v, saved);
-    char *log = jt_path(dir, "stderr");
-    fflush(stderr);
-    int keep = dup(2);
-    FILE *f = fopen(log, "w");
-    assert_non_null(f);
-    assert_true(keep >= 0);
-    assert_true(dup2(fileno(f), 2) >= 0);
+    jt_stderr cap;
+    jt_stderr_begin(&cap, dir);
     const int rc = jitop_softmax_inplace(ctx, JITOP_FLOAT32, 1, 1, (void *)(uintptr_t)x, 1.f, 0,
                                          NULL);
-    fflush(stderr);
-    assert_true(dup2(keep, 2) >= 0);
-    assert_int_equal(close(keep), 0);
-    assert_int_equal(fclose(f), 0);
+    char *text = jt_stderr_end(&cap);
     env_restore(saved);
     if (rc != JITOP_OK)
         fail_msg("jitop_softmax_inplace: %s: %s", jitop_strerror(rc), jitop_errmsg(NULL));
     assert_int_equal(cu->cuMemFree(x), CUDA_SUCCESS);
-    char *text = jt_read(log);
-    free(log);
     return text;
 }
 
@@ -159,21 +149,11 @@ static void test_good_settings_are_quiet(void **state)
 static int matmul_logged(jitop_ctx *ctx, const char *dir, int64_t m, CUdeviceptr a,
                          CUdeviceptr w, int trans, char **log)
 {
-    char *path = jt_path(dir, "stderr2");
-    fflush(stderr);
-    int keep = dup(2);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    assert_true(keep >= 0);
-    assert_true(dup2(fileno(f), 2) >= 0);
+    jt_stderr cap;
+    jt_stderr_begin(&cap, dir);
     const int rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT16, m, 1024, (void *)(uintptr_t)a,
                                                (void *)(uintptr_t)w, trans, 0, NULL);
-    fflush(stderr);
-    assert_true(dup2(keep, 2) >= 0);
-    assert_int_equal(close(keep), 0);
-    assert_int_equal(fclose(f), 0);
-    *log = jt_read(path);
-    free(path);
+    *log = jt_stderr_end(&cap);
     return rc;
 }
 

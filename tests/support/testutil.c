@@ -129,6 +129,27 @@ char *jt_write_rename(const char *dir, const char *name, const char *text)
     return path;
 }
 
+void jt_stderr_begin(jt_stderr *c, const char *dir)
+{
+    c->path = jt_path(dir, "stderr.log");
+    fflush(stderr);
+    c->keep = dup(2);
+    c->f = fopen(c->path, "w");
+    if (c->keep < 0 || c->f == NULL || dup2(fileno(c->f), 2) < 0)
+        fail_msg("capturing stderr into %s: %s", c->path, strerror(errno));
+}
+
+char *jt_stderr_end(jt_stderr *c)
+{
+    fflush(stderr);
+    if (dup2(c->keep, 2) < 0 || close(c->keep) != 0 || fclose(c->f) != 0)
+        fail_msg("restoring stderr: %s", strerror(errno));
+    char *text = jt_read(c->path);
+    free(c->path);
+    c->path = NULL;
+    return text;
+}
+
 char *jt_read(const char *path)
 {
     FILE *f = fopen(path, "rb");

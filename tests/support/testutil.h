@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -29,6 +30,16 @@ char *jt_write(const char *dir, const char *name, const char *text);
 char *jt_write_rename(const char *dir, const char *name, const char *text);
 /* Reads a whole file (malloc'd, NUL-terminated). */
 char *jt_read(const char *path);
+/* stderr sent to a file under a directory between jt_stderr_begin and
+ * jt_stderr_end, which puts it back and returns what was written there
+ * (malloc'd): what jitop logged meanwhile. */
+typedef struct jt_stderr {
+    int keep;
+    FILE *f;
+    char *path;
+} jt_stderr;
+void jt_stderr_begin(jt_stderr *c, const char *dir);
+char *jt_stderr_end(jt_stderr *c);
 /* Sets a file's mtime to now + delta_s seconds without changing its content. */
 void jt_touch(const char *path, double delta_s);
 
