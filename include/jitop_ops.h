@@ -132,13 +132,13 @@ JITOP_API int jitop_lltm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype d
  * n <= 64: one jitop kernel, a tile of rows in shared memory at a time (one
  * read and one write of a, no scratch). float16/bfloat16 (n a multiple of
  * 256) and float32 with JITOP_MATMUL_TF32 (n a multiple of 128) on a
- * compute capability 9.0 GPU (H100), a 16-byte aligned (and w, for
- * transpose_w): a jitop kernel built for sm_90a (kernels/inplace_panel.cu:
- * wgmma, TMA)
- * whose blocks own panels of 128 rows and write the product straight into
- * a (one read and one write of a from DRAM); its extra memory is a transposed copy of
- * w (n x n elements, none with transpose_w) and a 4-byte counter a block,
- * within the bound below. It runs for n 256-1024 at any m and n up to
+ * compute capability 9.0 GPU (H100), a 16-byte aligned (and w, except
+ * for TF32 without transpose_w): a jitop kernel built for sm_90a
+ * (kernels/inplace_panel.cu: wgmma, TMA) whose blocks own panels of 128
+ * rows and write the product straight into a (one read and one write of a
+ * from DRAM); its extra memory is two 4-byte counters a block (zeroed once
+ * per scratch buffer), and for TF32 without transpose_w a transposed copy
+ * of w (n x n elements), within the bound below. It runs for n 256-1024 at any m and n up to
  * 2048 from m 16384, where it measured faster than the path below;
  * $JITOP_INPLACE_MM_PANEL=1 gives it every call it can take (n 256-4096),
  * 0 none. Other n, full float32, other GPUs: cuBLAS (libcublas.so.13,

@@ -1,8 +1,13 @@
-// The in-place square product A (m x N) <- A B^T on sm_90a (H100), for
-// float16 and bfloat16 A, and float32 A with TF32 products (T = float);
-// B = W^T (A W) or W (A W^T), N x N with K contiguous, float32 accumulation.
-// Compiled by jitop for sm_90a (wgmma, TMA); src/ops/inplace.c launches it and
-// transposes W into its scratch first for A W (ip_panel_transpose).
+// The in-place square product A (m x N) <- A op(W) on sm_90a (H100), W N x N,
+// for float16 and bfloat16 A, and float32 A with TF32 products (T = float),
+// float32 accumulation. Compiled by jitop for sm_90a (wgmma, TMA);
+// src/ops/inplace.c launches it. The product's B operand (K x N, B[k][j] =
+// op(W)[k][j]) is read from shared memory in one of wgmma's two layouts:
+// - B_NMAJOR (A W, 16-bit): W as it is, its rows the K index, N contiguous
+//   (wgmma's transposed B);
+// - otherwise K contiguous: W as it is for A W^T, and for TF32 A W (TF32
+//   wgmma has no transposed B) the W^T that src/ops/inplace.c makes in its
+//   scratch first with sqmm_panel_transpose.
 //
 // Why a kernel of its own: cuBLAS writes the product to other memory, so the
 // chunked path (inplace.c) copies every chunk back, one more read and write
@@ -10,15 +15,17 @@
 // beside cuBLAS's kernels (bench/INPLACE_NOTES.md).
 //
 // Who owns what. A is cut into panels of 128 rows and a panel's output into
-// N / 256 tiles of 256 columns. The grid is persistent: G blocks (a multiple
-// of CL = N / 256, all resident: a cooperative launch), block b in group
-// g = b / CL computing the columns (b % CL) * 256 .. + 255 of panels g,
+// N / BN tiles of BN columns. The grid is persistent: G blocks (a multiple
+// of CL = N / BN, all resident: a cooperative launch), block b in group
+// g = b / CL computing the columns (b % CL) * BN .. + BN - 1 of panels g,
 // g + G / CL, ... A tile's product needs the panel's every column, so no
 // block of the group may store into the panel before every block of the
 // group has read it: each block counts its reading done on cnt[g] (release)
 // and its storer waits until the group's count for that panel is complete
 // (acquire). No block reads a panel after its group finished it, so nothing
-// else waits.
+// else waits. The group's last storer to finish puts cnt[g] back to 0 (and
+// done[g], how it knows it is the last), so the counters the host zeroed
+// once stay zero for the next launch on the same scratch.
 //
 // One block: 384 threads. Warpgroups 1 and 2 (the consumers) each compute 64
 // rows x BN columns with wgmma (16-bit: m64n256k16, 128 float accumulators
@@ -116,18 +123,32 @@ __device__ __forceinline__ void ip_red_release(unsigned *p, unsigned v)
 {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// wgmma's descriptor of a K-major tile in shared memory with the 128-byte
-// swizzle: rows of 128 bytes (64 elements), 1024 bytes between groups of 8
-// rows; the start address moves 32 bytes per k16 step inside the swizzle.
-__device__ __forceinline__ unsigned long long ip_desc(const void *p)
+__device__ __forceinline__ unsigned ip_atom_add_acq_rel(unsigned *p, unsigned v)
+{
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(p), "r"(v)
+                 : "memory");
+    return old;
+}
+// wgmma's descriptor of a tile in shared memory with the 128-byte swizzle:
+// rows of 128 bytes (64 16-bit or 32 float elements), 1024 bytes between
+// groups of 8 rows (SBO). K-major (A, and B K contiguous): a row is one M or
+// N index; the start address moves 32 bytes per k16 step inside the swizzle
+// (the leading offset is unused: 1). N-major (B of A W): a row is one K
+// index, 64 columns wide; boxes of 64 columns follow one another lbo bytes
+// apart, and a k16 step moves the start 16 rows (2048 bytes).
+__device__ __forceinline__ unsigned long long ip_desc(const void *p, unsigned lbo = 16)
 {
     const unsigned long long a = ip_smem(p);
-    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
-           (1ull << 62);
+    return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
-// ip_panel_mma<T>::run: one wgmma into the thread's float accumulators d, A
-// and B from their descriptors; accumulate 0 overwrites d.
+// ip_panel_mma<T>::run<TB>: one wgmma into the thread's float accumulators
+// d, A and B from their descriptors, B N-major when TB is 1 (16-bit only);
+// accumulate 0 overwrites d.
 template <typename T> struct ip_panel_mma;
 // The accumulators as asm operands: "+f"(d[i]) .. "+f"(d[i + 63]), and their
 // names in the instruction, %0 .. %63 and %64 .. %127.
@@ -152,14 +173,15 @@ template <typename T> struct ip_panel_mma;
 // input type's name in the instruction.
 #define IP_PANEL_MMA_256(CTYPE, PTX)                                                               \
     template <> struct ip_panel_mma<CTYPE> {                                                       \
+        template <int TB>                                                                          \
         static __device__ __forceinline__ void run(float (&d)[128], unsigned long long da,         \
                                                    unsigned long long db, int accumulate)          \
         {                                                                                          \
             asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %130, 0;\n\t"                    \
                          "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX "." PTX " {" IP_R0_63    \
-                         ", " IP_R64_127 "}, %128, %129, p, 1, 1, 0, 0;\n\t}"                      \
+                         ", " IP_R64_127 "}, %128, %129, p, 1, 1, 0, %131;\n\t}"                   \
                          : IP_D64(0), IP_D64(64)                                                   \
-                         : "l"(da), "l"(db), "r"(accumulate));                                     \
+                         : "l"(da), "l"(db), "r"(accumulate), "n"(TB));                            \
         }                                                                                          \
     };
 IP_PANEL_MMA_256(__half, "f16")
@@ -167,6 +189,7 @@ IP_PANEL_MMA_256(__nv_bfloat16, "bf16")
 
 // TF32: wgmma m64n128k8 into 64 accumulators (no transpose operands for TF32).
 template <> struct ip_panel_mma<float> {
+    template <int TB>
     static __device__ __forceinline__ void run(float (&d)[64], unsigned long long da,
                                                unsigned long long db, int accumulate)
     {
@@ -202,9 +225,10 @@ template <> __device__ __forceinline__ unsigned ip_pack2<__nv_bfloat16>(float x,
 #endif
 
 // ta: A (m x N, boxes of 128 rows x BK columns, 128-byte swizzle), also the
-// map of the stores; tb: B (N x N, boxes of BN x BK); cnt: gridDim.x / CL
-// zeroed counters.
-template <typename T, int N>
+// map of the stores; tb: B, N x N, in boxes of BN rows x BK columns (K
+// contiguous) or, B_NMAJOR, of BK rows x 64 columns; cnt: 2 gridDim.x
+// counters, zero (the group counts, then the finished storers).
+template <typename T, int N, bool B_NMAJOR>
 __global__ void __launch_bounds__(384, 1)
     sqmm_panel(const __grid_constant__ ip_tensor_map ta, const __grid_constant__ ip_tensor_map tb,
                int m, unsigned *cnt)
@@ -213,6 +237,9 @@ __global__ void __launch_bounds__(384, 1)
     using C = ip_panel_cfg<T>;
     constexpr int BM = IP_PANEL_BM, BN = C::BN, BK = C::BK, S = C::S, ES = C::ES;
     static_assert(N % BN == 0, "N is a multiple of the tile's columns");
+    static_assert(!B_NMAJOR || ES == 2, "wgmma transposes B for 16-bit types only");
+    // B_NMAJOR: a stage's B is BN / 64 boxes of BK rows x 64 columns
+    constexpr int BOXN = 128 / ES, BOX_BYTES = BK * 128;
     constexpr int CL = N / BN, KT = N / BK;
     extern __shared__ unsigned char ip_panel_raw[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(
@@ -234,7 +261,11 @@ __global__ void __launch_bounds__(384, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    // the producer's warpgroup needs few registers, the consumers' 128 or 64
+    // accumulators and their addresses more than the 168 a thread that 384
+    // threads leave (ptxas spilled around the wgmma loop): 40 + 2 x 232
     if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
         if (tid == 0) { // the producer
             int it = 0;
             for (int p = g; p < panels; p += groups)
@@ -244,7 +275,14 @@ __global__ void __launch_bounds__(384, 1)
                         ip_mbar_wait(&empty[s], ((it / S) - 1) & 1);
                     ip_mbar_expect(&full[s], (BM + BN) * BK * ES);
                     ip_tma_load(sa + s * BM * BK, &ta, k * BK, p * BM, &full[s]);
-                    ip_tma_load(sb + s * BN * BK, &tb, k * BK, col0, &full[s]);
+                    if (B_NMAJOR) {
+#pragma unroll
+                        for (int j = 0; j < BN / BOXN; j++)
+                            ip_tma_load(sb + s * BN * BK + j * BK * BOXN, &tb, col0 + j * BOXN,
+                                        k * BK, &full[s]);
+                    } else {
+                        ip_tma_load(sb + s * BN * BK, &tb, k * BK, col0, &full[s]);
+                    }
                 }
         } else if (tid == 32) { // the storer
             unsigned round = 0;
@@ -267,9 +305,16 @@ __global__ void __launch_bounds__(384, 1)
                 ip_mbar_arrive(&tile_empty);
             }
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+            // every storer of the group is past its last wait once done[g]
+            // counts CL: the last one zeroes both for the next launch
+            if (round > 0 && ip_atom_add_acq_rel(&cnt[gridDim.x + g], 1) == CL - 1) {
+                cnt[g] = 0;
+                cnt[gridDim.x + g] = 0;
+            }
         }
         return;
     }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
     const int wr = wg - 1, t = tid % 128, w = t / 32, l = t % 32;
     int it = 0;
     unsigned round = 0;
@@ -283,8 +328,11 @@ __global__ void __launch_bounds__(384, 1)
             const T *pb = sb + s * BN * BK;
 #pragma unroll
             for (int kk = 0; kk < BK / C::KSTEP; kk++)
-                ip_panel_mma<T>::run(d, ip_desc(pa + kk * C::KSTEP), ip_desc(pb + kk * C::KSTEP),
-                                     (k > 0 || kk > 0) ? 1 : 0);
+                ip_panel_mma<T>::template run<B_NMAJOR ? 1 : 0>(
+                    d, ip_desc(pa + kk * C::KSTEP),
+                    B_NMAJOR ? ip_desc(pb + kk * C::KSTEP * BOXN, BOX_BYTES)
+                             : ip_desc(pb + kk * C::KSTEP),
+                    (k > 0 || kk > 0) ? 1 : 0);
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             // this step's products stay in flight; the previous step's are
             // done, so its stage goes back to the producer

@@ -34,7 +34,8 @@ def launches():
                                                "global_copies", "global_async_copies")] + [
             ("last_grid", ctypes.c_uint * 3), ("last_block", ctypes.c_uint * 3),
             ("last_smem", ctypes.c_uint), ("last_cooperative", ctypes.c_int),
-            ("tensor_maps", ctypes.c_long), ("last_box", ctypes.c_uint * 2)]
+            ("tensor_maps", ctypes.c_long), ("last_box", ctypes.c_uint * 2),
+            ("memsets", ctypes.c_long)]
     s = Stats()
     ctypes.CDLL("libcuda.so.1").fake_cuda_get_stats(ctypes.byref(s))
     return s.launches

@@ -158,6 +158,10 @@ typedef struct ip_ws {
     size_t bytes;
     CUstream aux;
     CUevent done_gemm[JITOP__IP_MAX_BUFS], done_copy[JITOP__IP_MAX_BUFS];
+    /* 32-bit words at buf's start known to be zero once the work queued on
+     * the stream so far ran: the panel kernel's group counters, which it
+     * leaves zero (0: a new buffer, or the chunked path wrote there) */
+    size_t zero_words;
     struct ip_ws *next;
 } ip_ws;
 
@@ -451,6 +455,7 @@ static int ip_workspace(jitop_ctx *ctx, struct jitop__inplace_state *s, void *st
             return rc;
         w->buf = p;
         w->bytes = bytes;
+        w->zero_words = 0;
     }
     if (aux && w->aux == NULL) {
         /* made whole or not at all: w->aux set means the events exist (one
@@ -510,8 +515,8 @@ size_t jitop_square_matmul_scratch_bound(jitop_dtype dtype, int64_t n)
     jitop__ip_mm_cfg_env(&cfg);
     const size_t chunked = jitop__ip_mm_scratch_bound(&cfg, (size_t)n * es);
     /* the panel kernel's (16-bit, n a multiple of 256, or TF32 of 128, up to
-     * 4096): W^T and a counter a block, at most 65536 blocks (far more than
-     * any GPU holds at once) */
+     * 4096): two counters a block, at most 65536 blocks (far more than any
+     * GPU holds at once), and W^T for TF32 A W */
     const size_t panel = n % jitop__ip_panel_bn(es) == 0 && n <= JITOP__IP_PANEL_MAX_N
                              ? jitop__ip_panel_scratch(n, es, 0, 65536)
                              : 0;
@@ -631,6 +636,23 @@ static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *
 
 /* ------------------------------------------------- square matmul, panel */
 
+/* The panel kernel's instance for A op(W) (B read N-major, W as it is, for
+ * 16-bit A W; K-major otherwise) and the transpose's, into name and tname
+ * (64 bytes each). TF32 A W needs W^T first (no transposed B in TF32
+ * wgmma): ip_panel_transposes. */
+static void ip_panel_names(jitop_dtype dtype, int n, int trans, char *name, char *tname)
+{
+    const char *ct = ip_ctype(dtype) != NULL ? ip_ctype(dtype) : "?"; /* checked before */
+    const int nmajor = jitop_dtype_size(dtype) == 2 && !trans;
+    snprintf(name, 64, "sqmm_panel<%s, %d, %s>", ct, n, nmajor ? "true" : "false");
+    snprintf(tname, 64, "sqmm_panel_transpose<%s>", ct);
+}
+
+static int ip_panel_transposes(jitop_dtype dtype, int trans)
+{
+    return !trans && jitop_dtype_size(dtype) == 4;
+}
+
 /* kernels/inplace_panel.cu built for sm_90a, loaded on the first call that
  * wants it with that call's instances declared (decl, decl2: the product
  * and the transpose, one compile), and kept. Takes no
@@ -719,9 +741,7 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
         why = "the kernel failed to build or launch before";
     if (why == NULL) {
         char name[64], tname[64];
-        const char *ct = ip_ctype(dtype) != NULL ? ip_ctype(dtype) : "?"; /* checked before */
-        snprintf(name, sizeof name, "sqmm_panel<%s, %d>", ct, (int)n);
-        snprintf(tname, sizeof tname, "sqmm_panel_transpose<%s>", ct);
+        ip_panel_names(dtype, (int)n, trans, name, tname);
         jitop_module *pm = NULL;
         int rc = ip_panel_module(ctx, s, name, tname, &pm);
         if (rc == JITOP_OK)
@@ -746,12 +766,12 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
     return why == NULL;
 }
 
-/* A <- A op(W) by sqmm_panel on grid blocks (ip_plan.h): W^T into the
- * scratch first for A W (the kernel reads K-contiguous rows of B), the
- * group counters zeroed, one cooperative launch (every group's blocks are
- * resident at once: they wait for one another). *refused: the launch
- * failed with a as it was, JITOP_OK returned: the caller runs the chunked
- * path instead. */
+/* A <- A op(W) by sqmm_panel on grid blocks (ip_plan.h), one cooperative
+ * launch (every group's blocks are resident at once: they wait for one
+ * another). The scratch: the group counters at its start, zeroed once per
+ * buffer (the kernel leaves them zero), then, for TF32 A W only, W^T (the
+ * kernel reads W itself otherwise). *refused: the launch failed with a as
+ * it was, JITOP_OK returned: the caller runs the chunked path instead. */
 static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop_dtype dtype,
                            int64_t m, int n, void *a, const void *w, int trans, jitop_op *op,
                            int grid, void *stream, int *refused)
@@ -759,11 +779,12 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
     *refused = 0;
     const jitop__driver *d = jitop__driver_of(ctx);
     const jitop__cuda_api *api = d->api;
+    const int transpose = ip_panel_transposes(dtype, trans);
     jitop_op *top = NULL;
     int rc = JITOP_OK;
-    if (!trans) {
-        char tname[64];
-        snprintf(tname, sizeof tname, "sqmm_panel_transpose<%s>", ip_ctype(dtype));
+    if (transpose) {
+        char name[64], tname[64];
+        ip_panel_names(dtype, n, trans, name, tname);
         rc = ip_get_in(s, __atomic_load_n(&s->panel_module, __ATOMIC_ACQUIRE), tname, &top);
     }
     if (rc == JITOP_OK)
@@ -772,14 +793,13 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
         rc = jitop__driver_make_current(d);
     if (rc != JITOP_OK)
         return rc;
-    const size_t es = jitop_dtype_size(dtype);
-    const size_t wt_bytes = trans ? 0 : (size_t)n * (size_t)n * es;
+    const size_t es = jitop_dtype_size(dtype), words = 2 * (size_t)grid;
     pthread_mutex_lock(&s->lock);
     ip_ws *ws = NULL;
     rc = ip_workspace(ctx, s, stream, jitop__ip_panel_scratch(n, es, trans, grid), 0, &ws);
-    const CUdeviceptr wt = ws != NULL ? ws->buf : 0, cnt = wt + wt_bytes;
-    const void *b = trans ? w : (const void *)(uintptr_t)wt;
-    if (rc == JITOP_OK && !trans) {
+    const CUdeviceptr cnt = ws != NULL ? ws->buf : 0, wt = cnt + jitop__ip_panel_counters(grid);
+    const void *b = transpose ? (const void *)(uintptr_t)wt : w;
+    if (rc == JITOP_OK && transpose) {
         const void *wp = w;
         void *wtp = (void *)(uintptr_t)wt;
         int nn = n;
@@ -788,14 +808,21 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
         rc = jitop_launch(top, (jitop_dim3){(unsigned)(n / 32), (unsigned)(n / 32), 1},
                           (jitop_dim3){32, 8, 1}, 0, stream, targs, tsizes, 3);
     }
-    if (rc == JITOP_OK)
-        rc = jitop__cu_check(api->cuMemsetD32Async(cnt, 0, (size_t)grid, (CUstream)stream),
+    if (rc == JITOP_OK && ws->zero_words < words) {
+        rc = jitop__cu_check(api->cuMemsetD32Async(cnt, 0, words, (CUstream)stream),
                              "cuMemsetD32Async", "inplace");
+        if (rc == JITOP_OK)
+            ws->zero_words = words;
+    }
+    /* B: boxes of bn rows x 128 bytes (K contiguous), or of 128 bytes of
+     * columns x 128 bytes of K rows (N-major: 16-bit A W) */
+    const int nmajor = es == 2 && !trans;
     CUtensorMap ta, tb;
     if (rc == JITOP_OK)
         rc = ip_panel_map(api, dtype, a, m, n, 128, &ta);
     if (rc == JITOP_OK)
-        rc = ip_panel_map(api, dtype, b, n, n, (unsigned)jitop__ip_panel_bn(es), &tb);
+        rc = ip_panel_map(api, dtype, b, n, n,
+                          nmajor ? (unsigned)(128 / es) : (unsigned)jitop__ip_panel_bn(es), &tb);
     if (rc == JITOP_OK) {
         int mm = (int)m;
         unsigned *cp = (unsigned *)(uintptr_t)cnt;
@@ -957,6 +984,8 @@ static int ip_matmul_chunked(jitop_ctx *ctx, struct jitop__inplace_state *s, jit
     pthread_mutex_lock(&s->lock);
     ip_ws *ws = NULL;
     rc = ip_workspace(ctx, s, stream, (size_t)p.bufs * p.chunk, two, &ws);
+    if (ws != NULL)
+        ws->zero_words = 0; /* the products land over the panel's counters */
     if (rc == JITOP_OK && cb->blas.set_stream(cb->blas.handle, stream) != 0)
         rc = jitop__fail(JITOP_ECUDA, "inplace: cublasSetStream failed");
     /* a partitioned call's products leave copy_sms SMs to the copies; any

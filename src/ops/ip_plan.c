@@ -91,7 +91,7 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
                        : "n not a multiple of 128 in [256, 4096]";
     if (m < 1 || m > JITOP__IP_PANEL_MAX_M)
         return "m out of the kernel's range";
-    if (a % 16 != 0 || (transposed && w % 16 != 0))
+    if (a % 16 != 0 || ((transposed || es == 2) && w % 16 != 0))
         return "a or w not 16-byte aligned";
     if (mode < 0 && n < JITOP__IP_PANEL_AUTO_MIN_N)
         return "n below the automatic rule's range";
@@ -107,11 +107,15 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
     return NULL;
 }
 
+size_t jitop__ip_panel_counters(int grid)
+{
+    return ((size_t)(grid > 0 ? grid : 0) * 8 + 255) / 256 * 256;
+}
+
 size_t jitop__ip_panel_scratch(int64_t n, size_t es, int transposed, int grid)
 {
-    const size_t wt = transposed ? 0 : (size_t)n * (size_t)n * es;
-    const size_t cnt = (size_t)(grid > 0 ? grid : 0) * 4;
-    return (wt + cnt + 255) / 256 * 256;
+    const size_t wt = !transposed && es == 4 ? (size_t)n * (size_t)n * es : 0;
+    return jitop__ip_panel_counters(grid) + (wt + 255) / 256 * 256;
 }
 
 void jitop__ip_mm_plan_make(const jitop__ip_mm_cfg *cfg, int64_t m, size_t row, uintptr_t a,

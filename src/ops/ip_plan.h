@@ -107,15 +107,16 @@ size_t jitop__ip_mm_scratch_bound(const jitop__ip_mm_cfg *cfg, size_t row);
  * at least one. */
 unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_sm, int sms);
 
-/* The panel kernel (kernels/inplace_panel.cu, sqmm_panel<T, n>): A <- A W
+/* The panel kernel (kernels/inplace_panel.cu, sqmm_panel<T, n, ...>): A <- A W
  * on sm_90a for 16-bit A, and float32 A with TF32 products, written
  * straight into A by groups of n / bn blocks (bn: jitop__ip_panel_bn) that
  * each own a panel of 128 rows (no copy-back). It can take a call when: the
  * device is compute capability 9.0 exactly (sm_90a code runs there only);
  * 2-byte elements, or 4-byte ones with tf32; n a multiple of bn in [256,
  * 4096]; 1 <= m
- * <= JITOP__IP_PANEL_MAX_M; a 16-byte aligned, and w with transposed (TMA
- * reads it then; A W reads jitop's own aligned W^T); the device holds
+ * <= JITOP__IP_PANEL_MAX_M; a 16-byte aligned, and w where TMA reads it
+ * (16-bit, and TF32 A W^T; TF32 A W reads jitop's own aligned W^T); the
+ * device holds
  * at least a group's blocks at once (resident: the driver's occupancy over
  * all SMs). It takes it when mode is 1, or mode is -1 (unset) and the
  * automatic rule does: n in [256, 1024] for any m, n in (1024, 2048] for m
@@ -143,9 +144,12 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
 int jitop__ip_panel_bn(size_t es);
 size_t jitop__ip_panel_smem(size_t es);
 
-/* The panel path's scratch: W^T (n x n elements of es bytes) unless
- * transposed (A W^T reads W as it is), then a 4-byte counter a block of the
- * grid (the kernel uses one a group), rounded up to 256 bytes. */
+/* The panel path's scratch: two 4-byte counters a block of the grid (the
+ * kernel uses two a group) in the first jitop__ip_panel_counters(grid)
+ * bytes (a multiple of 256), then, for TF32 A W only (not transposed, es
+ * 4: TF32 wgmma reads B K-contiguous only), W^T, n x n elements; 16-bit
+ * and transposed calls read W as it is. */
+size_t jitop__ip_panel_counters(int grid);
 size_t jitop__ip_panel_scratch(int64_t n, size_t es, int transposed, int grid);
 
 /* Calls of ctx that the panel kernel took (defined in inplace.c; for the

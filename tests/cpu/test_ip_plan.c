@@ -402,9 +402,16 @@ static void test_panel_plan(void **state)
         assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a + 4, 1, 132,
                                                     &grid),
                                "aligned"));
-        /* A W reads W only through the transpose into jitop's scratch */
-        assert_null(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a + 2, 0, 132, &grid));
+        /* 16-bit A W reads W by TMA too (N-major); TF32 A W only through
+         * the transpose into jitop's scratch */
+        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 2, 0, 4096, 1024, a, a + 2, 0, 132,
+                                                    &grid),
+                               "aligned"));
+        assert_null(jitop__ip_panel_plan(mode, 9, 0, 4, 1, 4096, 1024, a, a + 4, 0, 132, &grid));
         assert_int_equal(grid, 128);
+        assert_non_null(strstr(jitop__ip_panel_plan(mode, 9, 0, 4, 1, 4096, 1024, a, a + 4, 1, 132,
+                                                    &grid),
+                               "aligned"));
         assert_non_null(strstr(panel(mode, 0, 1024, a, &grid), "range"));
         assert_non_null(strstr(panel(mode, JITOP__IP_PANEL_MAX_M + 1, 1024, a, &grid), "range"));
         assert_null(panel(mode, JITOP__IP_PANEL_MAX_M, 1024, a, &grid));
@@ -473,12 +480,20 @@ static void test_panel_scratch(void **state)
     assert_int_equal(jitop__ip_panel_smem(2), 214016);
     assert_int_equal(jitop__ip_panel_smem(4), 197632);
     assert_true(jitop__ip_panel_smem(2) <= 227 * 1024 && jitop__ip_panel_smem(4) <= 227 * 1024);
-    assert_int_equal(jitop__ip_panel_scratch(1024, 4, 0, 128), 4 * MiB + 512);
-    /* W^T (n x n x 2) and a counter a block, in 256-byte steps */
-    assert_int_equal(jitop__ip_panel_scratch(1024, 2, 0, 132), 2 * MiB + 768);
-    assert_int_equal(jitop__ip_panel_scratch(1024, 2, 1, 132), 768);
+    /* two counters a block in 256-byte steps, then W^T (n x n x 4) for TF32
+     * A W only: 16-bit A W reads W N-major as it is */
+    assert_int_equal(jitop__ip_panel_counters(0), 0);
+    assert_int_equal(jitop__ip_panel_counters(1), 256);
+    assert_int_equal(jitop__ip_panel_counters(32), 256);
+    assert_int_equal(jitop__ip_panel_counters(33), 512);
+    assert_int_equal(jitop__ip_panel_counters(132), 1280);
+    assert_int_equal(jitop__ip_panel_scratch(1024, 4, 0, 128), 1024 + 4 * MiB);
+    assert_int_equal(jitop__ip_panel_scratch(1024, 4, 1, 128), 1024);
+    assert_int_equal(jitop__ip_panel_scratch(384, 4, 0, 132), 1280 + 384 * 384 * 4);
+    assert_int_equal(jitop__ip_panel_scratch(1024, 2, 0, 132), 1280);
+    assert_int_equal(jitop__ip_panel_scratch(1024, 2, 1, 132), 1280);
     assert_int_equal(jitop__ip_panel_scratch(256, 2, 1, 1), 256);
-    assert_int_equal(jitop__ip_panel_scratch(4096, 2, 0, 128), 32 * MiB + 512);
+    assert_int_equal(jitop__ip_panel_scratch(4096, 2, 0, 128), 1024);
     /* the public bound covers the panel path's scratch at any grid a GPU
      * holds, whatever the chunk setting */
     const char *chunks[] = {NULL, "1", "32"};

@@ -1117,6 +1117,9 @@ static CUresult CUDAAPI fake_cuMemsetD32Async(CUdeviceptr dst, unsigned int valu
     unsigned int *p = (unsigned int *)dst;
     for (size_t i = 0; i < n; i++)
         p[i] = value;
+    lock();
+    g_stats.memsets++;
+    unlock();
     return CUDA_SUCCESS;
 }
 

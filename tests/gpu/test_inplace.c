@@ -658,8 +658,9 @@ static int is_sm90(void)
  * [256, 4096], A 16-byte aligned, and W where TMA reads it (W^T: trans). */
 static int panel_shape(jitop_dtype dt, int trans, int64_t n, size_t offset)
 {
+    (void)trans; /* 16-bit: TMA reads W for A W (N-major) and A W^T alike */
     return (dt == JITOP_FLOAT16 || dt == JITOP_BFLOAT16) && n % 256 == 0 && n >= 256 &&
-           n <= 4096 && offset % 16 == 0 && (!trans || mm_woff % 16 == 0);
+           n <= 4096 && offset % 16 == 0 && mm_woff % 16 == 0;
 }
 
 /* matmul_case_at in mm_ctx; jitop__inplace_panel_calls must grow by one per
@@ -705,8 +706,8 @@ static void panel_dtype(jitop_dtype dt)
     /* not the panel path, the same results */
     panel_case(dt, 0, 1000, 1024, 2, panel_shape(dt, 0, 1024, 2)); /* A off 16 bytes */
     mm_woff = 8;
-    panel_case(dt, 1, 1000, 1024, 0, panel_shape(dt, 1, 1024, 0)); /* W off 16 bytes, read by TMA */
-    /* A W reads W only through the transpose into jitop's aligned scratch */
+    /* W off 16 bytes, read by TMA both ways */
+    panel_case(dt, 1, 1000, 1024, 0, panel_shape(dt, 1, 1024, 0));
     panel_case(dt, 0, 1000, 1024, 0, panel_shape(dt, 0, 1024, 0));
     mm_woff = 0;
     panel_case(dt, 1, 1000, 1000, 0, panel_shape(dt, 1, 1000, 0)); /* n not a multiple of 256 */
@@ -737,9 +738,27 @@ static void test_matmul_panel(void **state)
     panel_case(JITOP_FLOAT32, 1, 20000, 1152, 0, 1); /* groups of 9 */
     panel_case(JITOP_FLOAT32, 1, 1000, 1000, 0, 0);  /* n not a multiple of 128 */
     panel_case(JITOP_FLOAT32, 0, 1000, 1024, 4, 0);  /* A off 16 bytes */
+    mm_woff = 4; /* A W: W read by the transpose, into jitop's aligned W^T */
+    panel_case(JITOP_FLOAT32, 0, 1000, 1024, 0, 1);
+    mm_woff = 0;
     panel_flags = 0;
     assert_int_equal(jitop__inplace_panel_calls(mm_ctx),
-                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 4 + 2 + 2 * 2 + 1) + 6 * 4 * 2 + 2 : 0);
+                     is_sm90() ? 2 * (7 * 5 * 2 + 2 + 4 + 2 + 2 * 2) + 6 * 4 * 2 + 2 + 1 : 0);
+    variant_end();
+    /* the automatic rule, one context and stream: panel, chunked (n 1280
+     * at m 4096: its products land over the panel's counters in the
+     * shared scratch), panel again (the counters zeroed again: a kernel
+     * that found them dirty would store early or never finish), then a
+     * larger TF32 scratch and back */
+    variant_begin_panel(NULL, NULL, NULL, NULL, NULL);
+    for (int round = 0; round < 2; round++) {
+        panel_case(JITOP_FLOAT16, 0, 4096, 1024, 0, 1);
+        panel_case(JITOP_BFLOAT16, 1, 4096, 1280, 0, 0);
+        panel_case(JITOP_BFLOAT16, 1, 1000, 512, 0, 1);
+        panel_flags = JITOP_MATMUL_TF32;
+        panel_case(JITOP_FLOAT32, 0, 129, 768, 0, 1);
+        panel_flags = 0;
+    }
     variant_end();
     /* JITOP_INPLACE_MM_PANEL=0: never, on the path's own shapes */
     variant_begin_panel(NULL, NULL, NULL, NULL, "0");
