@@ -1124,7 +1124,7 @@ static CUresult CUDAAPI fake_cuMemsetD32Async(CUdeviceptr dst, unsigned int valu
 }
 
 /* Checks what the driver checks of a 2-D map (alignment of the address and
- * the strides, the box within 256 and the swizzle's 128-byte inner box) and
+ * the strides, the box within 256 and the inner box within the swizzle's span) and
  * writes the arguments' bytes into the map, so that a launch passes them. */
 static CUresult CUDAAPI fake_cuTensorMapEncodeTiled(
     CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *base,
@@ -1146,7 +1146,9 @@ static CUresult CUDAAPI fake_cuTensorMapEncodeTiled(
         if (i + 1 < rank && (!strides || strides[i] % 16 != 0))
             return CUDA_ERROR_INVALID_VALUE;
     }
-    if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * es > 128)
+    if ((swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * es > 128) ||
+        (swizzle == CU_TENSOR_MAP_SWIZZLE_64B && box[0] * es > 64) ||
+        (swizzle == CU_TENSOR_MAP_SWIZZLE_32B && box[0] * es > 32))
         return CUDA_ERROR_INVALID_VALUE;
     if ((box[0] * es) % 16 != 0)
         return CUDA_ERROR_INVALID_VALUE;
