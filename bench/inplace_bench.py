@@ -12,7 +12,8 @@ Square matmul A (m x n) <- A W, W n x n, for n in {1024, 4096, 8192} and m in
 {4096, 65536}: float32 (full float32 on both sides; torch's default leaves
 TF32 off for matmul), TF32 (jitop's JITOP_MATMUL_TF32 against torch with
 allow_tf32), float16, bfloat16. Time: median over batches of back-to-back
-calls between two CUDA events on torch's current stream. Extra memory: for
+calls between two CUDA events on torch's current stream, jitop's batches and
+torch's in turn (7 of each; --quick 3). Extra memory: for
 torch, torch.cuda.max_memory_allocated() over what was allocated before the
 call (its output, plus any workspace its allocator gives cuBLAS); for jitop,
 its own accounting (jitop_inplace_scratch_bytes after the calls) and the
@@ -134,6 +135,29 @@ def main():
         ts.sort()
         return ts[len(ts) // 2]
 
+    def time_pair(f, g, target_ms=300.0):
+        # f and g in alternating batches, so that clock and heat drift reach
+        # both alike: (f's median ms, g's)
+        pers, out = [], ([], [])
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for fn in (f, g):
+            fn()
+            torch.cuda.synchronize()
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            pers.append(max(1, min(200, int(target_ms / 10 / max(s.elapsed_time(e), 1e-3)))))
+        for _ in range(3 if args.quick else 7):
+            for i, fn in enumerate((f, g)):
+                s.record()
+                for _ in range(pers[i]):
+                    fn()
+                e.record()
+                e.synchronize()
+                out[i].append(s.elapsed_time(e) / pers[i])
+        return tuple(sorted(ts)[len(ts) // 2] for ts in out)
+
     one = torch.zeros(1, 1, device="cuda")
 
     def make_state(c):
@@ -183,7 +207,7 @@ def main():
                 delta = (free0 - torch.cuda.mem_get_info()[0]) / 2 ** 20
                 err = ((a0.double() - want).norm() / want.norm()).item()
                 a.copy_(torch.randn(m, n, device="cuda", dtype=dt))
-                t_jt = time_ms(lambda: jt_mm(a, w, tf32))
+                jt_mm(a, w, tf32)
                 scratch = lib.jitop_inplace_scratch_bytes(ctx) / 2 ** 20
                 bound = lib.jitop_square_matmul_scratch_bound(DT[dt], n) / 2 ** 20
                 # torch, out of place
@@ -198,7 +222,8 @@ def main():
 
                 def tmm():
                     torch.matmul(a, w)
-                t_torch = time_ms(tmm)
+                # side by side: jitop's and torch's batches in turn
+                t_jt, t_torch = time_pair(lambda: jt_mm(a, w, tf32), tmm)
                 t_ref = None
                 if ref is not None and n <= 2048 and not tf32:
                     t_ref = time_ms(lambda: ref.warp_row_matmul_(a, w, False), target_ms=50.0)

@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
     // the producer's warpgroup needs few registers, the consumers' 128 or 64
     // accumulators and their addresses more than the 168 a thread that 384
-    // threads leave (ptxas spilled around the wgmma loop): 40 + 2 x 232
+    // threads leave (ptxas spilled around the wgmma loop): 40 + 2 x 232,
+    // all of 3 x 168 (src/ops/inplace.c launches only a build of 168)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
         if (tid == 0) { // the producer

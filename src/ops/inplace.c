@@ -37,6 +37,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,9 +152,12 @@ typedef struct ip_inst {
 } ip_inst;
 
 /* A caller stream's scratch, and the second stream and events of the
- * overlapped copies (created on first need). */
+ * overlapped copies (created on first need). CU_STREAM_PER_THREAD names
+ * another stream in every thread: its scratch is per thread (thread), so
+ * that two threads' calls never share one buffer while both run. */
 typedef struct ip_ws {
     void *stream;
+    pthread_t thread; /* for CU_STREAM_PER_THREAD only */
     CUdeviceptr buf;
     size_t bytes;
     CUstream aux;
@@ -427,13 +431,16 @@ static int ip_workspace(jitop_ctx *ctx, struct jitop__inplace_state *s, void *st
 {
     const jitop__driver *d = jitop__driver_of(ctx);
     const jitop__cuda_api *api = d->api;
+    const int per_thread = stream == (void *)CU_STREAM_PER_THREAD;
+    const pthread_t self = pthread_self();
     ip_ws *w = s->ws;
-    while (w != NULL && w->stream != stream)
+    while (w != NULL && (w->stream != stream || (per_thread && !pthread_equal(w->thread, self))))
         w = w->next;
     if (w == NULL) {
         if ((w = calloc(1, sizeof *w)) == NULL)
             return jitop__fail(JITOP_ENOMEM, "inplace: out of memory");
         w->stream = stream;
+        w->thread = self;
         w->next = s->ws;
         s->ws = w;
     }
@@ -738,7 +745,7 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
     const char *why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, tf32, m, n,
                                            (uintptr_t)a, (uintptr_t)w, trans, INT_MAX, grid);
     if (why == NULL && __atomic_load_n(&s->panel_broken, __ATOMIC_ACQUIRE))
-        why = "the kernel failed to build or launch before";
+        why = "the kernel failed to build or launch before, or was built with other registers";
     if (why == NULL) {
         char name[64], tname[64];
         ip_panel_names(dtype, (int)n, trans, name, tname);
@@ -746,7 +753,20 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
         int rc = ip_panel_module(ctx, s, name, tname, &pm);
         if (rc == JITOP_OK)
             rc = ip_get_in(s, pm, name, op);
-        if (rc != JITOP_OK) {
+        jitop_op_info info;
+        if (rc == JITOP_OK)
+            rc = jitop_op_info_get(*op, &info);
+        if (rc == JITOP_OK && info.num_regs != JITOP__IP_PANEL_REGS) {
+            /* the kernel's setmaxnreg split assumes it: with fewer its
+             * consumers would wait forever for registers, with more it
+             * would not launch */
+            jitop__log(ctx,
+                       "inplace: %s has %d registers a thread, not the %d its register split "
+                       "needs: the chunked path runs",
+                       name, info.num_regs, JITOP__IP_PANEL_REGS);
+            __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
+            why = "the kernel's register count does not fit its register split";
+        } else if (rc != JITOP_OK) {
             /* a toolkit without sm_90a, say: the chunked path runs, now and
              * from now on (no compile tried again at every call) */
             jitop__log(ctx, "inplace: %s unavailable (%s): the chunked path runs", name,
@@ -807,6 +827,11 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
         size_t tsizes[] = {sizeof wp, sizeof wtp, sizeof nn};
         rc = jitop_launch(top, (jitop_dim3){(unsigned)(n / 32), (unsigned)(n / 32), 1},
                           (jitop_dim3){32, 8, 1}, 0, stream, targs, tsizes, 3);
+        /* W^T lands after this grid's counters: over an earlier, larger
+         * grid's, which are zero no more */
+        const size_t kept = jitop__ip_panel_counters(grid) / 4;
+        if (ws->zero_words > kept)
+            ws->zero_words = kept;
     }
     if (rc == JITOP_OK && ws->zero_words < words) {
         rc = jitop__cu_check(api->cuMemsetD32Async(cnt, 0, words, (CUstream)stream),

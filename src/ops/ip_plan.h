@@ -144,6 +144,12 @@ const char *jitop__ip_panel_plan(int mode, int cc_major, int cc_minor, size_t es
 int jitop__ip_panel_bn(size_t es);
 size_t jitop__ip_panel_smem(size_t es);
 
+/* The registers a thread sqmm_panel must be built with: its warpgroups
+ * trade them by setmaxnreg, 40 for the producer's and 232 for each
+ * consumer's, 64512 of the 65536 an SM has, which only 168 a thread at
+ * launch (384 threads, one block an SM) gives back. */
+#define JITOP__IP_PANEL_REGS 168
+
 /* The panel path's scratch: two 4-byte counters a block of the grid (the
  * kernel uses two a group) in the first jitop__ip_panel_counters(grid)
  * bytes (a multiple of 256), then, for TF32 A W only (not transposed, es

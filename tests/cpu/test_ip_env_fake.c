@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,9 @@ static int matmul_logged(jitop_ctx *ctx, const char *dir, int64_t m, CUdeviceptr
 static void test_panel_path(void **state)
 {
     (void)state;
+    /* the register count the kernel's setmaxnreg split needs (the fake
+     * reports 16 otherwise) */
+    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", "168", 1), 0);
     char *dir;
     jitop_ctx *ctx = fake_ctx(&dir);
     const char *const on[NVARS] = {NULL, NULL, NULL, "1"};
@@ -246,10 +250,29 @@ static void test_panel_path(void **state)
     assert_int_equal(st.tensor_maps - st0.tensor_maps, 2);
     assert_int_equal(st.last_box[0], 32);
     assert_int_equal(st.last_box[1], 128);
+    /* m 1: a grid of 8, W^T right after its counters, over the 128-block
+     * grid's: no zeroing for this call, but the next large grid zeroes
+     * again (its counters are W^T's bytes now) */
+    const int64_t tm[] = {1, 4096, 4096};
+    const long tz[] = {0, 1, 0};
+    for (int i = 0; i < 3; i++) {
+        g_fake_stats(&st0);
+        rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, tm[i], 1024, (void *)(uintptr_t)af,
+                                         (void *)(uintptr_t)wf, 0, JITOP_MATMUL_TF32, NULL);
+        if (rc != JITOP_OK)
+            fail_msg("TF32 m %lld: %s: %s", (long long)tm[i], jitop_strerror(rc),
+                     jitop_errmsg(NULL));
+        g_fake_stats(&st);
+        assert_int_equal(st.last_grid[0], tm[i] == 1 ? 8 : 128);
+        if (st.memsets - st0.memsets != tz[i])
+            fail_msg("TF32 call %d (m %lld): %ld zeroings of the counters, want %ld", i,
+                     (long long)tm[i], st.memsets - st0.memsets, tz[i]);
+    }
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 6);
     rc = jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, 4096, 1024, (void *)(uintptr_t)af,
                                      (void *)(uintptr_t)wf, 0, 0, NULL);
     assert_int_equal(rc, JITOP_ENOTFOUND);
-    assert_int_equal(jitop__inplace_panel_calls(ctx), 3);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 6);
     assert_int_equal(cu->cuMemFree(af), CUDA_SUCCESS);
     assert_int_equal(cu->cuMemFree(wf), CUDA_SUCCESS);
     /* a device that refuses the cooperative grid: A untouched by the panel
@@ -269,12 +292,90 @@ static void test_panel_path(void **state)
         free(text);
     }
     assert_int_equal(unsetenv("FAKE_CUDA_NO_COOPERATIVE"), 0);
-    assert_int_equal(jitop__inplace_panel_calls(ctx), 3);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 6);
     assert_int_equal(jitop_inplace_release(ctx), JITOP_OK);
     assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
+    jitop_ctx_destroy(ctx);
+    free(dir);
+    /* a build with other than 168 registers a thread (another ptxas, say):
+     * never launched (its consumers would wait for registers forever), the
+     * chunked path runs and the log says why */
+    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", "160", 1), 0);
+    ctx = fake_ctx(&dir);
+    free(first_call_logged(ctx, dir, on));
+    fake_cuda_stats st1;
+    g_fake_stats(&st1);
+    rc = matmul_logged(ctx, dir, 4096, a, w, 0, &text);
+    g_fake_stats(&st);
+    assert_int_equal(rc, JITOP_ENOTFOUND);
+    assert_int_equal(st.launches - st1.launches, 0);
+    if (strstr(text, "has 160 registers a thread, not the 168") == NULL)
+        fail_msg("the register count not logged:\n%s", text);
+    free(text);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 0);
+    jitop_ctx_destroy(ctx);
+    assert_int_equal(unsetenv("FAKE_CUDA_NUM_REGS"), 0);
     assert_int_equal(cu->cuMemFree(a), CUDA_SUCCESS);
     assert_int_equal(cu->cuMemFree(w), CUDA_SUCCESS);
+    free(dir);
+}
+
+/* CU_STREAM_PER_THREAD is another stream in every thread: two threads'
+ * calls on it get a scratch each (one shared buffer would have both
+ * threads' kernels use the same counters and products at once), while one
+ * thread's calls keep reusing its own. */
+typedef struct {
+    jitop_ctx *ctx;
+    CUdeviceptr a, w;
+    int rc;
+} pts_arg;
+
+static void *pts_call(void *p)
+{
+    pts_arg *x = p;
+    for (int i = 0; i < 2 && x->rc == JITOP_OK; i++)
+        x->rc = jitop_square_matmul_inplace(x->ctx, JITOP_FLOAT16, 4096, 1024,
+                                            (void *)(uintptr_t)x->a, (void *)(uintptr_t)x->w, 0,
+                                            0, (void *)CU_STREAM_PER_THREAD);
+    return NULL;
+}
+
+static void test_per_thread_stream_scratch(void **state)
+{
+    (void)state;
+    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", "168", 1), 0);
+    char *dir;
+    jitop_ctx *ctx = fake_ctx(&dir);
+    const char *const on[NVARS] = {NULL, NULL, NULL, "1"};
+    free(first_call_logged(ctx, dir, on));
+    const jitop__cuda_api *cu = jitop__cuda();
+    pts_arg x[2];
+    for (int i = 0; i < 2; i++) {
+        x[i].ctx = ctx;
+        x[i].rc = JITOP_OK;
+        assert_int_equal(cu->cuMemAlloc(&x[i].a, 4096 * 1024 * 2), CUDA_SUCCESS);
+        assert_int_equal(cu->cuMemAlloc(&x[i].w, 1024 * 1024 * 2), CUDA_SUCCESS);
+    }
+    pts_call(&x[0]); /* this thread: one scratch */
+    assert_int_equal(x[0].rc, JITOP_OK);
+    const size_t one = jitop_inplace_scratch_bytes(ctx);
+    assert_true(one > 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, pts_call, &x[1]), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (x[1].rc != JITOP_OK)
+        fail_msg("second thread: %s", jitop_strerror(x[1].rc));
+    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 2 * one);
+    pts_call(&x[0]); /* this thread's again: no third */
+    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 2 * one);
+    assert_int_equal(jitop__inplace_panel_calls(ctx), 6);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(cu->cuMemFree(x[i].a), CUDA_SUCCESS);
+        assert_int_equal(cu->cuMemFree(x[i].w), CUDA_SUCCESS);
+    }
+    assert_int_equal(jitop_inplace_release(ctx), JITOP_OK);
     jitop_ctx_destroy(ctx);
+    assert_int_equal(unsetenv("FAKE_CUDA_NUM_REGS"), 0);
     free(dir);
 }
 
@@ -299,6 +400,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_settings_are_logged),
         cmocka_unit_test(test_good_settings_are_quiet),
         cmocka_unit_test(test_panel_path),
+        cmocka_unit_test(test_per_thread_stream_scratch),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     jt_cleanup();

@@ -791,7 +791,9 @@ static CUresult CUDAAPI fake_cuFuncGetAttribute(int *value, CUfunction_attribute
     unlock();
     switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: /* FAKE_CUDA_NUM_REGS: what a test needs the build to have */
+        *value = getenv("FAKE_CUDA_NUM_REGS") ? atoi(getenv("FAKE_CUDA_NUM_REGS")) : 16;
+        break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = 0; break;
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: *value = 0; break; /* no __cluster_dims__ */
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:

@@ -31,7 +31,7 @@ typedef struct fake_cuda_stats {
      * (its first two dimensions) */
     long tensor_maps;
     unsigned last_box[2];
-    long memsets; /* cuMemsetD*Async calls */
+    long memsets; /* cuMemsetD32Async calls */
 } fake_cuda_stats;
 
 #define FAKE_CUDA_STATS_SYMBOL "fake_cuda_get_stats"

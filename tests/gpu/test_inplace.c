@@ -745,11 +745,13 @@ static void test_matmul_panel(void **state)
     assert_int_equal(jitop__inplace_panel_calls(mm_ctx),
                      is_sm90() ? 2 * (7 * 5 * 2 + 2 + 4 + 2 + 2 * 2) + 6 * 4 * 2 + 2 + 1 : 0);
     variant_end();
-    /* the automatic rule, one context and stream: panel, chunked (n 1280
-     * at m 4096: its products land over the panel's counters in the
-     * shared scratch), panel again (the counters zeroed again: a kernel
-     * that found them dirty would store early or never finish), then a
-     * larger TF32 scratch and back */
+    /* the automatic rule, one context and stream, calls that share the
+     * scratch whose first words are the panel kernel's counters (zero
+     * between calls: a kernel that found them dirty would store into a
+     * panel its group still reads, or never finish): panel; chunked (n 1280
+     * at m 4096: its products land over the counters); panel again; TF32 A
+     * W on a small grid (m 1: W^T right after its few counters, over the
+     * large grid's); the large grid twice (the first zeroes them again) */
     variant_begin_panel(NULL, NULL, NULL, NULL, NULL);
     for (int round = 0; round < 2; round++) {
         panel_case(JITOP_FLOAT16, 0, 4096, 1024, 0, 1);
@@ -757,7 +759,10 @@ static void test_matmul_panel(void **state)
         panel_case(JITOP_BFLOAT16, 1, 1000, 512, 0, 1);
         panel_flags = JITOP_MATMUL_TF32;
         panel_case(JITOP_FLOAT32, 0, 129, 768, 0, 1);
+        panel_case(JITOP_FLOAT32, 0, 1, 1024, 0, 1);
         panel_flags = 0;
+        panel_case(JITOP_FLOAT16, 0, 65536, 1024, 0, 1);
+        panel_case(JITOP_BFLOAT16, 1, 65536, 1024, 0, 1);
     }
     variant_end();
     /* JITOP_INPLACE_MM_PANEL=0: never, on the path's own shapes */
