@@ -21,8 +21,9 @@
 // g + G / CL, ... A tile's product needs the panel's every column, so no
 // block of the group may store into the panel before every block of the
 // group has read it: each block counts its reading done on cnt[g] (release)
-// and its storer waits until the group's count for that panel is complete
-// (acquire). No block reads a panel after its group finished it, so nothing
+// as soon as a consumer has seen the panel's last load land (the products
+// may still run), and its storer waits until the group's count for that
+// panel is complete (acquire). No block reads a panel after its group finished it, so nothing
 // else waits. The group's last storer to finish puts cnt[g] back to 0 (and
 // done[g], how it knows it is the last), so the counters the host zeroed
 // once stay zero for the next launch on the same scratch.
@@ -118,6 +119,16 @@ __device__ __forceinline__ unsigned ip_ld_acquire(const unsigned *p)
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+__device__ __forceinline__ unsigned ip_ld_acquire_cta(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(ip_smem(p)) : "memory");
+    return v;
+}
+__device__ __forceinline__ void ip_st_release_cta(unsigned *p, unsigned v)
+{
+    asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(ip_smem(p)), "r"(v) : "memory");
 }
 __device__ __forceinline__ void ip_red_release(unsigned *p, unsigned v)
 {
@@ -248,6 +259,10 @@ __global__ void __launch_bounds__(384, 1)
     T *sb = reinterpret_cast<T *>(smem + S * BM * BK * ES);
     unsigned char *sc = smem + S * (BM + BN) * BK * ES;
     __shared__ unsigned long long full[S], empty[S], tile_full, tile_empty;
+    // panels of this block whose every load has landed in shared memory: A's
+    // rows there are no longer read from global memory, whatever the
+    // wgmma still do with the stages (rising, so no phase to alias)
+    __shared__ unsigned panels_loaded;
     const int tid = threadIdx.x, wg = tid / 128;
     const int groups = gridDim.x / CL, g = blockIdx.x / CL, col0 = (blockIdx.x % CL) * BN;
     const int panels = (m + BM - 1) / BM;
@@ -258,6 +273,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         ip_mbar_init(&tile_full, 256);
         ip_mbar_init(&tile_empty, 1);
+        panels_loaded = 0;
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -288,13 +304,16 @@ __global__ void __launch_bounds__(384, 1)
         } else if (tid == 32) { // the storer
             unsigned round = 0;
             for (int p = g; p < panels; p += groups, round++) {
-                ip_mbar_wait(&tile_full, round & 1);
-                // this block has read its share of the panel: count it, and
-                // wait for the group's
+                // this block has read its share of the panel (its last load
+                // landed, seen by a consumer): count it, while the products
+                // still run, and wait for the group's
+                while (ip_ld_acquire_cta(&panels_loaded) < round + 1)
+                    __nanosleep(32);
                 ip_red_release(&cnt[g], 1);
                 const unsigned want = CL * (round + 1);
                 while (ip_ld_acquire(&cnt[g]) < want)
                     __nanosleep(32);
+                ip_mbar_wait(&tile_full, round & 1);
                 // the stores below are the async proxy's; the other blocks'
                 // reads they must follow were seen through the generic one
                 asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -324,6 +343,10 @@ __global__ void __launch_bounds__(384, 1)
         for (int k = 0; k < KT; k++, it++) {
             const int s = it % S;
             ip_mbar_wait(&full[s], (it / S) & 1);
+            // this thread has now seen every load of the panel land (it waited
+            // for each step's in turn): the storer may count the panel read
+            if (k == KT - 1 && tid == 128)
+                ip_st_release_cta(&panels_loaded, round + 1);
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
             const T *pa = sa + s * BM * BK + wr * 64 * BK;
             const T *pb = sb + s * BN * BK;
