@@ -23,10 +23,11 @@
 // group has read it: each block counts its reading done on cnt[g] (release)
 // as soon as a consumer has seen the panel's last load land (the products
 // may still run), and its storer waits until the group's count for that
-// panel is complete (acquire). No block reads a panel after its group finished it, so nothing
-// else waits. The group's last storer to finish puts cnt[g] back to 0 (and
-// done[g], how it knows it is the last), so the counters the host zeroed
-// once stay zero for the next launch on the same scratch.
+// panel is complete (acquire). No block reads a panel after its group
+// finished it, so nothing else waits. The group's last storer to finish
+// puts cnt[g] back to 0 (and done[g], how it knows it is the last), so the
+// counters the host zeroed once stay zero for the next launch on the same
+// scratch.
 //
 // One block: 384 threads. Warpgroups 1 and 2 (the consumers) each compute 64
 // rows x BN columns with wgmma (16-bit: m64n256k16, 128 float accumulators

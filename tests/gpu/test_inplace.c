@@ -714,6 +714,67 @@ static void panel_dtype(jitop_dtype dt)
     panel_case(dt, 0, 129, 4352, 0, panel_shape(dt, 0, 4352, 0));  /* n over 4096 */
 }
 
+/* The panel kernel's group handshake under repetition: reps fresh copies
+ * of one A, each multiplied by the panel path (mm_ctx), every element
+ * compared with the chunked cuBLAS path's product of the same A (a block
+ * that stored into a panel its group still read would spoil whole tiles,
+ * now and then: the sampled rows of matmul_case_at could miss it). Both
+ * accumulate in float32: they may differ by the output's rounding. */
+static void panel_race_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags,
+                            int reps)
+{
+    const size_t es = jitop_dtype_size(dt), bytes = (size_t)m * n * es;
+    OK(jitop__cuda_more()); /* cuMemcpyDtoDAsync is in the table's second part */
+    CUdeviceptr a0 = 0, a = 0, w = 0;
+    CU(cu->cuMemAlloc(&a0, bytes));
+    CU(cu->cuMemAlloc(&a, bytes));
+    CU(cu->cuMemAlloc(&w, (size_t)n * n * es));
+    fill(dt, a0, m * n);
+    fill(dt, w, n * n);
+    void *ref = malloc(bytes), *out = malloc(bytes);
+    assert_true(ref && out);
+    /* the reference: the chunked path */
+    variant_begin_panel(NULL, NULL, NULL, NULL, "0");
+    CU(cu->cuMemcpyDtoDAsync(a, a0, bytes, NULL));
+    OK(jitop_square_matmul_inplace(mm_ctx, dt, m, n, (void *)(uintptr_t)a, (void *)(uintptr_t)w,
+                                   trans, flags, NULL));
+    CU(cu->cuCtxSynchronize());
+    CU(cu->cuMemcpyDtoH(ref, a, bytes));
+    variant_end();
+    double top = 0;
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        top = fmax(top, fabs(load(dt, ref, i)));
+    assert_true(top > 0 && isfinite(top));
+    /* TF32: cuBLAS rounds the inputs to TF32, the panel's tensor cores
+     * drop their low bits */
+    const double tol = (dt == JITOP_FLOAT16 ? 4e-3 : dt == JITOP_BFLOAT16 ? 2e-2 : 1e-2) * top;
+    variant_begin_panel(NULL, NULL, NULL, NULL, "1");
+    for (int r = 0; r < reps; r++) {
+        const size_t before = jitop__inplace_panel_calls(mm_ctx);
+        CU(cu->cuMemcpyDtoDAsync(a, a0, bytes, NULL));
+        OK(jitop_square_matmul_inplace(mm_ctx, dt, m, n, (void *)(uintptr_t)a,
+                                       (void *)(uintptr_t)w, trans, flags, NULL));
+        CU(cu->cuCtxSynchronize());
+        assert_int_equal(jitop__inplace_panel_calls(mm_ctx) - before, is_sm90() ? 1 : 0);
+        CU(cu->cuMemcpyDtoH(out, a, bytes));
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < (size_t)m * n; i++)
+            if (!(fabs(load(dt, out, i) - load(dt, ref, i)) <= tol) && bad++ == 0)
+                first = i;
+        if (bad != 0)
+            fail_msg("panel race %s trans=%d m=%lld n=%lld rep %d: %zu elements off the chunked "
+                     "path's product (first: row %zu col %zu, %g against %g)",
+                     dname(dt), trans, (long long)m, (long long)n, r, bad, first / (size_t)n,
+                     first % (size_t)n, load(dt, out, first), load(dt, ref, first));
+    }
+    variant_end();
+    free(ref);
+    free(out);
+    CU(cu->cuMemFree(a0));
+    CU(cu->cuMemFree(a));
+    CU(cu->cuMemFree(w));
+}
+
 static void test_matmul_panel(void **state)
 {
     (void)state;
@@ -773,6 +834,24 @@ static void test_matmul_panel(void **state)
     panel_case(JITOP_BFLOAT16, 0, 7, 4096, 0, 0);
     assert_int_equal(jitop__inplace_panel_calls(mm_ctx), 0);
     variant_end();
+}
+
+/* Every element of the panel path's product, repeated. A store before the
+ * group's wait shows where a group's blocks drift apart: wide groups (TF32
+ * n 4096: 32 blocks; 16-bit n 4096: 16), many rounds a group (m 20000,
+ * groups of 5, the last panel part-empty), one round (m 4097: 33 panels on
+ * 33 groups). */
+static void test_matmul_panel_race(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    panel_race_case(JITOP_FLOAT32, 0, 1000, 4096, JITOP_MATMUL_TF32, 6);
+    panel_race_case(JITOP_FLOAT32, 1, 4097, 2048, JITOP_MATMUL_TF32, 3);
+    panel_race_case(JITOP_FLOAT16, 0, 4097, 4096, 0, 3);
+    panel_race_case(JITOP_BFLOAT16, 1, 20000, 2048, 0, 3);
+    panel_race_case(JITOP_FLOAT16, 0, 20000, 1280, 0, 3);
+    panel_race_case(JITOP_BFLOAT16, 1, 4097, 1024, 0, 3);
 }
 
 /* ------------------------------------------------------------- softmax */
@@ -1092,6 +1171,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_matmul_scratch_and_tf32),
         cmocka_unit_test(test_matmul_variants),
         cmocka_unit_test(test_matmul_panel),
+        cmocka_unit_test(test_matmul_panel_race),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }
