@@ -190,7 +190,8 @@ struct jitop__inplace_state {
     size_t partitioned; /* calls whose copy-back ran on the kept SMs (tests) */
     jitop_module *panel_module; /* kernels/inplace_panel.cu for sm_90a, on first need */
     int panel_resident[2]; /* sqmm_panel's blocks the device holds, 16-bit and TF32;
-                              0: not asked, -1: unknown */
+                              0: not asked, -1: unknown, IP_PANEL_BAD_REGS: its build
+                              cannot run */
     int panel_said;     /* the verbose log said why a call did not take the panel */
     int panel_broken;   /* its build or a launch failed once: the chunked path from then on */
     size_t panel_calls; /* calls the panel kernel took (tests) */
@@ -647,11 +648,16 @@ static int ip_matmul_small(struct jitop__inplace_state *s, const jitop__driver *
  * 16-bit A W; K-major otherwise) and the transpose's, into name and tname
  * (64 bytes each). TF32 A W needs W^T first (no transposed B in TF32
  * wgmma): ip_panel_transposes. */
+static int ip_panel_nmajor(jitop_dtype dtype, int trans)
+{
+    return !trans && jitop_dtype_size(dtype) == 2;
+}
+
 static void ip_panel_names(jitop_dtype dtype, int n, int trans, char *name, char *tname)
 {
     const char *ct = ip_ctype(dtype) != NULL ? ip_ctype(dtype) : "?"; /* checked before */
-    const int nmajor = jitop_dtype_size(dtype) == 2 && !trans;
-    snprintf(name, 64, "sqmm_panel<%s, %d, %s>", ct, n, nmajor ? "true" : "false");
+    snprintf(name, 64, "sqmm_panel<%s, %d, %s>", ct, n,
+             ip_panel_nmajor(dtype, trans) ? "true" : "false");
     snprintf(tname, 64, "sqmm_panel_transpose<%s>", ct);
 }
 
@@ -715,21 +721,34 @@ static int ip_panel_map(const jitop__cuda_api *api, jitop_dtype dtype, const voi
         "cuTensorMapEncodeTiled", "inplace");
 }
 
+#define IP_PANEL_BAD_REGS (-2)
+
 /* How many sqmm_panel blocks of es-byte elements the device holds at once
  * (132 on an H100: one an SM, at 384 threads and ~193-209 KiB of shared
- * memory), asked of the driver once per element size; -1 when it could not
- * say. */
-static int ip_panel_resident(struct jitop__inplace_state *s, jitop_op *op, size_t es)
+ * memory), asked of the driver once per element size (op: the call's
+ * instance, name its name); -1 when it could not say; IP_PANEL_BAD_REGS
+ * when the build has other than the registers a thread its setmaxnreg
+ * split needs (with fewer its consumers would wait forever for registers,
+ * with more it would not launch), logged. */
+static int ip_panel_resident(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop_op *op,
+                             const char *name, size_t es)
 {
     int *slot = &s->panel_resident[es == 4];
     int n = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (n != 0)
         return n;
-    if (jitop_occupancy_clusters(op, 384, jitop__ip_panel_smem(es), 1, &n) != JITOP_OK ||
-        n < 1) {
-        jitop__clear_error(); /* the panel is then not taken: the chunked path runs */
+    jitop_op_info info;
+    if (jitop_op_info_get(op, &info) == JITOP_OK && info.num_regs != JITOP__IP_PANEL_REGS) {
+        jitop__log(ctx,
+                   "inplace: %s has %d registers a thread, not the %d its register split "
+                   "needs: the chunked path runs",
+                   name, info.num_regs, JITOP__IP_PANEL_REGS);
+        n = IP_PANEL_BAD_REGS;
+    } else if (jitop_occupancy_clusters(op, 384, jitop__ip_panel_smem(es), 1, &n) != JITOP_OK ||
+               n < 1) {
         n = -1;
     }
+    jitop__clear_error(); /* either way the panel is not taken: the chunked path runs */
     __atomic_store_n(slot, n, __ATOMIC_RELEASE);
     return n;
 }
@@ -745,7 +764,7 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
     const char *why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, tf32, m, n,
                                            (uintptr_t)a, (uintptr_t)w, trans, INT_MAX, grid);
     if (why == NULL && __atomic_load_n(&s->panel_broken, __ATOMIC_ACQUIRE))
-        why = "the kernel failed to build or launch before, or was built with other registers";
+        why = "the kernel failed to build or launch before";
     if (why == NULL) {
         char name[64], tname[64];
         ip_panel_names(dtype, (int)n, trans, name, tname);
@@ -753,20 +772,7 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
         int rc = ip_panel_module(ctx, s, name, tname, &pm);
         if (rc == JITOP_OK)
             rc = ip_get_in(s, pm, name, op);
-        jitop_op_info info;
-        if (rc == JITOP_OK)
-            rc = jitop_op_info_get(*op, &info);
-        if (rc == JITOP_OK && info.num_regs != JITOP__IP_PANEL_REGS) {
-            /* the kernel's setmaxnreg split assumes it: with fewer its
-             * consumers would wait forever for registers, with more it
-             * would not launch */
-            jitop__log(ctx,
-                       "inplace: %s has %d registers a thread, not the %d its register split "
-                       "needs: the chunked path runs",
-                       name, info.num_regs, JITOP__IP_PANEL_REGS);
-            __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
-            why = "the kernel's register count does not fit its register split";
-        } else if (rc != JITOP_OK) {
+        if (rc != JITOP_OK) {
             /* a toolkit without sm_90a, say: the chunked path runs, now and
              * from now on (no compile tried again at every call) */
             jitop__log(ctx, "inplace: %s unavailable (%s): the chunked path runs", name,
@@ -775,9 +781,12 @@ static int ip_panel_pick(jitop_ctx *ctx, struct jitop__inplace_state *s, const j
             __atomic_store_n(&s->panel_broken, 1, __ATOMIC_RELEASE);
             why = "the kernel did not build";
         } else {
-            why = jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, tf32, m, n,
-                                       (uintptr_t)a, (uintptr_t)w, trans,
-                                       ip_panel_resident(s, *op, es), grid);
+            const int resident = ip_panel_resident(ctx, s, *op, name, es);
+            why = resident == IP_PANEL_BAD_REGS
+                      ? "the kernel's register count does not fit its register split"
+                      : jitop__ip_panel_plan(s->mm.panel, d->cc_major, d->cc_minor, es, tf32, m,
+                                             n, (uintptr_t)a, (uintptr_t)w, trans, resident,
+                                             grid);
         }
     }
     if (why != NULL && !__atomic_exchange_n(&s->panel_said, 1, __ATOMIC_RELAXED))
@@ -841,7 +850,7 @@ static int ip_matmul_panel(jitop_ctx *ctx, struct jitop__inplace_state *s, jitop
     }
     /* B: boxes of bn rows x 128 bytes (K contiguous), or of 128 bytes of
      * columns x 128 bytes of K rows (N-major: 16-bit A W) */
-    const int nmajor = es == 2 && !trans;
+    const int nmajor = ip_panel_nmajor(dtype, trans);
     CUtensorMap ta, tb;
     if (rc == JITOP_OK)
         rc = ip_panel_map(api, dtype, a, m, n, 128, &ta);

@@ -113,12 +113,10 @@ unsigned jitop__ip_copy_grid(size_t bytes, int width, int block, int blocks_per_
  * each own a panel of 128 rows (no copy-back). It can take a call when: the
  * device is compute capability 9.0 exactly (sm_90a code runs there only);
  * 2-byte elements, or 4-byte ones with tf32; n a multiple of bn in [256,
- * 4096]; 1 <= m
- * <= JITOP__IP_PANEL_MAX_M; a 16-byte aligned, and w where TMA reads it
- * (16-bit, and TF32 A W^T; TF32 A W reads jitop's own aligned W^T); the
- * device holds
- * at least a group's blocks at once (resident: the driver's occupancy over
- * all SMs). It takes it when mode is 1, or mode is -1 (unset) and the
+ * 4096]; 1 <= m <= JITOP__IP_PANEL_MAX_M; a 16-byte aligned, and w where
+ * TMA reads it (16-bit, and TF32 A W^T; TF32 A W reads jitop's own aligned
+ * W^T); the device holds at least a group's blocks at once (resident: the
+ * driver's occupancy over all SMs). It takes it when mode is 1, or mode is -1 (unset) and the
  * automatic rule does: n in [256, 1024] for any m, n in (1024, 2048] for m
  * >= JITOP__IP_PANEL_AUTO_WIDE_M (where it measured faster than the chunked
  * path on the H100; below that m a wide n leaves the last round of panels

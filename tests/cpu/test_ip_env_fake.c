@@ -158,6 +158,18 @@ static int matmul_logged(jitop_ctx *ctx, const char *dir, int64_t m, CUdeviceptr
     return rc;
 }
 
+/* A context whose in-place state is made with the panel path forced on,
+ * its kernel's build reported with regs registers a thread (the fake says
+ * 16 otherwise; the kernel's setmaxnreg split needs 168). */
+static jitop_ctx *panel_ctx(const char *regs, char **dir)
+{
+    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", regs, 1), 0);
+    jitop_ctx *ctx = fake_ctx(dir);
+    const char *const on[NVARS] = {NULL, NULL, NULL, "1"};
+    free(first_call_logged(ctx, *dir, on));
+    return ctx;
+}
+
 /* The panel kernel's host side on the fake driver (CC 9.0): the sm_90a
  * build (real NVRTC), its launch (and TF32's transpose), the tensor maps
  * (the fake checks their alignment and boxes), the cooperative launch, the
@@ -169,14 +181,8 @@ static int matmul_logged(jitop_ctx *ctx, const char *dir, int64_t m, CUdeviceptr
 static void test_panel_path(void **state)
 {
     (void)state;
-    /* the register count the kernel's setmaxnreg split needs (the fake
-     * reports 16 otherwise) */
-    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", "168", 1), 0);
-    char *dir;
-    jitop_ctx *ctx = fake_ctx(&dir);
-    const char *const on[NVARS] = {NULL, NULL, NULL, "1"};
-    char *text = first_call_logged(ctx, dir, on);
-    free(text);
+    char *dir, *text;
+    jitop_ctx *ctx = panel_ctx("168", &dir);
     const jitop__cuda_api *cu = jitop__cuda();
     CUdeviceptr a = 0, w = 0;
     assert_int_equal(cu->cuMemAlloc(&a, 4096 * 1024 * 2 + 16), CUDA_SUCCESS);
@@ -300,9 +306,7 @@ static void test_panel_path(void **state)
     /* a build with other than 168 registers a thread (another ptxas, say):
      * never launched (its consumers would wait for registers forever), the
      * chunked path runs and the log says why */
-    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", "160", 1), 0);
-    ctx = fake_ctx(&dir);
-    free(first_call_logged(ctx, dir, on));
+    ctx = panel_ctx("160", &dir);
     fake_cuda_stats st1;
     g_fake_stats(&st1);
     rc = matmul_logged(ctx, dir, 4096, a, w, 0, &text);
@@ -343,11 +347,8 @@ static void *pts_call(void *p)
 static void test_per_thread_stream_scratch(void **state)
 {
     (void)state;
-    assert_int_equal(setenv("FAKE_CUDA_NUM_REGS", "168", 1), 0);
     char *dir;
-    jitop_ctx *ctx = fake_ctx(&dir);
-    const char *const on[NVARS] = {NULL, NULL, NULL, "1"};
-    free(first_call_logged(ctx, dir, on));
+    jitop_ctx *ctx = panel_ctx("168", &dir);
     const jitop__cuda_api *cu = jitop__cuda();
     pts_arg x[2];
     for (int i = 0; i < 2; i++) {
