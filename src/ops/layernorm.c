@@ -50,6 +50,17 @@
 #define LN_BWD_CLUSTER_TPR 1024
 #endif
 #define LN_GENERIC_THREADS 512
+/* The prefetching backward (kernels/layernorm.cu's ln_bwd_prefetch): its
+ * launch bounds ask LN_BWD_PF_THREADS_PER_SM / block blocks per SM (as the
+ * kernel's macro), and its blocks do best with 12-16 warps resident on an
+ * SM: fewer leave the loads of the next rows too few warps to hide behind,
+ * and a lone block of 18-22 warps pays a longer block-wide reduction per
+ * row (16-bit rows of 8.5-12 KiB and 18-22 KiB gain 3-8 points of copy
+ * bandwidth at 48 bytes a thread, rows of 12.5-16 KiB lose 1-8 at it;
+ * bench/layernorm_NOTES.md, run 11). */
+#define LN_BWD_PF_THREADS_PER_SM 512
+#define LN_BWD_PF_WARPS_LO 12
+#define LN_BWD_PF_WARPS_HI 16
 /* The backward for rows that need a cluster, on sm_90 with 16-byte aligned
  * rows: layernorm_bwd_bulk (rows brought in by the copy engine), each block
  * taking at most 32 KiB of each row and 16 elements per thread: faster
@@ -101,13 +112,14 @@ static int ln_threads_rule(int *rule)
         .fwd_cluster_tpr = LN_FWD_MAX_TPR, .fwd_fit = 0, .fwd_min_blocks = 0,                      \
         .fwd_min_blocks_from = 0, .fwd_min_blocks_to = 1024, .bwd_bytes = LN_BWD_MAX_BYTES,        \
         .bwd_long_bytes = LN_BWD_LONG_MAX_BYTES, .bwd_max_tpr = LN_BWD_MAX_TPR,                    \
-        .bwd_cluster_tpr = LN_BWD_CLUSTER_TPR, .bwd_fit = 0, .bwd_pf = -1, .bwd_min_blocks = 0,    \
+        .bwd_cluster_tpr = LN_BWD_CLUSTER_TPR, .bwd_fit = 0, .bwd_pf = -1, .bwd_pf_bytes = 0,     \
+        .bwd_pf_from = 0, .bwd_min_blocks = 0,                                                     \
         .bwd_min_blocks_from = 0, .bwd_min_blocks_to = 1024, .bwd_bulk = 1,                        \
         .bulk_chunk = LN_BULK_CHUNK_BYTES, .bulk_ept = LN_BULK_ELEMS_PER_THREAD,                   \
         .bwd_bulk_bytes = 0, .fwd_bulk = 0, .fwd_bulk_bytes = LN_FWD_BULK_MIN_BYTES,               \
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
         .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .bwd_bulk_stages = 2,           \
-        .text = "default",                                                                         \
+        .bulk_idle = 100, .text = "default",                                                                         \
     }
 
 /* The default plan for rows of es-byte elements; each entry measured
@@ -120,8 +132,14 @@ static int ln_threads_rule(int *rule)
  *   which costs less than the lost block.
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512.
+ * - 16-bit copy-engine backward: whole warps where the power of two would
+ *   leave a third or more of the lanes of the last pass idle (N 18432,
+ *   20480, 36864, 40960: 37-44% idle at 1024 threads; 5-7 points of copy
+ *   bandwidth there, within a point elsewhere; at 13312-15360, 6-19% idle,
+ *   whole warps lost up to 10).
  * - 16-bit forward rows of 96 KiB or more (N >= 49152): the copy-engine
- *   forward kernel, blocks of 16 KiB of a row (8 per row), 4 stages of
+ *   forward kernel, blocks of 16 KiB of a row (8 per row), 64 elements a
+ *   thread (128 threads: 1-2 points over 256 at every such N), 4 stages of
  *   rows in flight a block (the loads of the next rows hide each row's
  *   exchange), its gamma and beta in shared memory (read once, not from
  *   L2 every row) and one cluster exchange a row; below 96 KiB the
@@ -131,6 +149,12 @@ static int ln_threads_rule(int *rule)
  *   stages, gamma and beta in shared memory, one exchange.
  * - One cluster exchange a row in the forward's register clusters too
  *   (one barrier less a row).
+ * - float32 backward rows of 16-32 KiB (N 4096-8192, one block): the
+ *   prefetching kernel (N 4352-5632: 92-95% of copy against 84-91%; 1
+ *   point less at 6400-8192, 91-93%).
+ * - 16-bit prefetching backward (rows of 8-24 KiB): 48 bytes a thread
+ *   where its blocks put nearer 12-16 warps on an SM than 32 bytes' do
+ *   (LN_BWD_PF_WARPS_LO; N 4352-6144 and 9216-11264, 3-9 points).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -145,6 +169,7 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_bulk_bytes = 147456;
         out->fwd_bulk_chunk = 32768;
         out->fwd_bulk_stages = 4;
+        out->bwd_pf_from = 16384;
     } else {
         out->fwd_min_blocks = 2;
         out->fwd_min_blocks_from = 320;
@@ -154,6 +179,9 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_bulk_bytes = 98304;
         out->fwd_bulk_chunk = 16384;
         out->fwd_bulk_stages = 4;
+        out->fwd_bulk_ept = 64;
+        out->bulk_idle = 33;
+        out->bwd_pf_bytes = 48;
     }
 }
 
@@ -564,13 +592,15 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
  * fewest blocks (cl) whose share of the row fits chunk bytes (and whose
  * shared memory, smem_per_elem bytes per element of the share, fits a
  * block's), split in 16-byte vectors, with threads enough (a power of two,
- * 32 to 1024) for at most ept elements each; 0 when none fits. A power of
- * two under either threads rule: the backward reads its rows from shared
- * memory, so idle lanes in its last pass cost no bytes in flight, and the
- * extra threads shorten its instruction-bound row: whole warps are slower
- * there (bench/layernorm_NOTES.md). */
-static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, size_t smem_per_elem,
-                         int *tpr, int *cl)
+ * 32 to 1024) for at most ept elements each, or the fewest whole warps
+ * where the power of two leaves idle_pct% or more of the last pass's lanes
+ * idle; 0 when none fits. A power of two under either threads rule by
+ * default: the backward reads its rows from shared memory, so idle lanes
+ * in its last pass cost no bytes in flight, and the extra threads shorten
+ * its instruction-bound row: whole warps are slower there where few lanes
+ * idle (float32 always; bench/layernorm_NOTES.md runs 7 and 11). */
+static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int idle_pct,
+                         size_t smem_per_elem, int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
@@ -582,6 +612,11 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, size_
             t *= 2;
         if ((long long)t * ept < n / c)
             continue;
+        /* whole warps instead where the power of two idles idle_pct% or
+         * more of the lanes (100 - share / (t * ept) in percent) */
+        const long long need = ((long long)(n / c) + ept - 1) / ept;
+        if (100LL * ((long long)t * ept - n / c) >= (long long)idle_pct * t * ept)
+            t = (int)((need + 31) / 32 * 32);
         *tpr = t;
         *cl = c;
         return 1;
@@ -621,7 +656,7 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
          * shares with gb */
         const size_t per_elem = (size_t)(stages + 2 * gb) * es;
         if ((size_t)vec * es == 16 && ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk,
-                                                    c->fwd_bulk_ept, per_elem, &tpr, &cl)) {
+                                                    c->fwd_bulk_ept, 100, per_elem, &tpr, &cl)) {
             p->special = 1;
             p->tpr = tpr;
             p->cl = cl;
@@ -659,6 +694,45 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                      p->tpr, p->cl, extra);
 }
 
+/* Whether the backward's register kernel for a row of n es-byte elements
+ * over cl blocks prefetches the next rows: the plan's bwd_pf, else the
+ * kernel's ln_bwd_prefetch rule (16-bit rows of 8 KiB or more, one block). */
+static int ln_bwd_pf_kernel_rule(size_t es, int n, int cl)
+{
+    return es == 2 && cl == 1 && (long long)n * 2 >= 8192;
+}
+
+static int ln_bwd_pf_rule(const jitop__ln_cfg *c, size_t es, int n, int cl)
+{
+    if (c->bwd_pf >= 0)
+        return c->bwd_pf;
+    if (c->bwd_pf_from > 0)
+        return cl == 1 && (long long)n * (long long)es >= c->bwd_pf_from;
+    return ln_bwd_pf_kernel_rule(es, n, cl);
+}
+
+/* The launch bounds' blocks per SM of a backward register block: the
+ * plan's bwd_min_blocks for blocks in its range, else the kernel's
+ * ln_bwd_min_blocks (LN_BWD_PF_THREADS_PER_SM / block with prefetch,
+ * LN_BWD_THREADS_PER_SM / block without; at least 1). */
+static int ln_bwd_minb_plan(const jitop__ln_cfg *c, long long block)
+{
+    return block >= c->bwd_min_blocks_from && block <= c->bwd_min_blocks_to ? c->bwd_min_blocks
+                                                                             : 0;
+}
+
+static long long ln_bwd_pf_warps_off(const jitop__ln_cfg *c, int tpr)
+{
+    const long long block = (long long)tpr * ln_rows_per_block(tpr, 1);
+    const int minb = ln_bwd_minb_plan(c, block);
+    const long long blocks =
+        minb > 0 ? minb : LN_BWD_PF_THREADS_PER_SM / block > 0 ? LN_BWD_PF_THREADS_PER_SM / block : 1;
+    const long long warps = blocks * block / 32;
+    return warps < LN_BWD_PF_WARPS_LO   ? LN_BWD_PF_WARPS_LO - warps
+           : warps > LN_BWD_PF_WARPS_HI ? warps - LN_BWD_PF_WARPS_HI
+                                        : 0;
+}
+
 static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
                         int vec, int max_cl, int rule)
 {
@@ -668,6 +742,16 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                               : c->bwd_bytes;
     p->special = ln_shape(n, es, vec, bwd_bytes, c->bwd_max_tpr, c->bwd_cluster_tpr, c->bwd_fit,
                           max_cl, rule, &p->tpr, &p->cl);
+    /* a row one block holds that takes the prefetching kernel: of the two
+     * budgets, bwd_bytes and bwd_pf_bytes, the one whose blocks put nearer
+     * LN_BWD_PF_WARPS_LO-HI warps on an SM (bwd_pf_bytes on a tie), where
+     * one block still holds the row at it */
+    int tpr, cl;
+    if (p->special && p->cl == 1 && c->bwd_pf_bytes > 0 && ln_bwd_pf_rule(c, es, n, 1) &&
+        ln_shape(n, es, vec, c->bwd_pf_bytes, c->bwd_max_tpr, c->bwd_cluster_tpr, c->bwd_fit,
+                 max_cl, rule, &tpr, &cl) &&
+        cl == 1 && ln_bwd_pf_warps_off(c, tpr) <= ln_bwd_pf_warps_off(c, p->tpr))
+        p->tpr = tpr;
     p->plan = c->text;
     p->note[0] = '\0';
     p->minb = 0;
@@ -675,7 +759,6 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->one = 0;
     p->stages = 0;
     p->gb = 0;
-    int tpr, cl;
     /* the bulk kernel for rows over a cluster, and for rows of at least
      * bwd_bulk_bytes that one register block would hold */
     const int want = p->special && c->bwd_bulk &&
@@ -686,7 +769,8 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     const int stages = c->bwd_bulk_stages;
     const size_t per_elem = (size_t)(2 * stages) * es + 4;
     if (want && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, per_elem, &tpr, &cl)) {
+        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, c->bulk_idle, per_elem, &tpr,
+                      &cl)) {
         p->tpr = tpr;
         p->cl = cl;
         p->bulk = 1;
@@ -712,15 +796,15 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     }
     char extra[32] = "";
     if (p->special) {
-        /* the kernel's ln_bwd_prefetch rule when the plan leaves it */
-        p->pf = c->bwd_pf >= 0 ? c->bwd_pf
-                               : es == 2 && p->cl == 1 && (long long)n * 2 >= 8192;
+        p->pf = ln_bwd_pf_rule(c, es, n, p->cl);
         const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
-        p->minb = block >= c->bwd_min_blocks_from && block <= c->bwd_min_blocks_to
-                      ? c->bwd_min_blocks
-                      : 0;
-        if (c->bwd_pf >= 0 || p->minb > 0)
-            snprintf(extra, sizeof extra, ", true, %d, %d", c->bwd_pf, p->minb);
+        p->minb = ln_bwd_minb_plan(c, block);
+        /* PF named where the plan sets it or it differs from the kernel's
+         * own rule (the short names, the cache keys, otherwise) */
+        if (c->bwd_pf >= 0 || p->minb > 0 || p->pf != ln_bwd_pf_kernel_rule(es, n, p->cl))
+            snprintf(extra, sizeof extra, ", true, %d, %d",
+                     c->bwd_pf >= 0 || p->pf != ln_bwd_pf_kernel_rule(es, n, p->cl) ? p->pf : -1,
+                     p->minb);
     }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl, extra);

@@ -36,6 +36,8 @@ static const struct {
     {"bwd_cluster_tpr", offsetof(jitop__ln_cfg, bwd_cluster_tpr), LN_INT, 32, 1024, 32},
     {"bwd_fit", offsetof(jitop__ln_cfg, bwd_fit), LN_BOOL, 0, 1, 1},
     {"bwd_pf", offsetof(jitop__ln_cfg, bwd_pf), LN_PF, -1, 1, 1},
+    {"bwd_pf_from", offsetof(jitop__ln_cfg, bwd_pf_from), LN_INT, 0, 1 << 30, 1},
+    {"bwd_pf_bytes", offsetof(jitop__ln_cfg, bwd_pf_bytes), LN_INT, 0, 1024, 1},
     {"bwd_min_blocks", offsetof(jitop__ln_cfg, bwd_min_blocks), LN_INT, 0, 32, 1},
     {"bwd_min_blocks_from", offsetof(jitop__ln_cfg, bwd_min_blocks_from), LN_INT, 0, 1024, 1},
     {"bwd_min_blocks_to", offsetof(jitop__ln_cfg, bwd_min_blocks_to), LN_INT, 0, 1024, 1},
@@ -51,6 +53,7 @@ static const struct {
     {"fwd_bulk_stages", offsetof(jitop__ln_cfg, fwd_bulk_stages), LN_INT, 2, 4, 1},
     {"fwd_bulk_gb", offsetof(jitop__ln_cfg, fwd_bulk_gb), LN_BOOL, 0, 1, 1},
     {"bwd_bulk_stages", offsetof(jitop__ln_cfg, bwd_bulk_stages), LN_INT, 2, 4, 1},
+    {"bulk_idle", offsetof(jitop__ln_cfg, bulk_idle), LN_INT, 0, 100, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 

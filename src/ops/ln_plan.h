@@ -22,6 +22,13 @@
  *   bwd_bytes, bwd_long_bytes (float32 rows over 64 KiB), bwd_max_tpr,
  *   bwd_cluster_tpr, bwd_fit: the backward's register kernels, as above
  *   bwd_pf           prefetch of the next rows: auto (the kernel's rule), 0, 1
+ *   bwd_pf_from      rows of at least this many bytes that one block holds
+ *                    take the prefetching kernel when bwd_pf is auto (0: the
+ *                    kernel's rule, 16-bit rows of 8 KiB or more)
+ *   bwd_pf_bytes     a second budget of bytes per thread for rows that take
+ *                    the prefetching kernel (0: none): of bwd_bytes and it,
+ *                    the one whose blocks (and the launch bounds' blocks per
+ *                    SM) put nearer 12-16 warps on an SM, it on a tie
  *   bwd_min_blocks   0: the kernel's rule (ln_bwd_min_blocks), else n
  *   bwd_min_blocks_from, bwd_min_blocks_to: as the forward's
  *   bwd_bulk         1: rows over a cluster take the copy-engine kernel
@@ -51,6 +58,12 @@
  *   bwd_bulk_stages  layernorm_bwd_bulk's rows in flight per block, 2 to 4
  *                    (each a stage of its share of a row's x and dy in
  *                    shared memory)
+ *   bulk_idle        layernorm_bwd_bulk's threads per block: the power of
+ *                    two that holds the block's share at bulk_ept, unless
+ *                    that leaves at least bulk_idle percent of the lanes of
+ *                    its last pass idle, then the fewest whole warps (100,
+ *                    the default: always the power of two; 0: always whole
+ *                    warps)
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -68,12 +81,13 @@
 typedef struct jitop__ln_cfg {
     int fwd_bytes, fwd_max_tpr, fwd_cluster_tpr, fwd_fit;
     int fwd_min_blocks, fwd_min_blocks_from, fwd_min_blocks_to;
-    int bwd_bytes, bwd_long_bytes, bwd_max_tpr, bwd_cluster_tpr, bwd_fit, bwd_pf;
+    int bwd_bytes, bwd_long_bytes, bwd_max_tpr, bwd_cluster_tpr, bwd_fit, bwd_pf, bwd_pf_bytes;
+    int bwd_pf_from;
     int bwd_min_blocks, bwd_min_blocks_from, bwd_min_blocks_to;
     int bwd_bulk, bulk_chunk, bulk_ept, bwd_bulk_bytes;
     int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
     int fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb;
-    int bwd_bulk_stages;
+    int bwd_bulk_stages, bulk_idle;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

@@ -584,6 +584,14 @@ static void test_row_length_sweep(void **state)
         /* rows the forward's copy-engine kernel takes under fwd_bulk=1 (64
          * KiB and more, over 2 and 4 blocks) */
         {JITOP_FLOAT16, 65536}, {JITOP_FLOAT32, 16384}, {JITOP_BFLOAT16, 32768},
+        /* the 16-bit defaults of run 11: the prefetching backward at 48
+         * bytes a thread (224-480 threads, a partial last pass at 7936, odd
+         * N), the copy-engine backward in whole warps (576 and 640 threads,
+         * clusters of 2 and 4), the copy-engine forward at 128 threads over
+         * a ragged 8-block share (53248) */
+        {JITOP_FLOAT16, 4864},  {JITOP_BFLOAT16, 7936}, {JITOP_FLOAT16, 11264},
+        {JITOP_FLOAT16, 4500},  {JITOP_BFLOAT16, 9000}, {JITOP_FLOAT16, 18432},
+        {JITOP_BFLOAT16, 36864}, {JITOP_FLOAT16, 53248},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int n = cases[i].n;
