@@ -119,7 +119,7 @@ static int ln_threads_rule(int *rule)
         .bwd_bulk_bytes = 0, .fwd_bulk = 0, .fwd_bulk_bytes = LN_FWD_BULK_MIN_BYTES,               \
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
         .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .bwd_bulk_stages = 2,           \
-        .bulk_idle = 100, .text = "default",                                                                         \
+        .bulk_idle = 100, .text = "default",                                                       \
     }
 
 /* The default plan for rows of es-byte elements; each entry measured
@@ -133,7 +133,7 @@ static int ln_threads_rule(int *rule)
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512.
  * - 16-bit copy-engine backward: whole warps where the power of two would
- *   leave a third or more of the lanes of the last pass idle (N 18432,
+ *   leave a third or more of its element slots idle (N 18432,
  *   20480, 36864, 40960: 37-44% idle at 1024 threads; 5-7 points of copy
  *   bandwidth there, within a point elsewhere; at 13312-15360, 6-19% idle,
  *   whole warps lost up to 10).
@@ -593,8 +593,8 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
  * shared memory, smem_per_elem bytes per element of the share, fits a
  * block's), split in 16-byte vectors, with threads enough (a power of two,
  * 32 to 1024) for at most ept elements each, or the fewest whole warps
- * where the power of two leaves idle_pct% or more of the last pass's lanes
- * idle; 0 when none fits. A power of two under either threads rule by
+ * where the power of two leaves idle_pct% or more of its t x ept element
+ * slots idle; 0 when none fits. A power of two under either threads rule by
  * default: the backward reads its rows from shared memory, so idle lanes
  * in its last pass cost no bytes in flight, and the extra threads shorten
  * its instruction-bound row: whole warps are slower there where few lanes
@@ -612,8 +612,9 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int i
             t *= 2;
         if ((long long)t * ept < n / c)
             continue;
-        /* whole warps instead where the power of two idles idle_pct% or
-         * more of the lanes (100 - share / (t * ept) in percent) */
+        /* whole warps instead where the power of two leaves idle_pct% or
+         * more of its element slots idle (100 - share / (t * ept) in
+         * percent) */
         const long long need = ((long long)(n / c) + ept - 1) / ept;
         if (100LL * ((long long)t * ept - n / c) >= (long long)idle_pct * t * ept)
             t = (int)((need + 31) / 32 * 32);
@@ -725,8 +726,8 @@ static long long ln_bwd_pf_warps_off(const jitop__ln_cfg *c, int tpr)
 {
     const long long block = (long long)tpr * ln_rows_per_block(tpr, 1);
     const int minb = ln_bwd_minb_plan(c, block);
-    const long long blocks =
-        minb > 0 ? minb : LN_BWD_PF_THREADS_PER_SM / block > 0 ? LN_BWD_PF_THREADS_PER_SM / block : 1;
+    const long long fit = LN_BWD_PF_THREADS_PER_SM / block;
+    const long long blocks = minb > 0 ? minb : fit > 0 ? fit : 1;
     const long long warps = blocks * block / 32;
     return warps < LN_BWD_PF_WARPS_LO   ? LN_BWD_PF_WARPS_LO - warps
            : warps > LN_BWD_PF_WARPS_HI ? warps - LN_BWD_PF_WARPS_HI
@@ -745,9 +746,12 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     /* a row one block holds that takes the prefetching kernel: of the two
      * budgets, bwd_bytes and bwd_pf_bytes, the one whose blocks put nearer
      * LN_BWD_PF_WARPS_LO-HI warps on an SM (bwd_pf_bytes on a tie), where
-     * one block still holds the row at it */
+     * one block still holds the row at it; rows of 16-byte vectors only, as
+     * measured (an odd 16-bit N of 2-byte vectors spills 56 B a thread at
+     * 48 bytes, none at 32) */
     int tpr, cl;
-    if (p->special && p->cl == 1 && c->bwd_pf_bytes > 0 && ln_bwd_pf_rule(c, es, n, 1) &&
+    if (p->special && p->cl == 1 && c->bwd_pf_bytes > 0 && (size_t)vec * es == 16 &&
+        ln_bwd_pf_rule(c, es, n, 1) &&
         ln_shape(n, es, vec, c->bwd_pf_bytes, c->bwd_max_tpr, c->bwd_cluster_tpr, c->bwd_fit,
                  max_cl, rule, &tpr, &cl) &&
         cl == 1 && ln_bwd_pf_warps_off(c, tpr) <= ln_bwd_pf_warps_off(c, p->tpr))

@@ -157,7 +157,7 @@ static void ln_text(jitop__ln_cfg *c, unsigned set, int legacy)
             snprintf(val, sizeof val, "auto");
         else
             snprintf(val, sizeof val, "%d", v);
-        /* 27 fields of at most 26 characters (and "legacy,") fit text */
+        /* 31 fields of at most 26 characters (and "legacy,") fit text */
         int w = snprintf(c->text + len, sizeof c->text - len, "%s%s=%s", len ? "," : "",
                          LN_FIELDS[k].name, val);
         if (w > 0 && (size_t)w < sizeof c->text - len)

@@ -25,8 +25,9 @@
  *   bwd_pf_from      rows of at least this many bytes that one block holds
  *                    take the prefetching kernel when bwd_pf is auto (0: the
  *                    kernel's rule, 16-bit rows of 8 KiB or more)
- *   bwd_pf_bytes     a second budget of bytes per thread for rows that take
- *                    the prefetching kernel (0: none): of bwd_bytes and it,
+ *   bwd_pf_bytes     a second budget of bytes per thread for rows of 16-byte
+ *                    vectors that take the prefetching kernel (0: none): of
+ *                    bwd_bytes and it,
  *                    the one whose blocks (and the launch bounds' blocks per
  *                    SM) put nearer 12-16 warps on an SM, it on a tie
  *   bwd_min_blocks   0: the kernel's rule (ln_bwd_min_blocks), else n
@@ -60,10 +61,10 @@
  *                    shared memory)
  *   bulk_idle        layernorm_bwd_bulk's threads per block: the power of
  *                    two that holds the block's share at bulk_ept, unless
- *                    that leaves at least bulk_idle percent of the lanes of
- *                    its last pass idle, then the fewest whole warps (100,
- *                    the default: always the power of two; 0: always whole
- *                    warps)
+ *                    that leaves at least bulk_idle percent of its threads'
+ *                    bulk_ept element slots idle, then the fewest whole
+ *                    warps (100, the default: always the power of two; 0:
+ *                    always whole warps)
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);

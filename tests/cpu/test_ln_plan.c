@@ -53,7 +53,10 @@ static void test_whole_warps_by_default(void **state)
 {
     (void)state;
     char *out = NULL;
-    assert_int_equal(prewarm("warps", "layernorm:f16:4352", &out), 0);
+    /* h16_bwd_pf_bytes=0: the backward's 32-byte budget alone (the 16-bit
+     * default's second budget for prefetching rows, 48 bytes, takes 192
+     * threads here: test_backward_pf_bytes) */
+    assert_int_equal(prewarm_plan("warps", "h16_bwd_pf_bytes=0", "layernorm:f16:4352", &out), 0);
     /* 544 vectors of 16 B: the forward's 128-byte budget needs 68 threads,
      * 96 in whole warps; the backward's 32 bytes 272, so 288. */
     expect(out, "layernorm_fwd<__half, 4352, true, 8, 96>: register kernel, 96 threads per row "
@@ -69,7 +72,9 @@ static void test_pow2_rule_for_comparison(void **state)
 {
     (void)state;
     char *out = NULL;
-    assert_int_equal(prewarm("pow2", "layernorm:f16:4352", &out), 0);
+    /* the backward's 32-byte budget alone, as above (with the 48-byte one
+     * the power-of-two rule ties at 16 warps an SM and takes 256) */
+    assert_int_equal(prewarm_plan("pow2", "h16_bwd_pf_bytes=0", "layernorm:f16:4352", &out), 0);
     expect(out, "layernorm_fwd<__half, 4352, true, 8, 128>: register kernel, 128 threads per row "
                 "(1 row per block), 5 vectors of 16 B per thread, 15% of lanes idle");
     expect(out, "layernorm_bwd<__half, 4352, true, 8, 512>: register kernel, 512 threads per row "
@@ -91,16 +96,18 @@ static void test_power_of_two_rows_unchanged(void **state)
 }
 
 /* No JITOP_LN_PLAN, or an empty one: the default plan, said so; a 16-bit
- * row of 96 KiB or more takes the copy-engine forward in 16 KiB blocks,
- * 4 stages, gamma and beta in shared memory, one exchange a row (template
- * arguments that the name, the cache key, carries). */
+ * row of 96 KiB or more takes the copy-engine forward in 16 KiB blocks of
+ * 128 threads (64 elements each), 4 stages, gamma and beta in shared
+ * memory, one exchange a row (template arguments that the name, the cache
+ * key, carries). */
 static void test_default_plan_named(void **state)
 {
     (void)state;
     char *out = NULL;
     assert_int_equal(prewarm_plan("warps", "", "layernorm:bf16:65536", &out), 0);
-    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 256, 8, 4, 1, 1>: copy-engine "
-                "cluster kernel, 2048 threads per row (over a cluster of 8 blocks)");
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 4, 1, 1>: copy-engine "
+                "cluster kernel, 1024 threads per row (over a cluster of 8 blocks), 8 vectors of "
+                "16 B per thread");
     expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 1024, 4>: copy-engine cluster "
                 "kernel");
     expect(out, "; plan default");
@@ -127,22 +134,26 @@ static void test_min_blocks_and_prefetch(void **state)
     expect(out, "layernorm_bwd<__half, 9216, true, 8, 576, true, 0, 2>: register kernel, 576 "
                 "threads per row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle "
                 "in the last pass, accumulators in shared memory, launch bounds for 2 blocks per SM");
-    /* the default's prefetch, asked for explicitly, is named as such */
+    /* the default's prefetch, asked for explicitly, is named as such (the
+     * default's block as well: prefetching rows take the 16-bit 48-byte
+     * budget, 384 threads) */
     free(out);
     assert_int_equal(prewarm_plan("warps", "bwd_pf=1", "layernorm:f16:9216", &out), 0);
-    expect(out, "layernorm_bwd<__half, 9216, true, 8, 576, true, 1, 0>: register kernel");
+    expect(out, "layernorm_bwd<__half, 9216, true, 8, 384, true, 1, 0>: register kernel");
     expect(out, "next rows prefetched; plan bwd_pf=1");
     free(out);
 }
 
 /* fwd_min_blocks_from/_to and bwd_min_blocks_from/_to: the launch bounds
- * only for blocks of those sizes (the others keep their short names). */
+ * only for blocks of those sizes (the others keep their short names). The
+ * backward's blocks from its 32-byte budget alone (h16_bwd_pf_bytes=0), so
+ * that 9216's 576 threads fall outside bwd_min_blocks_to. */
 static void test_min_blocks_range(void **state)
 {
     (void)state;
     char *out = NULL;
-    const char *plan = "fwd_min_blocks=2,fwd_min_blocks_from=320,bwd_min_blocks=2,"
-                       "bwd_min_blocks_to=512";
+    const char *plan = "fwd_min_blocks=2,fwd_min_blocks_from=320,h16_bwd_pf_bytes=0,"
+                       "bwd_min_blocks=2,bwd_min_blocks_to=512";
     assert_int_equal(prewarm_plan("warps", plan, "layernorm:f16:4352", &out), 0);
     expect(out, "layernorm_fwd<__half, 4352, true, 8, 96>: register kernel");
     expect(out, "layernorm_bwd<__half, 4352, true, 8, 288, true, -1, 2>: register kernel");
@@ -150,8 +161,8 @@ static void test_min_blocks_range(void **state)
     assert_int_equal(prewarm_plan("warps", plan, "layernorm:f16:9216", &out), 0);
     expect(out, "layernorm_fwd<__half, 9216, true, 8, 160>: register kernel");
     expect(out, "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel");
-    expect(out, "; plan fwd_min_blocks=2,fwd_min_blocks_from=320,bwd_min_blocks=2,"
-                "bwd_min_blocks_to=512");
+    expect(out, "; plan fwd_min_blocks=2,fwd_min_blocks_from=320,bwd_pf_bytes=0,"
+                "bwd_min_blocks=2,bwd_min_blocks_to=512");
     free(out);
     assert_int_equal(prewarm_plan("warps", plan, "layernorm:bf16:22528", &out), 0);
     expect(out, "layernorm_fwd<__nv_bfloat16, 22528, true, 8, 352, 2>: register kernel");
@@ -300,9 +311,14 @@ static void test_plan_parse_dtype(void **state)
 }
 
 /* The default plan differs by dtype where the H100 A/B won (float32 long
- * forward rows over 8 small blocks, 16-bit 320-384-thread forward blocks at
- * 2 per SM, 16-bit backward rows of 24 KiB or more on the copy-engine
- * kernel); JITOP_LN_PLAN=legacy gives the plan before, short names. */
+ * forward rows over 8 small blocks, float32 backward rows of 16-32 KiB
+ * prefetched, 16-bit 320-384-thread forward blocks at 2 per SM, 16-bit
+ * forward rows of 96 KiB or more on the copy-engine kernel at 64 elements
+ * a thread, 16-bit backward rows of 24 KiB or more on the copy-engine
+ * kernel, in whole warps where a power of two idles a third of the lanes,
+ * 16-bit prefetching backward rows at 48 bytes a thread where that puts
+ * 12-16 warps on an SM); JITOP_LN_PLAN=legacy gives the plan before, short
+ * names. */
 static void test_defaults_by_dtype(void **state)
 {
     (void)state;
@@ -332,10 +348,35 @@ static void test_defaults_by_dtype(void **state)
          "layernorm_bwd<__nv_bfloat16, 12288, true, 8, 768>: register kernel"},
         {"layernorm:f16:16384", "layernorm_bwd_bulk<__half, 16384, true, 512, 2>: copy-engine",
          "layernorm_bwd<__half, 16384, true, 8, 1024>: register kernel"},
-        /* 16-bit rows of 96 KiB or more: the copy-engine forward; below,
-         * the register kernel */
+        /* 1024 threads would idle 44% of the lanes: 576, whole warps */
+        {"layernorm:f16:18432",
+         "layernorm_bwd_bulk<__half, 18432, true, 576, 2>: copy-engine cluster kernel, 1152 "
+         "threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 0% of "
+         "lanes idle in the last pass",
+         "layernorm_bwd_bulk<__half, 18432, true, 1024, 2>: copy-engine cluster kernel, 2048 "
+         "threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 44% of "
+         "lanes idle in the last pass"},
+        /* 48 bytes a thread: 384 threads, 2 blocks (12 warps) an SM, not
+         * one block of 576 (18 warps) */
+        {"layernorm:f16:9216",
+         "layernorm_bwd<__half, 9216, true, 8, 384>: register kernel, 384 threads per row (1 row "
+         "per block), 3 vectors of 16 B per thread",
+         "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel, 576 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread"},
+        /* a 17 KiB float32 row prefetched, which the kernel's own rule
+         * would not: PF named */
+        {"layernorm:f32:4352",
+         "layernorm_bwd<float, 4352, true, 4, 544, true, 1, 0>: register kernel, 544 threads per "
+         "row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory, next rows prefetched; plan default",
+         "layernorm_bwd<float, 4352, true, 4, 544>: register kernel, 544 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory; plan legacy"},
+        /* 16-bit rows of 96 KiB or more: the copy-engine forward (6656
+         * elements a block: 128 threads of up to 64); below, the register
+         * kernel */
         {"layernorm:f16:53248",
-         "layernorm_fwd_bulk<__half, 53248, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel",
+         "layernorm_fwd_bulk<__half, 53248, true, 128, 8, 4, 1, 1>: copy-engine cluster kernel",
          "layernorm_fwd<__half, 53248, true, 8, 832>: register kernel"},
         {"layernorm:f16:45056", "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel",
          "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel"},
@@ -350,12 +391,10 @@ static void test_defaults_by_dtype(void **state)
         expect(out, "; plan legacy");
         free(out);
     }
-    /* left as they were: the float32 backward, 16-bit backward rows under
-     * 24 KiB, float32 forward rows one block holds */
+    /* left as they were: the float32 backward over a cluster (the
+     * copy-engine kernel's power-of-two blocks), float32 forward rows one
+     * block holds */
     char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "", "layernorm:f16:9216", &out), 0);
-    expect(out, "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel");
-    free(out);
     assert_int_equal(prewarm_plan("warps", "", "layernorm:f32:12288", &out), 0);
     expect(out, "layernorm_fwd<float, 12288, true, 4, 384>: register kernel");
     expect(out, "layernorm_bwd_bulk<float, 12288, true, 512, 2>: copy-engine");
@@ -369,9 +408,10 @@ static void test_defaults_by_dtype(void **state)
     free(out);
 }
 
-/* fwd_bulk: long rows (64 KiB or more by default) over the forward's
- * copy-engine kernel, compiled by NVRTC for sm_90 here; rows it cannot
- * split keep the register kernels, and the plan line says why. */
+/* fwd_bulk: long rows (fwd_bulk_bytes or more: 96 KiB for 16-bit rows,
+ * 144 KiB for float32 by default) over the forward's copy-engine kernel,
+ * compiled by NVRTC for sm_90 here; rows it cannot split keep the register
+ * kernels, and the plan line says why. */
 static void test_forward_bulk(void **state)
 {
     (void)state;
@@ -379,8 +419,10 @@ static void test_forward_bulk(void **state)
     assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=32768", "layernorm:f16:65536",
                                   &out),
                      0);
-    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 512, 4, 4, 1, 1>: copy-engine cluster "
-                "kernel, 2048 threads per row (over a cluster of 4 blocks), 4 vectors of 16 B per "
+    /* 32 KiB shares: 4 blocks, 256 threads at the 16-bit default's 64
+     * elements a thread */
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 4, 4, 1, 1>: copy-engine cluster "
+                "kernel, 1024 threads per row (over a cluster of 4 blocks), 8 vectors of 16 B per "
                 "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
                 "stages), gamma and beta in shared memory, one cluster exchange per row; plan "
                 "fwd_bulk=1,fwd_bulk_chunk=32768");
@@ -486,12 +528,12 @@ static void test_forward_long_row_options(void **state)
     assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1",
                                   "layernorm:bf16:65536", &out),
                      0);
-    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 256, 8, 3, 1, 1>: copy-engine "
-                "cluster kernel, 2048 threads per row (over a cluster of 8 blocks), 4 vectors of "
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 3, 1, 1>: copy-engine "
+                "cluster kernel, 1024 threads per row (over a cluster of 8 blocks), 8 vectors of "
                 "16 B per thread, 0% of lanes idle in the last pass, rows staged in shared memory "
                 "(3 stages), gamma and beta in shared memory, one cluster exchange per row; plan "
                 "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1");
-    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, false, 256, 8, 3, 0, 1>");
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, false, 128, 8, 3, 0, 1>");
     expect(out, "prewarmed");
     free(out);
     /* the stages and gamma/beta count in the shared memory that bounds a
@@ -518,11 +560,11 @@ static void test_forward_long_row_options(void **state)
     /* 2 stages with gamma/beta: the short list of the default stages */
     assert_int_equal(prewarm_plan("warps", "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1", "layernorm:f16:65536",
                                   &out), 0);
-    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 8, 2, 1, 0>: copy-engine cluster "
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 128, 8, 2, 1, 0>: copy-engine cluster "
                 "kernel");
     expect(out, "rows staged in shared memory, gamma and beta in shared memory; plan "
                 "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1");
-    expect(out, "layernorm_fwd_bulk<__half, 65536, false, 256, 8>: copy-engine");
+    expect(out, "layernorm_fwd_bulk<__half, 65536, false, 128, 8>: copy-engine");
     expect(out, "prewarmed");
     free(out);
 }
@@ -609,6 +651,316 @@ static void test_backward_stages(void **state)
     free(out);
 }
 
+/* bwd_pf_from, bwd_pf_bytes and bulk_idle alone: their ranges (the error
+ * names the field, the value and the range), their places in the canonical
+ * text (the two prefetch fields after bwd_pf, bulk_idle last), the dtype
+ * prefixes; a refused spec leaves the defaults whole. */
+static void test_plan_parse_backward_shape_fields(void **state)
+{
+    (void)state;
+    jitop__ln_cfg d = {.bwd_pf = -1, .bulk_idle = 100}, c;
+    snprintf(d.text, sizeof d.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P",
+                                         "bulk_idle=33,bwd_min_blocks=2,bwd_pf_bytes=48,"
+                                         "bwd_pf_from=16384,bwd_pf=1",
+                                         2, &d, &d, &c),
+                     JITOP_OK);
+    assert_string_equal(
+        c.text, "bwd_pf=1,bwd_pf_from=16384,bwd_pf_bytes=48,bwd_min_blocks=2,bulk_idle=33");
+    assert_int_equal(c.bulk_idle, 33);
+    assert_int_equal(c.bwd_pf_bytes, 48);
+    assert_int_equal(c.bwd_pf_from, 16384);
+    assert_int_equal(c.bwd_pf, 1);
+    /* the ends of each range */
+    assert_int_equal(jitop__ln_cfg_parse("P",
+                                         "bulk_idle=0,bwd_pf_bytes=1024,bwd_pf_from=1073741824", 4,
+                                         &d, &d, &c),
+                     JITOP_OK);
+    assert_int_equal(c.bulk_idle, 0);
+    assert_int_equal(c.bwd_pf_bytes, 1024);
+    assert_int_equal(c.bwd_pf_from, 1073741824);
+    assert_string_equal(c.text, "bwd_pf_from=1073741824,bwd_pf_bytes=1024,bulk_idle=0");
+    assert_int_equal(
+        jitop__ln_cfg_parse("P", "bulk_idle=100,bwd_pf_bytes=0,bwd_pf_from=0", 4, &d, &d, &c),
+        JITOP_OK);
+    assert_int_equal(c.bulk_idle, 100);
+    assert_int_equal(c.bwd_pf_bytes, 0);
+    assert_int_equal(c.bwd_pf_from, 0);
+    assert_string_equal(c.text, "bwd_pf_from=0,bwd_pf_bytes=0,bulk_idle=100");
+    /* h16_ and f32_ reach their dtype only, over the unprefixed field */
+    const char *spec = "h16_bulk_idle=33,f32_bwd_pf_from=16384,h16_bwd_pf_bytes=48,bwd_pf_bytes=8";
+    assert_int_equal(jitop__ln_cfg_parse("P", spec, 2, &d, &d, &c), JITOP_OK);
+    assert_int_equal(c.bulk_idle, 33);
+    assert_int_equal(c.bwd_pf_from, 0);
+    assert_int_equal(c.bwd_pf_bytes, 48);
+    assert_string_equal(c.text, "bwd_pf_bytes=48,bulk_idle=33");
+    assert_int_equal(jitop__ln_cfg_parse("P", spec, 4, &d, &d, &c), JITOP_OK);
+    assert_int_equal(c.bulk_idle, 100);
+    assert_int_equal(c.bwd_pf_from, 16384);
+    assert_int_equal(c.bwd_pf_bytes, 8);
+    assert_string_equal(c.text, "bwd_pf_from=16384,bwd_pf_bytes=8");
+    static const char *bad[][2] = {
+        {"bulk_idle=101", "P: bulk_idle is '101': expected an integer in [0, 100]"},
+        {"bulk_idle=-1", "P: bulk_idle is '-1': expected an integer in [0, 100]"},
+        {"bwd_pf_bytes=1025", "P: bwd_pf_bytes is '1025': expected an integer in [0, 1024]"},
+        /* the other dtype's field is checked too */
+        {"h16_bwd_pf_bytes=-8", "P: bwd_pf_bytes is '-8': expected an integer in [0, 1024]"},
+        {"bwd_pf_from=1073741825",
+         "P: bwd_pf_from is '1073741825': expected an integer in [0, 1073741824]"},
+        {"f32_bwd_pf_from=16k", "P: bwd_pf_from is '16k': expected an integer in [0, 1073741824]"},
+        {"bulk_idle=33,bulk_idle=50", "P: bulk_idle is set twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c.bulk_idle = 7;
+        c.bwd_pf_bytes = 7;
+        c.bwd_pf_from = 7;
+        assert_int_equal(jitop__ln_cfg_parse("P", bad[i][0], 4, &d, &d, &c), JITOP_EINVAL);
+        if (strstr(jitop_errmsg(NULL), bad[i][1]) == NULL)
+            fail_msg("expected \"%s\" in \"%s\"", bad[i][1], jitop_errmsg(NULL));
+        assert_int_equal(c.bulk_idle, 100);
+        assert_int_equal(c.bwd_pf_bytes, 0);
+        assert_int_equal(c.bwd_pf_from, 0);
+        assert_string_equal(c.text, "default");
+    }
+}
+
+/* A prewarm under a threads rule and a plan ("" the default), and the
+ * lines expected in its log (want2 NULL: one). */
+typedef struct plan_case {
+    const char *rule, *plan, *spec, *want, *want2;
+} plan_case;
+
+static void expect_cases(const plan_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *out = NULL;
+        assert_int_equal(prewarm_plan(cases[i].rule, cases[i].plan, cases[i].spec, &out), 0);
+        expect(out, cases[i].want);
+        if (cases[i].want2 != NULL)
+            expect(out, cases[i].want2);
+        expect(out, "prewarmed");
+        free(out);
+    }
+}
+
+/* bwd_pf_bytes: a second budget of bytes per thread for the rows that take
+ * the prefetching backward (16-bit default 48, float32 0: none); of it and
+ * bwd_bytes (32), the one whose block, times the launch bounds' blocks per
+ * SM (512 threads' worth, at least 1, or the plan's bwd_min_blocks in its
+ * range), puts nearer 12-16 warps on an SM, bwd_pf_bytes on a tie. */
+static void test_backward_pf_bytes(void **state)
+{
+    (void)state;
+    static const plan_case cases[] = {
+        /* 4352: 288 threads at 32 B, one block of 9 warps an SM; 192 at
+         * 48 B, two blocks, 12 warps */
+        {"warps", "", "layernorm:f16:4352",
+         "layernorm_bwd<__half, 4352, true, 8, 192>: register kernel, 192 threads per row (1 row "
+         "per block), 3 vectors of 16 B per thread, 6% of lanes idle in the last pass, "
+         "accumulators in shared memory, next rows prefetched; plan default",
+         NULL},
+        {"warps", "", "layernorm:bf16:4352",
+         "layernorm_bwd<__nv_bfloat16, 4352, true, 8, 192>: register kernel, 192 threads per row",
+         NULL},
+        {"warps", "h16_bwd_pf_bytes=0", "layernorm:f16:4352",
+         "layernorm_bwd<__half, 4352, true, 8, 288>: register kernel, 288 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread, 6% of lanes idle in the last pass, "
+         "accumulators in shared memory, next rows prefetched; plan bwd_pf_bytes=0",
+         NULL},
+        {"warps", "h16_bwd_pf_bytes=0", "layernorm:bf16:4352",
+         "layernorm_bwd<__nv_bfloat16, 4352, true, 8, 288>: register kernel, 288 threads per row",
+         NULL},
+        /* an odd N (2-byte vectors): 32 B only, as measured (48 B spills) */
+        {"warps", "", "layernorm:f16:4097",
+         "layernorm_bwd<__half, 4097, true, 1, 288>: register kernel, 288 threads per row", NULL},
+        /* 7936: 512 threads at 32 B, 16 warps; 352 at 48 B, one block of
+         * 11: 32 B wins */
+        {"warps", "", "layernorm:f16:7936",
+         "layernorm_bwd<__half, 7936, true, 8, 512>: register kernel, 512 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread",
+         NULL},
+        /* 9216: one block of 576 (18 warps) or one of 384 (12) */
+        {"warps", "", "layernorm:f16:9216",
+         "layernorm_bwd<__half, 9216, true, 8, 384>: register kernel, 384 threads per row (1 row "
+         "per block), 3 vectors of 16 B per thread, 0% of lanes idle in the last pass",
+         NULL},
+        {"warps", "h16_bwd_pf_bytes=0", "layernorm:f16:9216",
+         "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel, 576 threads per row", NULL},
+        /* the plan's launch bounds count: two blocks of 384 are 24 warps,
+         * one of 576 (over bwd_min_blocks_to, 512 threads an SM) 18 */
+        {"warps", "bwd_min_blocks=2,bwd_min_blocks_to=512", "layernorm:f16:9216",
+         "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel", NULL},
+        /* a tie: power-of-two blocks of 512 (32 B, one an SM) and 256
+         * (48 B, two), 16 warps each: bwd_pf_bytes */
+        {"pow2", "", "layernorm:f16:4352",
+         "layernorm_bwd<__half, 4352, true, 8, 256>: register kernel, 256 threads per row (1 row "
+         "per block), 3 vectors of 16 B per thread, 29% of lanes idle in the last pass",
+         NULL},
+        /* rows that do not prefetch keep bwd_bytes: under 8 KiB (3072:
+         * 192 threads, where 48 B's 128 would tie at 16 warps), or
+         * bwd_pf=0 */
+        {"warps", "", "layernorm:f16:3072",
+         "layernorm_bwd<__half, 3072, true, 8, 192>: register kernel, 192 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory; plan default",
+         NULL},
+        {"warps", "bwd_pf=0", "layernorm:f16:9216",
+         "layernorm_bwd<__half, 9216, true, 8, 576, true, 0, 0>: register kernel", NULL},
+        /* float32 prefetching rows: no second budget by default (544
+         * threads, one block of 17 warps); 384 (12 warps) when asked */
+        {"warps", "", "layernorm:f32:4352",
+         "layernorm_bwd<float, 4352, true, 4, 544, true, 1, 0>: register kernel", NULL},
+        {"warps", "f32_bwd_pf_bytes=48", "layernorm:f32:4352",
+         "layernorm_bwd<float, 4352, true, 4, 384, true, 1, 0>: register kernel, 384 threads per "
+         "row (1 row per block), 3 vectors of 16 B per thread",
+         NULL},
+    };
+    expect_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* bwd_pf_from: rows one block holds of at least that many bytes take the
+ * prefetching backward when bwd_pf is auto (float32 default 16 KiB; 0, the
+ * 16-bit default: the kernel's own rule, 16-bit rows of 8 KiB or more). An
+ * instance whose prefetch differs from the kernel's rule names it (PF 1 or
+ * 0); the others keep their short names, the cache keys. */
+static void test_backward_pf_from(void **state)
+{
+    (void)state;
+    static const plan_case cases[] = {
+        /* float32 rows of 16-32 KiB prefetch; the kernel's rule would not */
+        {"warps", "", "layernorm:f32:4352",
+         "layernorm_bwd<float, 4352, true, 4, 544, true, 1, 0>: register kernel, 544 threads per "
+         "row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory, next rows prefetched; plan default",
+         "layernorm_bwd<float, 4352, false, 4, 544, true, 1, 0>: register kernel"},
+        {"warps", "", "layernorm:f32:8192",
+         "layernorm_bwd<float, 8192, true, 4, 1024, true, 1, 0>: register kernel", NULL},
+        /* 0: the kernel's rule, the short name */
+        {"warps", "f32_bwd_pf_from=0", "layernorm:f32:4352",
+         "layernorm_bwd<float, 4352, true, 4, 544>: register kernel, 544 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory; plan bwd_pf_from=0",
+         NULL},
+        /* 15 KiB: under the float32 default */
+        {"warps", "", "layernorm:f32:3840",
+         "layernorm_bwd<float, 3840, true, 4, 480>: register kernel, 480 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory; plan default",
+         NULL},
+        {"warps", "f32_bwd_pf_from=8192", "layernorm:f32:2048",
+         "layernorm_bwd<float, 2048, true, 4, 256, true, 1, 0>: register kernel", NULL},
+        /* bwd_pf set wins over it */
+        {"warps", "f32_bwd_pf=0", "layernorm:f32:4352",
+         "layernorm_bwd<float, 4352, true, 4, 544, true, 0, 0>: register kernel, 544 threads per "
+         "row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory; plan bwd_pf=0",
+         NULL},
+        /* 16-bit rows: off under it (PF 0 named, and bwd_bytes' block,
+         * not bwd_pf_bytes'), on from it (PF 1 named, 48 B a thread) */
+        {"warps", "h16_bwd_pf_from=16384", "layernorm:f16:4352",
+         "layernorm_bwd<__half, 4352, true, 8, 288, true, 0, 0>: register kernel, 288 threads per "
+         "row (1 row per block), 2 vectors of 16 B per thread, 6% of lanes idle in the last pass, "
+         "accumulators in shared memory; plan bwd_pf_from=16384",
+         NULL},
+        {"warps", "h16_bwd_pf_from=4096", "layernorm:f16:3072",
+         "layernorm_bwd<__half, 3072, true, 8, 128, true, 1, 0>: register kernel, 128 threads per "
+         "row (1 row per block), 3 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+         "accumulators in shared memory, next rows prefetched; plan bwd_pf_from=4096",
+         NULL},
+        /* a row over a cluster never prefetches: the short name */
+        {"warps", "bwd_bulk=0", "layernorm:f32:9216",
+         "layernorm_bwd_cluster<float, 9216, true, 4, 1024, 2>: cluster kernel", NULL},
+    };
+    expect_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* bulk_idle: layernorm_bwd_bulk's blocks in the fewest whole warps where
+ * the power of two leaves bulk_idle percent or more of its lanes idle,
+ * measured as a block's share against threads times bulk_ept (16 elements)
+ * (16-bit default 33; float32 100: always the power of two); the forward's
+ * copy-engine kernel keeps its power of two. */
+static void test_backward_bulk_whole_warps(void **state)
+{
+    (void)state;
+    static const plan_case cases[] = {
+        /* 9216 elements a block: 1024 threads of 16 leave 44% idle, 576 */
+        {"warps", "", "layernorm:f16:18432",
+         "layernorm_bwd_bulk<__half, 18432, true, 576, 2>: copy-engine cluster kernel, 1152 "
+         "threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 0% of lanes "
+         "idle in the last pass, rows staged in shared memory; plan default",
+         NULL},
+        {"warps", "", "layernorm:bf16:36864",
+         "layernorm_bwd_bulk<__nv_bfloat16, 36864, true, 576, 4>: copy-engine cluster kernel, "
+         "2304 threads per row (over a cluster of 4 blocks)",
+         NULL},
+        {"warps", "", "layernorm:f16:36864",
+         "layernorm_bwd_bulk<__half, 36864, true, 576, 4>: copy-engine cluster kernel", NULL},
+        /* under a third idle: 31% (45056), 6% (15360) */
+        {"warps", "", "layernorm:f16:45056",
+         "layernorm_bwd_bulk<__half, 45056, true, 1024, 4>: copy-engine cluster kernel, 4096 "
+         "threads per row (over a cluster of 4 blocks), 2 vectors of 16 B per thread, 31% of "
+         "lanes idle in the last pass",
+         NULL},
+        {"warps", "", "layernorm:f16:15360",
+         "layernorm_bwd_bulk<__half, 15360, true, 512, 2>: copy-engine cluster kernel, 1024 "
+         "threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 6% of lanes "
+         "idle in the last pass",
+         NULL},
+        /* 100: always the power of two; 0: always whole warps */
+        {"warps", "h16_bulk_idle=100", "layernorm:f16:36864",
+         "layernorm_bwd_bulk<__half, 36864, true, 1024, 4>: copy-engine cluster kernel, 4096 "
+         "threads per row (over a cluster of 4 blocks), 2 vectors of 16 B per thread, 44% of "
+         "lanes idle in the last pass, rows staged in shared memory; plan bulk_idle=100",
+         NULL},
+        {"warps", "bulk_idle=0", "layernorm:f16:15360",
+         "layernorm_bwd_bulk<__half, 15360, true, 480, 2>: copy-engine cluster kernel, 960 "
+         "threads per row (over a cluster of 2 blocks)",
+         NULL},
+        /* the forward's 6144-element shares: 128 threads of 64, not 96 */
+        {"warps", "bulk_idle=0", "layernorm:f16:49152",
+         "layernorm_bwd_bulk<__half, 49152, true, 768, 4>: copy-engine cluster kernel",
+         "layernorm_fwd_bulk<__half, 49152, true, 128, 8, 4, 1, 1>: copy-engine cluster kernel"},
+        /* float32: the power of two by default (4608 elements a block of
+         * 512 threads of 16: 44% by the rule's measure), 288 threads of 16
+         * when asked */
+        {"warps", "", "layernorm:f32:9216",
+         "layernorm_bwd_bulk<float, 9216, true, 512, 2>: copy-engine cluster kernel, 1024 "
+         "threads per row (over a cluster of 2 blocks)",
+         NULL},
+        {"warps", "f32_bulk_idle=33", "layernorm:f32:9216",
+         "layernorm_bwd_bulk<float, 9216, true, 288, 2>: copy-engine cluster kernel, 576 threads "
+         "per row (over a cluster of 2 blocks), 4 vectors of 16 B per thread, 0% of lanes idle in "
+         "the last pass, rows staged in shared memory; plan bulk_idle=33",
+         NULL},
+    };
+    expect_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* The 16-bit copy-engine forward's default 64 elements a thread: 128
+ * threads for a 16 KiB share (h16_fwd_bulk_ept=32, float32's default:
+ * 256); float32 keeps 32 (256 threads for its 32 KiB share). */
+static void test_forward_bulk_ept(void **state)
+{
+    (void)state;
+    static const plan_case cases[] = {
+        {"warps", "", "layernorm:f16:65536",
+         "layernorm_fwd_bulk<__half, 65536, true, 128, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "1024 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 0% of "
+         "lanes idle in the last pass, rows staged in shared memory (4 stages), gamma and beta in "
+         "shared memory, one cluster exchange per row; plan default",
+         NULL},
+        {"warps", "h16_fwd_bulk_ept=32", "layernorm:f16:65536",
+         "layernorm_fwd_bulk<__half, 65536, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "2048 threads per row (over a cluster of 8 blocks), 4 vectors of 16 B per thread",
+         NULL},
+        {"warps", "", "layernorm:f32:65536",
+         "layernorm_fwd_bulk<float, 65536, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "2048 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread",
+         NULL},
+    };
+    expect_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
 static void test_bad_rule_is_refused(void **state)
 {
     (void)state;
@@ -639,6 +991,11 @@ int main(void)
         cmocka_unit_test(test_forward_long_row_options),
         cmocka_unit_test(test_plan_parse_backward_stages),
         cmocka_unit_test(test_backward_stages),
+        cmocka_unit_test(test_plan_parse_backward_shape_fields),
+        cmocka_unit_test(test_backward_pf_bytes),
+        cmocka_unit_test(test_backward_pf_from),
+        cmocka_unit_test(test_backward_bulk_whole_warps),
+        cmocka_unit_test(test_forward_bulk_ept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
