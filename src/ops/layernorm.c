@@ -55,9 +55,7 @@
  * kernel's macro), and its blocks do best with 12-16 warps resident on an
  * SM: fewer leave the loads of the next rows too few warps to hide behind,
  * and a lone block of 18-22 warps pays a longer block-wide reduction per
- * row (16-bit rows of 8.5-12 KiB and 18-22 KiB gain 3-8 points of copy
- * bandwidth at 48 bytes a thread, rows of 12.5-16 KiB lose 1-8 at it;
- * bench/layernorm_NOTES.md, run 11). */
+ * row (the A/B of 48 against 32 bytes a thread: bench/layernorm_NOTES.md). */
 #define LN_BWD_PF_THREADS_PER_SM 512
 #define LN_BWD_PF_WARPS_LO 12
 #define LN_BWD_PF_WARPS_HI 16
@@ -133,13 +131,11 @@ static int ln_threads_rule(int *rule)
  * - 16-bit backward rows of 24 KiB or more (N 12288-16384, which one
  *   register block holds): the copy-engine kernel, 2 blocks of 512.
  * - 16-bit copy-engine backward: whole warps where the power of two would
- *   leave a third or more of its element slots idle (N 18432,
- *   20480, 36864, 40960: 37-44% idle at 1024 threads; 5-7 points of copy
- *   bandwidth there, within a point elsewhere; at 13312-15360, 6-19% idle,
- *   whole warps lost up to 10).
+ *   leave a third or more of its element slots idle (N 18432, 20480,
+ *   36864, 40960 at 1024 threads); with fewer idle, the power of two.
  * - 16-bit forward rows of 96 KiB or more (N >= 49152): the copy-engine
  *   forward kernel, blocks of 16 KiB of a row (8 per row), 64 elements a
- *   thread (128 threads: 1-2 points over 256 at every such N), 4 stages of
+ *   thread (128 threads), 4 stages of
  *   rows in flight a block (the loads of the next rows hide each row's
  *   exchange), its gamma and beta in shared memory (read once, not from
  *   L2 every row) and one cluster exchange a row; below 96 KiB the
@@ -150,11 +146,10 @@ static int ln_threads_rule(int *rule)
  * - One cluster exchange a row in the forward's register clusters too
  *   (one barrier less a row).
  * - float32 backward rows of 16-32 KiB (N 4096-8192, one block): the
- *   prefetching kernel (N 4352-5632: 92-95% of copy against 84-91%; 1
- *   point less at 6400-8192, 91-93%).
+ *   prefetching kernel.
  * - 16-bit prefetching backward (rows of 8-24 KiB): 48 bytes a thread
  *   where its blocks put nearer 12-16 warps on an SM than 32 bytes' do
- *   (LN_BWD_PF_WARPS_LO; N 4352-6144 and 9216-11264, 3-9 points).
+ *   (LN_BWD_PF_WARPS_LO).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -598,7 +593,7 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
  * default: the backward reads its rows from shared memory, so idle lanes
  * in its last pass cost no bytes in flight, and the extra threads shorten
  * its instruction-bound row: whole warps are slower there where few lanes
- * idle (float32 always; bench/layernorm_NOTES.md runs 7 and 11). */
+ * idle, and in float32 always (bench/layernorm_NOTES.md). */
 static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int idle_pct,
                          size_t smem_per_elem, int *tpr, int *cl)
 {
@@ -695,14 +690,16 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                      p->tpr, p->cl, extra);
 }
 
-/* Whether the backward's register kernel for a row of n es-byte elements
- * over cl blocks prefetches the next rows: the plan's bwd_pf, else the
- * kernel's ln_bwd_prefetch rule (16-bit rows of 8 KiB or more, one block). */
+/* kernels/layernorm.cu's ln_bwd_prefetch: what an instance that names no
+ * PF does (16-bit rows of 8 KiB or more, one block). */
 static int ln_bwd_pf_kernel_rule(size_t es, int n, int cl)
 {
     return es == 2 && cl == 1 && (long long)n * 2 >= 8192;
 }
 
+/* Whether the backward's register kernel for a row of n es-byte elements
+ * over cl blocks prefetches the next rows: the plan's bwd_pf, else its
+ * bwd_pf_from, else the kernel's own rule. */
 static int ln_bwd_pf_rule(const jitop__ln_cfg *c, size_t es, int n, int cl)
 {
     if (c->bwd_pf >= 0)
@@ -712,16 +709,17 @@ static int ln_bwd_pf_rule(const jitop__ln_cfg *c, size_t es, int n, int cl)
     return ln_bwd_pf_kernel_rule(es, n, cl);
 }
 
-/* The launch bounds' blocks per SM of a backward register block: the
- * plan's bwd_min_blocks for blocks in its range, else the kernel's
- * ln_bwd_min_blocks (LN_BWD_PF_THREADS_PER_SM / block with prefetch,
- * LN_BWD_THREADS_PER_SM / block without; at least 1). */
+/* The launch bounds' blocks per SM the plan asks of a backward register
+ * block: bwd_min_blocks for blocks in its range, else 0 (the kernel's
+ * ln_bwd_min_blocks). */
 static int ln_bwd_minb_plan(const jitop__ln_cfg *c, long long block)
 {
     return block >= c->bwd_min_blocks_from && block <= c->bwd_min_blocks_to ? c->bwd_min_blocks
                                                                              : 0;
 }
 
+/* How far a prefetching block of tpr threads a row puts the warps resident
+ * on an SM (its launch bounds' blocks) from LN_BWD_PF_WARPS_LO-HI. */
 static long long ln_bwd_pf_warps_off(const jitop__ln_cfg *c, int tpr)
 {
     const long long block = (long long)tpr * ln_rows_per_block(tpr, 1);
@@ -805,10 +803,9 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         p->minb = ln_bwd_minb_plan(c, block);
         /* PF named where the plan sets it or it differs from the kernel's
          * own rule (the short names, the cache keys, otherwise) */
-        if (c->bwd_pf >= 0 || p->minb > 0 || p->pf != ln_bwd_pf_kernel_rule(es, n, p->cl))
-            snprintf(extra, sizeof extra, ", true, %d, %d",
-                     c->bwd_pf >= 0 || p->pf != ln_bwd_pf_kernel_rule(es, n, p->cl) ? p->pf : -1,
-                     p->minb);
+        const int name_pf = c->bwd_pf >= 0 || p->pf != ln_bwd_pf_kernel_rule(es, n, p->cl);
+        if (name_pf || p->minb > 0)
+            snprintf(extra, sizeof extra, ", true, %d, %d", name_pf ? p->pf : -1, p->minb);
     }
     ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, p->special,
                      p->tpr, p->cl, extra);
