@@ -359,7 +359,7 @@ static void test_pool_starts_heaviest_first(void **state)
     snprintf(bline, sizeof bline, "building %s/b.cu", src);
     const char *z = strstr(out, zline), *b = strstr(out, bline);
     if (!z || !b || z > b)
-        fail_msg("z.cu should start before b.cu:\n%s", out);
+        jt_fail_showing(out, "z.cu should start before b.cu");
     free(out);
     free(cache);
     free(src);

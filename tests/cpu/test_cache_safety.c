@@ -173,14 +173,14 @@ static void test_clean_deletes_only_jitops_files(void **state)
     snprintf(cmd, sizeof cmd, "'%s' clean --cache-dir '%s' 2>&1", jt_cli(), root);
     int rc = jt_run(cmd, &out);
     if (rc != 0)
-        fail_msg("jitop clean exited %d: %s", rc, out);
+        jt_fail_showing(out, "jitop clean exited %d", rc);
     assert_file_text(thesis, "chapter 1");
     assert_file_text(notes, "notes");
     assert_file_text(mine, "mine");
     assert_file_text(readme_path, "read me");
     assert_file_text(v8, "a file named like a tree");
     if (!strstr(out, "v99") || !strstr(out, "left"))
-        fail_msg("clean should say what it left alone: %s", out);
+        jt_fail_showing(out, "clean should say what it left alone");
     free(out);
     char *e1 = entry_file(root, r1.key), *e2 = entry_file(root, r2.key);
     assert_false(exists(e1));
@@ -438,10 +438,10 @@ static void test_builds_without_flock(void **state)
                  dir, shim, errnos[i], jt_cli(), cache);
         int rc = jt_run(cmd, &out);
         if (rc != 0)
-            fail_msg("errno %d: jitop build exited %d: %s", errnos[i], rc, out);
+            jt_fail_showing(out, "errno %d: jitop build exited %d", errnos[i], rc);
         const char *w = strstr(out, "without cache locks");
         if (!w || strstr(w + 1, "without cache locks"))
-            fail_msg("expected one warning about locks: %s", out);
+            jt_fail_showing(out, "expected one warning about locks");
         assert_non_null(strstr(out, "a.cu sm_90 compiled"));
         assert_non_null(strstr(out, "b.cu sm_90 compiled"));
         free(out);

@@ -584,7 +584,7 @@ static void test_warnings_printed_like_a_compiler(void **state)
     for (int pass = 0; pass < 2; pass++) {
         assert_int_equal(cli(f, 0, &out, "build --arch sm_90 w/warn.cu 2>&1 >/dev/null"), 0);
         if (!strstr(out, where) || !strstr(out, "unused"))
-            fail_msg("pass %d: expected '%s' on stderr: %s", pass, where, out);
+            jt_fail_showing(out, "pass %d: expected '%s' on stderr", pass, where);
         free(out);
         assert_int_equal(cli(f, 1, &err, "build --arch sm_90 w/warn.cu"), 0);
         assert_non_null(strstr(err, "cached")); /* stdout: results only */
@@ -595,7 +595,7 @@ static void test_warnings_printed_like_a_compiler(void **state)
      * cache entry on a hit. */
     assert_int_equal(cli(f, 0, &out, "build --verbose --arch sm_90 w/warn.cu 2>&1 >/dev/null"), 0);
     if (!strstr(out, "NVRTC's log (from the cache):") || !strstr(out, "unused"))
-        fail_msg("%s", out);
+        jt_fail_showing(out, "expected NVRTC's cached log with its warning");
     free(out);
     /* A quiet file prints nothing there. */
     assert_int_equal(cli(f, 0, &out, "build --arch sm_90 src/sub/b.cu 2>&1 >/dev/null"), 0);
@@ -628,7 +628,7 @@ static void test_stub_driver_named(void **state)
     assert_int_equal(jt_run(cmd, &out), 2);
     if (!strstr(out, "stub library") || !strstr(out, "CUDA_ERROR_STUB_LIBRARY") ||
         !strstr(out, link) || !strstr(out, "LD_LIBRARY_PATH") || strstr(out, "update the"))
-        fail_msg("%s", out);
+        jt_fail_showing(out, "expected the stub library named, with the fix");
     free(out);
     free(cmd);
     free(link);
@@ -822,7 +822,7 @@ static void test_unsupported_arch_is_usage_error(void **state)
     assert_int_equal(cli(f, 0, &out, "build --arch sm_90,sm_10 src"), 2);
     if (count_of(out, "sm_10 is not one") != 1 || !strstr(out, "sm_90, sm_100") ||
         strstr(out, "compiled") || strstr(out, "options []"))
-        fail_msg("%s", out);
+        jt_fail_showing(out, "expected sm_10 refused once, the known archs listed, nothing built");
     free(out);
     assert_int_equal(cli(f, 1, &out, "ls"), 0);
     assert_int_equal(count_lines(out), 0);
@@ -919,7 +919,7 @@ static void test_usage_errors(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = cli(f, 0, &out, "%s", cases[i][0]);
         if (rc != 2 || !strstr(out, cases[i][1]))
-            fail_msg("`jitop %s`: exit %d, output: %s", cases[i][0], rc, out);
+            jt_fail_showing(out, "`jitop %s`: exit %d, expected '%s'", cases[i][0], rc, cases[i][1]);
         free(out);
     }
 }

@@ -126,7 +126,7 @@ static void test_declared_cold_is_one_compile(void **state)
     int rc = jt_run(cmd, &out);
     /* t<5> joined the asked list: a build would fold it in (a miss). */
     if (rc != 0 || !strstr(out, "3 instances asked of this source") || !strstr(out, "t<3>; t<4>"))
-        fail_msg("exit %d: %s", rc, out);
+        jt_fail_showing(out, "exit %d", rc);
     free(out);
     setup_close(&s);
 }

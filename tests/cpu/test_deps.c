@@ -825,11 +825,11 @@ static void test_macro_include_safe_mode(void **state)
     /* The CLI says it too, in JITOP_VERBOSE's log and in explain. */
     char *out = cli("build", cache, src, "-D CFG=cfg/b.h");
     if (!strstr(out, "safe mode"))
-        fail_msg("jitop build (JITOP_VERBOSE=1) should say safe mode: %s", out);
+        jt_fail_showing(out, "jitop build (JITOP_VERBOSE=1) should say safe mode");
     free(out);
     out = cli("explain", cache, src, "-D CFG=cfg/b.h");
     if (!strstr(out, "hit") || !strstr(out, "safe mode"))
-        fail_msg("jitop explain should say safe mode: %s", out);
+        jt_fail_showing(out, "jitop explain should say safe mode");
     free(out);
     free(src); free(cfg); free(other); free(cache); free(d);
 }

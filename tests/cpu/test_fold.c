@@ -156,19 +156,19 @@ static void test_list_persisted_across_processes(void **state)
     assert_int_equal(jt_run(cmd, &out), 0);
     if (!strstr(out, "miss") || !strstr(out, "2 instances asked of this source") ||
         !strstr(out, "t<1>; t<2>"))
-        fail_msg("%s", out);
+        jt_fail_showing(out, "expected a miss naming the 2 instances");
     free(out);
     snprintf(cmd, sizeof cmd, "%s build --cache-dir %s --arch %s %s", jt_cli(), s.cache, s.arch,
              s.src);
     assert_int_equal(jt_run(cmd, &out), 0);
     if (!strstr(out, " compiled "))
-        fail_msg("%s", out);
+        jt_fail_showing(out, "expected \" compiled \"");
     free(out);
     snprintf(cmd, sizeof cmd, "%s explain --cache-dir %s --arch %s %s", jt_cli(), s.cache,
              s.arch, s.src);
     assert_int_equal(jt_run(cmd, &out), 0);
     if (!strstr(out, " hit") || !strstr(out, "compiled with the 2 instances"))
-        fail_msg("%s", out);
+        jt_fail_showing(out, "expected a hit compiled with the 2 instances");
     free(out);
     lists_of(&s, &l);
     assert_int_equal(l.built.n, 2);
@@ -377,7 +377,7 @@ static void test_op_prewarm_then_warm_hit(void **state)
                  s.cache, s.arch, bad[i].spec);
         int rc = jt_run(cmd, &out);
         if (rc != 2 || !strstr(out, bad[i].spec) || !strstr(out, bad[i].says))
-            fail_msg("%s: exit %d: %s", bad[i].spec, rc, out);
+            jt_fail_showing(out, "%s: exit %d", bad[i].spec, rc);
         free(out);
     }
     snprintf(cmd, sizeof cmd, "%s explain --cache-dir %s --arch %s --op lltm:f32 %s", jt_cli(),
@@ -392,7 +392,7 @@ static void test_op_prewarm_then_warm_hit(void **state)
     int rc = jt_run(cmd, &out);
     if (rc != 0 || !strstr(out, "op layernorm:f32:1024 sm_80 prewarmed") ||
         !strstr(out, "op lltm:f32 sm_80 prewarmed"))
-        fail_msg("exit %d: %s", rc, out);
+        jt_fail_showing(out, "exit %d", rc);
     free(out);
 
     g_compiles = 0;

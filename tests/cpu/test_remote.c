@@ -771,7 +771,7 @@ static void test_cli(void **state)
                     access("/usr/share/nginx/modules/ngx_http_dav_ext_module.so", F_OK) == 0;
     int rc = jt_run(cmd, &out);
     if (can_list ? rc != 0 || !strstr(out, key) : rc != 1 || !strstr(out, "cannot list"))
-        fail_msg("ls --remote (PROPFIND %s): exit %d: %s", can_list ? "on" : "off", rc, out);
+        jt_fail_showing(out, "ls --remote (PROPFIND %s): exit %d", can_list ? "on" : "off", rc);
     free(out);
     char *bad = url("bad", "");
     snprintf(cmd, sizeof cmd, "JITOP_REMOTE_CACHE='%s' '%s' ls --remote --cache-dir '%s'", bad,

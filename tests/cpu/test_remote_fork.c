@@ -84,7 +84,7 @@ static void assert_pushed_once(const char *tree, const char *spec, char *src[NSR
     char *fresh = jt_tmpdir(), *out = NULL;
     assert_int_equal(cli_build(spec, "-j4", fresh, src, &out), 0);
     if (count(out, " compiled ") != 0 || count(out, " cached ") != NSRC)
-        fail_msg("a fresh process compiled from a prewarmed remote: %s", out);
+        jt_fail_showing(out, "a fresh process compiled from a prewarmed remote");
     free(out);
     free(fresh);
 }

@@ -56,7 +56,7 @@ static void compile(const char *dir, const char *rel)
     char *out = NULL;
     int rc = jt_run(cmd, &out);
     if (rc != 0)
-        fail_msg("%s: %s", cmd, out);
+        jt_fail_showing(out, "%s", cmd);
     free(out);
     free(cmd);
 }
@@ -71,7 +71,7 @@ static void test_jitop_tree_passes(void **state)
     char *out = NULL;
     int rc = check(root, objdir, &out);
     if (rc != 0)
-        fail_msg("jitop's own tree breaks the rooms rule:\n%s", out);
+        jt_fail_showing(out, "jitop's own tree breaks the rooms rule");
     free(out);
     free(objdir);
     free(root);
@@ -87,7 +87,7 @@ static void test_upward_include_fails(void **state)
     char *out = NULL;
     assert_int_equal(check(dir, NULL, &out), 1);
     if (!strstr(out, "src/cache/cache.c:3: includes load/load.h: the load room is above the cache room"))
-        fail_msg("unexpected output:\n%s", out);
+        jt_fail_showing(out, "unexpected output");
     free(out);
     /* The same include from a room above load is fine. */
     free(jt_write(dir, "src/cache/cache.c", "#include \"base/base.h\"\n"));
@@ -108,7 +108,7 @@ static void test_private_header_of_another_room_fails(void **state)
     assert_int_equal(check(dir, NULL, &out), 1);
     if (!strstr(out, "src/build/build.c:1: includes cache/cache_private.h: a private header") ||
         strstr(out, "walk.c"))
-        fail_msg("unexpected output:\n%s", out);
+        jt_fail_showing(out, "unexpected output");
     free(out);
     free(dir);
 }
@@ -122,7 +122,7 @@ static void test_unknown_room_fails(void **state)
     char *out = NULL;
     assert_int_equal(check(dir, NULL, &out), 1);
     if (!strstr(out, "src/misc/: not a room"))
-        fail_msg("unexpected output:\n%s", out);
+        jt_fail_showing(out, "unexpected output");
     free(out);
     free(dir);
 }
@@ -141,7 +141,7 @@ static void test_unlisted_cli_file_with_internal_header_fails(void **state)
     if (!strstr(out, "tools/cli_cache.c:2: includes an internal header but is not a privileged "
                      "internal client") ||
         strstr(out, "cli_build.c"))
-        fail_msg("unexpected output:\n%s", out);
+        jt_fail_showing(out, "unexpected output");
     free(out);
     free(jt_write(dir, "tools/cli_cache.c", "#include \"cli.h\"\n"));
     assert_int_equal(check(dir, NULL, &out), 0);
@@ -166,7 +166,7 @@ static void test_upward_call_fails(void **state)
     if (!strstr(out, "base/util.o calls load_fn, defined in load/module.o: the load room is above "
                      "the base room") ||
         strstr(out, "base_fn"))
-        fail_msg("unexpected output:\n%s", out);
+        jt_fail_showing(out, "unexpected output");
     free(out);
     /* Downward only: passes. */
     free(jt_write(dir, "src/base/util.c", "int base_fn(void) { return 0; }\n"));
@@ -194,7 +194,7 @@ static void test_circle_inside_a_room_fails(void **state)
     assert_int_equal(check(dir, objdir, &out), 1);
     if (!strstr(out, "the cache room's files call each other in a circle") ||
         !strstr(out, "cache/cache.o") || !strstr(out, "cache/walk.o"))
-        fail_msg("unexpected output:\n%s", out);
+        jt_fail_showing(out, "unexpected output");
     free(out);
     /* One way (walk.c no longer calls cache.c): passes. */
     free(jt_write(dir, "src/cache/walk.c", "int file_fn(void);\n"

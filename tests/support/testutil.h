@@ -53,6 +53,12 @@ jitop_ctx *jt_ctx_driver(const char *cache_dir);
  * (malloc'd; may be NULL to discard) and returns the exit status (128+signal
  * when killed). */
 int jt_run(const char *cmd, char **output);
+/* Fails the test with what a command printed, whole, on stderr, then
+ * fmt's message: cmocka cuts its own message at 1 KiB, which would drop
+ * the error line at the end of a long log. */
+#define jt_fail_showing(output, ...) jt__fail_showing(__FILE__, __LINE__, output, __VA_ARGS__)
+void jt__fail_showing(const char *file, int line, const char *output, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
 /* The jitop CLI under test ($JITOP_CLI, set by make test). */
 const char *jt_cli(void);
 
