@@ -4,14 +4,17 @@ torch.nn.functional.layer_norm, side by side in one process, with a
 device-to-device copy of the same bytes as the bandwidth ceiling.
 
     python3 bench/layernorm_bench.py [--out DIR] [--lib build/libjitop.so]
-    python3 bench/layernorm_bench.py --sweep [--rules warps,pow2] [--out DIR]
+    python3 bench/layernorm_bench.py --sweep [--odd] [--rules warps,pow2] [--out DIR]
     python3 bench/layernorm_bench.py --sweep --n 24576,65536 \
         --variants 'base=;fit=JITOP_LN_PLAN=fwd_cluster_tpr=512,fwd_fit=1'
 
 Shapes: N in {768, 1024, 4096, 8192, 32768} with M*N = 64M elements, for
 float32, float16 and bfloat16. --sweep: every multiple of 256 up to 8192,
 then every 1024 to 16384, every 2048 to 32768 and every 4096 to 65536 (56
-row lengths, M*N ~ 64M); each (rule, dtype, N) gets a context of its own
+row lengths, M*N ~ 64M); --sweep --odd: row lengths that the 16-byte vector
+does not divide (odd N, and 16-bit N that are 2 or 4 mod 8), which take
+kernels/layernorm.cu's rows of any alignment, 255 to 65535 (files
+layernorm_sweep_odd.*); each (rule, dtype, N) gets a context of its own
 with a cache directory of its own, prewarmed first by parallel `jitop build
 --op` processes, so that no compile lands in the timed loop and no shape's
 instances are folded into another's. --rules times jitop once per
@@ -65,6 +68,11 @@ ROOT = os.path.dirname(HERE)
 PERF_N = [768, 1024, 4096, 8192, 32768]
 SWEEP_N = (list(range(256, 8193, 256)) + list(range(9216, 16385, 1024)) +
            list(range(18432, 32769, 2048)) + list(range(36864, 65537, 4096)))
+# Rows the 16-byte vector does not divide: odd hidden sizes near the usual
+# ones, primes, and 16-bit rows 2, 4 or 6 elements past a multiple of 8.
+ODD_N = [255, 385, 769, 1023, 1025, 1030, 1537, 2049, 2052, 3071, 3079, 4097, 4100, 4102, 5001,
+         6145, 7919, 8191, 10001, 12289, 14999, 16383, 20001, 24577, 28673, 32769, 40001, 49153,
+         57347, 65535]
 TOTAL = 64 * 1024 * 1024
 EPS = 1e-5
 
@@ -199,7 +207,8 @@ def report(rows, rules, sweep, out, device_name, torch_version, mode, batches, p
            timing):
     """The table (and with several variants or --sweep, the worst case of
     each dtype and variant against the issue's goals; with several variants
-    an A/B table of every shape and variant) to stdout and DIR, the chart."""
+    an A/B table of every shape and variant) to stdout and DIR, the chart;
+    sweep: the sweep files' base name ("" without --sweep)."""
     os.makedirs(out, exist_ok=True)
     head = ("| dtype | M x N | copy GB/s | fwd jitop GB/s | fwd torch GB/s | fwd jitop % of copy | "
             "fwd speedup | bwd jitop GB/s | bwd torch GB/s | bwd jitop % of copy | bwd speedup |")
@@ -239,7 +248,7 @@ def report(rows, rules, sweep, out, device_name, torch_version, mode, batches, p
                                f"{f' ({failed} shapes failed)' if failed else ''} |")
     stitle = ("| dtype | variant | fwd % of copy, worst (N) | bwd % of copy, worst N >= 512 (worst N) | "
               "fwd vs torch, worst | bwd vs torch, worst |\n|---|---|---|---|---|---|\n")
-    name = "layernorm_sweep" if sweep else "layernorm_results"
+    name = sweep if sweep else "layernorm_results"
     with open(os.path.join(out, name + ".md"), "w") as fh:
         fh.write(f"# LayerNorm: jitop vs torch ({device_name}, torch {torch_version})\n\n")
         how = ("queued behind a busy-wait, so that the events time the GPU alone" if timing == "gated"
@@ -255,10 +264,10 @@ def report(rows, rules, sweep, out, device_name, torch_version, mode, batches, p
     if summary:
         print(stitle + "\n".join(summary))
     if sweep:
-        with open(os.path.join(out, "layernorm_sweep.json"), "w") as fh:
+        with open(os.path.join(out, sweep + ".json"), "w") as fh:
             json.dump({"device": device_name, "torch": torch_version, "rules": rules,
                        "variants": [{"name": n, "env": e} for n, e in variants], "rows": rows}, fh)
-        write_sweep_chart(rows, rules, device_name, os.path.join(out, "layernorm_sweep.png"))
+        write_sweep_chart(rows, rules, device_name, os.path.join(out, sweep + ".png"))
     else:
         write_chart(rows, device_name, os.path.join(out, "layernorm.png"))
 
@@ -270,6 +279,8 @@ def main():
     ap.add_argument("--lib", default=os.path.join(build, "libjitop.so"))
     ap.add_argument("--cli", default=os.path.join(build, "jitop"))
     ap.add_argument("--sweep", action="store_true", help="every row length of the sweep")
+    ap.add_argument("--odd", action="store_true",
+                    help="with --sweep: the row lengths the 16-byte vector does not divide")
     ap.add_argument("--rules", default="warps",
                     help="threads-per-row rules to time jitop with (JITOP_LN_THREADS), comma-separated")
     ap.add_argument("--variants", default="",
@@ -291,8 +302,11 @@ def main():
     except ValueError as ex:
         ap.error(f"--variants: {ex}")
     rules = [name for name, _ in variants]  # the variants' names
+    if args.odd and not args.sweep:
+        ap.error("--odd goes with --sweep")
     sweep, timing = args.sweep, args.timing
     cmd = "python3 bench/layernorm_bench.py" + (" --sweep" if sweep else "") + \
+        (" --odd" if args.odd else "") + \
         (" --timing plain" if timing == "plain" else "") + \
         (f" --n {args.n}" if args.n else "") + (f" --dtypes {args.dtypes}" if args.dtypes !=
                                                  "float32,float16,bfloat16" else "") + \
@@ -328,7 +342,8 @@ def main():
     BY_NAME = {v: k for k, v in NAME.items()}
     P = lambda t: None if t is None else t.data_ptr()
     dtypes = [BY_NAME[d] for d in args.dtypes.split(",") if d]
-    ns = [int(v) for v in args.n.split(",") if v] or (SWEEP_N if sweep else PERF_N)
+    ns = [int(v) for v in args.n.split(",") if v] or (
+        (ODD_N if args.odd else SWEEP_N) if sweep else PERF_N)
 
     # One context per rule (the rule is read when a context first uses
     # LayerNorm); with --sweep one per (rule, shape), each on its own cache.
@@ -549,7 +564,8 @@ def main():
     for ctx in shared_ctx.values():
         lib.jitop_ctx_destroy(ctx)
 
-    report(rows, rules, sweep, args.out, dev.name, torch.__version__, mode, batches, per, cmd, variants,
+    report(rows, rules, ("layernorm_sweep_odd" if args.odd else "layernorm_sweep") if sweep else "",
+           args.out, dev.name, torch.__version__, mode, batches, per, cmd, variants,
            timing)
     return 1 if failed else 0
 

@@ -8,7 +8,8 @@ all in one process (one device call).
     python3 bench/layernorm_dev.py [--out DIR] [--quick]
 
 Writes DIR/layernorm_dev.json (every figure) and prints a table last.
-The launch-shape rule below is the one src/ops/layernorm.c implements.
+The launch-shape rule below is the one src/ops/layernorm.c implements for
+rows of whole vectors (not its rows of any alignment).
 """
 import argparse
 import json

@@ -70,10 +70,15 @@ def shape_of(name, why, dt, n):
     block = tpr * rows
     dyn = 0
     if name.startswith("layernorm_bwd"):
+        # the accumulators; rows of any alignment (vec does not divide n):
+        # of the body's n // vec - 1 vectors and the head/tail elements,
+        # then gamma's body vectors (kernels/layernorm.cu ln_bwd_smem_bytes)
         tt = tpr * cl
-        nvec = n // vec
+        shift = n % vec != 0
+        nvec = n // vec - shift
         vpt = (nvec + tt - 1) // tt
-        dyn = 2 * block * vpt * vec * 4
+        xs = (n % vec + vec + tt - 1) // tt if shift else 0
+        dyn = 2 * block * (vpt * vec + xs) * 4 + (vpt * block * 16 if shift else 0)
     return block, dyn
 
 

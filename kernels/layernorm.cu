@@ -36,10 +36,13 @@
 //   cuOccupancyMaxActiveClusters says, not SMs / CL), with
 //   ln_bwd_smem_bytes<T, N, VEC, TPR, CL>() bytes of dynamic shared memory
 //   when AFFINE and SACC (the dgamma/dbeta accumulators). With AFFINE it
-//   writes G partial rows (float32, part[g][0..N) for dgamma, part[g][N..2N)
-//   for dbeta) that layernorm_bwd_reduce sums in a fixed order, so the
-//   result is deterministic (block 32 x R for any R <= 32, grid
-//   (ceil(N / 32), 2)).
+//   writes P = G partial rows (float32, part[g][0..N) for dgamma,
+//   part[g][N..2N) for dbeta) that layernorm_bwd_reduce sums in a fixed
+//   order, so the result is deterministic (block 32 x R for any R <= 32,
+//   grid (ceil(N / 32), 2)).
+//   Rows of any alignment (VEC does not divide N, below): P = G * ROWS
+//   partial rows (one per row group), and G * ROWS * N * sizeof(T) a
+//   multiple of 16 unless G * ROWS >= M (the kernel traps otherwise).
 //   generic kernels: block 512, forward grid M, backward grid any G.
 //   layernorm_fwd_bulk, layernorm_bwd_bulk: see their comments.
 // AFFINE: the forward reads gamma and beta, each may still be NULL (then
@@ -52,7 +55,9 @@
 //
 // VEC elements of T are moved per load (VEC * sizeof(T) bytes: 16, 8, 4 or
 // 2); the caller picks the widest VEC that divides N and to whose size
-// every row pointer is aligned.
+// every pointer is aligned, or the 16-byte VEC for an N it does not divide
+// where the row tensors (x and y; dy, x and dx) sit at one offset within
+// 16 bytes and gamma and beta are 16-byte aligned: rows of any alignment.
 
 #if defined(__has_include)
 #if __has_include(<cuda_fp16.h>) && __has_include(<cuda_bf16.h>)
@@ -231,6 +236,87 @@ __device__ __forceinline__ void ln_unpack_gamma(const T *__restrict__ gamma, int
     }
 }
 
+// ------------------------------------------------- rows of any alignment
+// A row length that is not a multiple of the 16-byte vector (an odd 16-bit
+// N, a float32 N not a multiple of 4) puts the rows at different offsets
+// within 16 bytes, so that the widest vector dividing N is narrower (2
+// bytes for an odd N) and each thread moves that much per load. Instances
+// named with the 16-byte VEC for such an N (ln_shape's SHIFT; N >= 2 VEC)
+// split each row into a head of h < VEC elements up to its first 16-byte
+// boundary, a body of N / VEC - 1 whole 16-byte vectors, and a tail of the
+// rest: head and tail are N % VEC + VEC elements whatever h (ln_shape's NX),
+// single elements of the first threads (XS each). With one vector fewer
+// than the row would hold after its head, the second aligned vector each
+// body vector's gamma and beta come from is always whole and inside them:
+// the loads need no branch and can all be in flight. x and y (dy, x and dx)
+// sit at the same offset within 16 bytes and gamma and beta are 16-byte
+// aligned (src/ops/layernorm.c picks these instances only then), so every
+// body vector is aligned in the row tensors, and h elements off in gamma and
+// beta (ln_load_ro_at).
+
+// Elements from the element at base + off to the next 16-byte boundary.
+template <typename T> __device__ __forceinline__ int ln_head(const T *base, long long off)
+{
+    const unsigned long long a = reinterpret_cast<unsigned long long>(base) +
+                                 static_cast<unsigned long long>(off) * sizeof(T);
+    return static_cast<int>(((16u - (a & 15u)) & 15u) / sizeof(T));
+}
+
+// The VEC elements of g (16-byte aligned) from e0: the aligned vectors at
+// and after e0, shifted by e0 % VEC elements (selects and a funnel shift;
+// h is the same for a whole row, so the selects do not diverge; 0 selects
+// the first). The caller keeps e0 + VEC within g's last whole vector (a
+// body of N / VEC - 1 vectors), so both loads are whole and inside g.
+template <typename T, int VEC>
+__device__ __forceinline__ ln_raw<16> ln_load_ro_at(const T *__restrict__ g, int e0)
+{
+    static_assert(VEC * sizeof(T) == 16, "16-byte vectors");
+    constexpr int ES = static_cast<int>(sizeof(T));
+    const int s = e0 % VEC, base = e0 - s;
+    const ln_raw<16> lo = ln_load_ro<16>(g + base), hi = ln_load_ro<16>(g + base + VEC);
+    unsigned w[8] = {lo.v.x, lo.v.y, lo.v.z, lo.v.w, hi.v.x, hi.v.y, hi.v.z, hi.v.w};
+    const unsigned sb = static_cast<unsigned>(s * ES), q = sb >> 2, sh = (sb & 3u) * 8u;
+#pragma unroll
+    for (int k = 0; k < 6; k++) // ascending: w[k + 2] is read before it changes
+        w[k] = (q & 2u) ? w[k + 2] : w[k];
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+        w[k] = (q & 1u) ? w[k + 1] : w[k];
+    ln_raw<16> r;
+    r.v.x = __funnelshift_r(w[0], w[1], sh);
+    r.v.y = __funnelshift_r(w[1], w[2], sh);
+    r.v.z = __funnelshift_r(w[2], w[3], sh);
+    r.v.w = __funnelshift_r(w[3], w[4], sh);
+    return r;
+}
+
+// The element index of a thread's head/tail slot k (k < NX): the head's k
+// below h, else the tail's, after nb body vectors.
+template <int VEC> __device__ __forceinline__ int ln_edge_index(int k, int h, int nb)
+{
+    return k < h ? k : k + nb * VEC;
+}
+
+// The backward's scale for the body vector from element e0 (SHIFT) or for
+// VEC columns from e0 (aligned): gamma's values when given (load), else ones.
+template <typename T, int VEC, bool SHIFT>
+__device__ __forceinline__ void ln_unpack_gamma_at(const T *__restrict__ gamma, int e0, bool load,
+                                                   float (&fg)[VEC])
+{
+    if constexpr (SHIFT) {
+        if (load) {
+            ln_raw<16> gv = ln_load_ro_at<T, VEC>(gamma, e0);
+            ln_conv<T>::unpack(&gv, fg);
+            return;
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            fg[e] = 1.f;
+    } else {
+        ln_unpack_gamma<T, VEC>(gamma, e0 / VEC, load, fg);
+    }
+}
+
 // ------------------------------------------------------------ launch shapes
 
 // Bytes of one row a thread holds per tensor at most, and the largest block
@@ -276,21 +362,27 @@ __host__ __device__ constexpr int ln_threads_per_row(int nvec, int b, int max_by
 }
 __host__ __device__ constexpr int ln_min(int a, int b) { return a < b ? a : b; }
 
+// SHIFT (N % VEC != 0, 16-byte vectors only): rows of any alignment, above.
 template <typename T, int N, int VEC, int TPR, int CL> struct ln_shape {
     // Enumerators, not static constexpr members: C++17 makes those inline
     // variables, which NVRTC emits as __device__ globals, and a module with
     // globals costs the driver a device allocation and a copy at every load.
     enum : int {
         B = VEC * static_cast<int>(sizeof(T)),
-        NVEC = N / VEC,
+        SHIFT = N % VEC != 0,
+        NVEC = N / VEC - SHIFT,       // vectors of a row (SHIFT: of its body)
+        NX = SHIFT ? N % VEC + VEC : 0, // SHIFT: head and tail elements
         ROWS = (CL == 1 && TPR < 128) ? 128 / TPR : 1,
         BLOCK = TPR * ROWS,
         TT = TPR * CL,                // threads per row
         VPT = (NVEC + TT - 1) / TT,   // vectors per thread
-        FULL = NVEC % TT == 0,        // no thread runs past the row
+        FULL = NVEC % TT == 0,        // no thread runs past the row (its body)
+        XS = (NX + TT - 1) / TT,      // head and tail elements per thread
         WARPS = BLOCK / 32 > 0 ? BLOCK / 32 : 1,
     };
-    static_assert(N >= 1 && N % VEC == 0, "VEC must divide N");
+    static_assert(SHIFT ? N >= 2 * VEC : N >= VEC, "a row of at least one vector (of body)");
+    static_assert(!SHIFT || B == 16,
+                  "VEC divides N, or is a 16-byte vector (rows of any alignment)");
     static_assert(B == 2 || B == 4 || B == 8 || B == 16, "a vector is 2, 4, 8 or 16 bytes");
     static_assert(TPR >= 1 && TPR <= 1024 && (TPR < 32 ? (TPR & (TPR - 1)) == 0 : TPR % 32 == 0),
                   "TPR: a power of two up to 32, whole warps above, at most 1024");
@@ -583,6 +675,9 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
     using S = ln_shape<T, N, VEC, TPR, CL>;
     using C = ln_conv<T>;
     constexpr bool ONE_ = ONE != 0 && CL > 1;
+    constexpr int ES = static_cast<int>(sizeof(T));
+    static_assert(!(ONE_ && S::SHIFT),
+                  "one exchange counts each block's elements: rows of whole vectors only");
     // with ONE_ each block exchanges two values (its sum and M2)
     __shared__ typename ln_pick<ONE_, ln_red_smem<S::WARPS, 2, CL>, ln_red_smem<S::WARPS, 1, CL>>::type red;
     if (blockDim.x != S::BLOCK)
@@ -594,12 +689,23 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
     const bool valid = row < M;
     const T *xr = x + row * N;
     T *yr = y + row * N;
+    // SHIFT: the row's head (the body from xr + h)
+    const int h = S::SHIFT ? ln_head(x, row * N) : 0;
+    constexpr int nb = S::NVEC, nx = S::NX;
+    const T *xb = xr + h;
+    T *yb = yr + h;
 
     ln_raw<S::B> xv[S::VPT];
 #pragma unroll
     for (int i = 0; i < S::VPT; i++) {
         const int j = i * S::TT + t;
-        xv[i] = (valid && (S::FULL || j < S::NVEC)) ? ln_load<S::B>(xr + j * VEC) : ln_zero<S::B>();
+        xv[i] = (valid && (S::FULL || j < nb)) ? ln_load<S::B>(xb + j * VEC) : ln_zero<S::B>();
+    }
+    ln_raw<ES> xs[S::XS > 0 ? S::XS : 1];
+#pragma unroll
+    for (int q = 0; q < S::XS; q++) {
+        const int k = q * S::TT + t;
+        xs[q] = valid && k < nx ? ln_load<ES>(xr + ln_edge_index<VEC>(k, h, nb)) : ln_zero<ES>();
     }
     float sum[1] = {0.f};
 #pragma unroll
@@ -610,14 +716,20 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
         for (int e = 0; e < VEC; e++)
             sum[0] += f[e];
     }
+#pragma unroll
+    for (int q = 0; q < S::XS; q++) {
+        float f[1];
+        C::unpack(&xs[q], f);
+        sum[0] += f[0];
+    }
     float mean, m2;
     if constexpr (ONE_) {
         // the block's sum, its M2 about its own mean (block barriers only),
         // then one exchange across the cluster
         auto count = [](int r) { return VEC * ln_share_vecs(S::NVEC, S::TT, TPR, S::VPT, r); };
         const float sb = ln_block_sum<TPR>(sum[0], &red.warp[0][0][0], 0);
-        const int nb = count(static_cast<int>(rank));
-        const float mb = nb > 0 ? sb / static_cast<float>(nb) : 0.f;
+        const int cb = count(static_cast<int>(rank));
+        const float mb = cb > 0 ? sb / static_cast<float>(cb) : 0.f;
 #pragma unroll
         for (int i = 0; i < S::VPT; i++)
             ln_opaque(xv[i]);
@@ -647,7 +759,7 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
             const int j = i * S::TT + t;
-            if (S::FULL || j < S::NVEC) {
+            if (S::FULL || j < nb) {
                 float f[VEC];
                 C::unpack(&xv[i], f);
 #pragma unroll
@@ -655,6 +767,15 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
                     const float d = f[e] - mean;
                     sq[0] += d * d;
                 }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < S::XS; q++) {
+            if (q * S::TT + t < nx) {
+                float f[1];
+                C::unpack(&xs[q], f);
+                const float d = f[0] - mean;
+                sq[0] += d * d;
             }
         }
         ln_row_sum<TPR, CL>(sq, red, 1);
@@ -668,14 +789,18 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
             const int j = i * S::TT + t;
-            if (S::FULL || j < S::NVEC) {
+            if (S::FULL || j < nb) {
                 float f[VEC];
                 C::unpack(&xv[i], f);
 #pragma unroll
                 for (int e = 0; e < VEC; e++)
                     f[e] = (f[e] - mean) * rstd;
                 if (AFFINE && gamma != nullptr) {
-                    ln_raw<S::B> gv = ln_load_ro<S::B>(gamma + j * VEC);
+                    ln_raw<S::B> gv;
+                    if constexpr (S::SHIFT)
+                        gv = ln_load_ro_at<T, VEC>(gamma, h + j * VEC);
+                    else
+                        gv = ln_load_ro<S::B>(gamma + j * VEC);
                     float g[VEC];
                     C::unpack(&gv, g);
 #pragma unroll
@@ -683,7 +808,11 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
                         f[e] *= g[e];
                 }
                 if (AFFINE && beta != nullptr) {
-                    ln_raw<S::B> bv = ln_load_ro<S::B>(beta + j * VEC);
+                    ln_raw<S::B> bv;
+                    if constexpr (S::SHIFT)
+                        bv = ln_load_ro_at<T, VEC>(beta, h + j * VEC);
+                    else
+                        bv = ln_load_ro<S::B>(beta + j * VEC);
                     float b[VEC];
                     C::unpack(&bv, b);
 #pragma unroll
@@ -692,7 +821,32 @@ __device__ __forceinline__ void ln_fwd_body(const T *x, const T *__restrict__ ga
                 }
                 ln_raw<S::B> out;
                 C::pack(f, &out);
-                ln_store<S::B>(yr + j * VEC, out);
+                ln_store<S::B>(yb + j * VEC, out);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < S::XS; q++) {
+            const int k = q * S::TT + t;
+            if (k < nx) {
+                const int c = ln_edge_index<VEC>(k, h, nb);
+                float f[1];
+                C::unpack(&xs[q], f);
+                f[0] = (f[0] - mean) * rstd;
+                if (AFFINE && gamma != nullptr) {
+                    ln_raw<ES> gv = ln_load_ro<ES>(gamma + c);
+                    float g[1];
+                    C::unpack(&gv, g);
+                    f[0] *= g[0];
+                }
+                if (AFFINE && beta != nullptr) {
+                    ln_raw<ES> bv = ln_load_ro<ES>(beta + c);
+                    float b[1];
+                    C::unpack(&bv, b);
+                    f[0] += b[0];
+                }
+                ln_raw<ES> out;
+                C::pack(f, &out);
+                ln_store<ES>(yr + c, out);
             }
         }
         if (t == 0) {
@@ -779,15 +933,20 @@ __host__ __device__ constexpr int ln_bwd_minb(int minb, int block, bool pf)
 }
 
 // SACC: the dgamma/dbeta accumulators live in dynamic shared memory
-// (2 * BLOCK * EPT floats, ln_bwd_smem_bytes) instead of registers, each
+// (2 * BLOCK * EPT floats, ln_bwd_smem_bytes; EPT = VPT * VEC + XS, the
+// elements a thread holds) instead of registers, each
 // thread touching only its own words (no barrier, no bank conflicts). That
 // frees two registers per element held, which is what limits how many rows
 // are in flight; the shared-memory traffic (16 bytes per element) is far
-// under its bandwidth.
+// under its bandwidth. With SHIFT they are followed by each thread's body
+// vectors of gamma (VPT * BLOCK of 16 bytes), shifted once to its group's
+// columns (ln_load_ro_at) and read back with one aligned load a vector and
+// row, instead of two loads and the shift for every row.
 template <typename T, int N, int VEC, int TPR, int CL>
 __host__ __device__ constexpr int ln_bwd_smem_bytes()
 {
-    return 2 * ln_shape<T, N, VEC, TPR, CL>::BLOCK * ln_shape<T, N, VEC, TPR, CL>::VPT * VEC * 4;
+    using S = ln_shape<T, N, VEC, TPR, CL>;
+    return 2 * S::BLOCK * (S::VPT * VEC + S::XS) * 4 + (S::SHIFT ? S::VPT * S::BLOCK * 16 : 0);
 }
 
 template <typename T, int N, bool AFFINE, int VEC, int TPR, int CL, bool SACC, bool PF>
@@ -798,10 +957,14 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
 {
     using S = ln_shape<T, N, VEC, TPR, CL>;
     using C = ln_conv<T>;
-    constexpr int EPT = S::VPT * VEC;
+    constexpr int ES = static_cast<int>(sizeof(T));
+    constexpr int EPB = S::VPT * VEC;   // body elements a thread holds
+    constexpr int EPT = EPB + S::XS;     // and its head/tail elements (SHIFT)
+    constexpr int XS1 = S::XS > 0 ? S::XS : 1;
     constexpr bool RACC = AFFINE && !SACC; // accumulators in registers
+    constexpr bool GSTAGE = S::SHIFT && AFFINE && SACC; // gamma's body vectors in shared memory
     __shared__ ln_red_smem<S::WARPS, 2, CL> red;
-    extern __shared__ float ln_dyn[]; // SACC: [2][EPT][BLOCK]
+    extern __shared__ float ln_dyn[]; // SACC: [2][EPT][BLOCK], GSTAGE: then uint4 [VPT][BLOCK]
     if (blockDim.x != S::BLOCK)
         __trap();
     const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
@@ -822,8 +985,56 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
         }
     }
     unsigned sums = 0; // ln_row_sum calls
+    const long long gstep = gridDim.x / CL;
+    // SHIFT: every row this thread's group takes starts at the same offset
+    // within 16 bytes (the grid's row stride is a multiple of 16 bytes), so
+    // that each accumulator keeps one column; the head, body vectors and
+    // head + tail elements of those rows.
+    const long long row0 = static_cast<long long>(blockIdx.x / CL) * S::ROWS + group;
+    if (S::SHIFT && gstep * S::ROWS < M && gstep * S::ROWS * N * ES % 16 != 0)
+        __trap();
+    const int h = S::SHIFT ? ln_head(x, row0 * N) : 0;
+    constexpr int nb = S::NVEC, nx = S::NX;
+    uint4 *sgam = reinterpret_cast<uint4 *>(ln_dyn + 2 * EPT * S::BLOCK) + threadIdx.x;
+    float gx[XS1]; // SHIFT: gamma at the head/tail elements (1 past them)
+    if constexpr (S::SHIFT) {
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            if (GSTAGE && scale && j < nb)
+                sgam[i * S::BLOCK] = ln_load_ro_at<T, VEC>(gamma, h + j * VEC).v;
+        }
+#pragma unroll
+        for (int q = 0; q < S::XS; q++) {
+            const int k = q * S::TT + t;
+            gx[q] = 1.f;
+            if (scale && k < nx) {
+                ln_raw<ES> gv = ln_load_ro<ES>(gamma + ln_edge_index<VEC>(k, h, nb));
+                float g1[1];
+                C::unpack(&gv, g1);
+                gx[q] = g1[0];
+            }
+        }
+    }
+    // gamma at body vector j (slot i), ones where not loaded
+    auto gamma_at = [&](int i, int j, bool load, float (&fg)[VEC]) {
+        if constexpr (GSTAGE) {
+            if (load) {
+                ln_raw<16> gv;
+                gv.v = sgam[i * S::BLOCK];
+                C::unpack(&gv, fg);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    fg[e] = 1.f;
+            }
+        } else {
+            ln_unpack_gamma_at<T, VEC, S::SHIFT>(gamma, h + j * VEC, load, fg);
+        }
+    };
     // The row group g's x, dy, mean and rstd into registers (zeros past M).
-    auto load_rows = [&](long long g, ln_raw<S::B> *xo, ln_raw<S::B> *dout, float &mo, float &ro) {
+    auto load_rows = [&](long long g, ln_raw<S::B> *xo, ln_raw<S::B> *dout, ln_raw<ES> *xso,
+                         ln_raw<ES> *dso, float &mo, float &ro) {
         const long long r = g * S::ROWS + group;
         const bool ok = r < M;
         const T *xr = x + r * N;
@@ -831,29 +1042,38 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
             const int j = i * S::TT + t;
-            const bool in = ok && (S::FULL || j < S::NVEC);
-            xo[i] = in ? ln_load<S::B>(xr + j * VEC) : ln_zero<S::B>();
-            dout[i] = in ? ln_load<S::B>(dyr + j * VEC) : ln_zero<S::B>();
+            const bool in = ok && (S::FULL || j < nb);
+            xo[i] = in ? ln_load<S::B>(xr + h + j * VEC) : ln_zero<S::B>();
+            dout[i] = in ? ln_load<S::B>(dyr + h + j * VEC) : ln_zero<S::B>();
+        }
+#pragma unroll
+        for (int q = 0; q < S::XS; q++) {
+            const int k = q * S::TT + t;
+            const bool in = ok && k < nx;
+            const int c = ln_edge_index<VEC>(k, h, nb);
+            xso[q] = in ? ln_load<ES>(xr + c) : ln_zero<ES>();
+            dso[q] = in ? ln_load<ES>(dyr + c) : ln_zero<ES>();
         }
         mo = ok ? mean[r] : 0.f;
         ro = ok ? rstd[r] : 0.f;
     };
-    const long long gstep = gridDim.x / CL;
     ln_raw<S::B> xv[S::VPT], dv[S::VPT];
+    ln_raw<ES> xs[XS1], ds[XS1];
     float mu, rs;
     // PF: the next row group's registers (unused otherwise).
     ln_raw<S::B> xn[PF ? S::VPT : 1], dn[PF ? S::VPT : 1];
+    ln_raw<ES> xsn[PF ? XS1 : 1], dsn[PF ? XS1 : 1];
     float mun = 0.f, rsn = 0.f;
     if constexpr (PF)
-        load_rows(blockIdx.x / CL, xv, dv, mu, rs);
+        load_rows(blockIdx.x / CL, xv, dv, xs, ds, mu, rs);
     for (long long g0 = blockIdx.x / CL; g0 * S::ROWS < M; g0 += gstep) {
         const long long row = g0 * S::ROWS + group;
         const bool valid = row < M;
         if constexpr (PF) {
             if ((g0 + gstep) * S::ROWS < M)
-                load_rows(g0 + gstep, xn, dn, mun, rsn);
+                load_rows(g0 + gstep, xn, dn, xsn, dsn, mun, rsn);
         } else {
-            load_rows(g0, xv, dv, mu, rs);
+            load_rows(g0, xv, dv, xs, ds, mu, rs);
         }
         float s[2] = {0.f, 0.f}; // sum g, sum g * xhat
 #pragma unroll
@@ -862,7 +1082,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
             float fx[VEC], fd[VEC], fg[VEC];
             C::unpack(&xv[i], fx);
             C::unpack(&dv[i], fd);
-            ln_unpack_gamma<T, VEC>(gamma, j, scale && (S::FULL || j < S::NVEC), fg);
+            gamma_at(i, j, scale && (S::FULL || j < nb), fg);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const float xh = (fx[e] - mu) * rs, gg = fd[e] * fg[e];
@@ -877,6 +1097,23 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                 }
             }
         }
+        // head and tail elements (zeros past nx and M add nothing)
+#pragma unroll
+        for (int q = 0; q < S::XS; q++) {
+            float fx[1], fd[1];
+            C::unpack(&xs[q], fx);
+            C::unpack(&ds[q], fd);
+            const float xh = (fx[0] - mu) * rs, gg = fd[0] * gx[q];
+            s[0] += gg;
+            s[1] += gg * xh;
+            if constexpr (RACC) {
+                adg[EPB + q] += fd[0] * xh;
+                adb[EPB + q] += fd[0];
+            } else if constexpr (AFFINE) {
+                sdg[(EPB + q) * S::BLOCK] += fd[0] * xh;
+                sdb[(EPB + q) * S::BLOCK] += fd[0];
+            }
+        }
         ln_row_sum<TPR, CL>(s, red, sums++);
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
@@ -889,11 +1126,11 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
 #pragma unroll
             for (int i = 0; i < S::VPT; i++) {
                 const int j = i * S::TT + t;
-                if (S::FULL || j < S::NVEC) {
+                if (S::FULL || j < nb) {
                     float fx[VEC], fd[VEC], fg[VEC];
                     C::unpack(&xv[i], fx);
                     C::unpack(&dv[i], fd);
-                    ln_unpack_gamma<T, VEC>(gamma, j, scale, fg);
+                    gamma_at(i, j, scale, fg);
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
                         const float xh = (fx[e] - mu) * rs;
@@ -901,7 +1138,22 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                     }
                     ln_raw<S::B> out;
                     C::pack(fx, &out);
-                    ln_store<S::B>(dxr + j * VEC, out);
+                    ln_store<S::B>(dxr + h + j * VEC, out);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < S::XS; q++) {
+                const int k = q * S::TT + t;
+                if (k < nx) {
+                    const int c = ln_edge_index<VEC>(k, h, nb);
+                    float fx[1], fd[1];
+                    C::unpack(&xs[q], fx);
+                    C::unpack(&ds[q], fd);
+                    const float xh = (fx[0] - mu) * rs;
+                    fx[0] = rs * (fd[0] * gx[q] - a - xh * b);
+                    ln_raw<ES> out;
+                    C::pack(fx, &out);
+                    ln_store<ES>(dxr + c, out);
                 }
             }
         }
@@ -911,11 +1163,42 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                 xv[i] = xn[i];
                 dv[i] = dn[i];
             }
+#pragma unroll
+            for (int q = 0; q < S::XS; q++) {
+                xs[q] = xsn[q];
+                ds[q] = dsn[q];
+            }
             mu = mun;
             rs = rsn;
         }
     }
-    if constexpr (AFFINE) {
+    if constexpr (AFFINE && S::SHIFT) {
+        // Each row group's columns start at its own h: every group writes
+        // its partial row (ROWS per block or cluster), element by element
+        // (the body's columns are h off 16 bytes in part too).
+        float *pr = part + (static_cast<long long>(blockIdx.x / CL) * S::ROWS + group) * 2 * N;
+#pragma unroll
+        for (int i = 0; i < S::VPT; i++) {
+            const int j = i * S::TT + t;
+            if (j < nb) {
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const int k = i * VEC + e, c = h + j * VEC + e;
+                    pr[c] = RACC ? adg[RACC ? k : 0] : sdg[k * S::BLOCK];
+                    pr[N + c] = RACC ? adb[RACC ? k : 0] : sdb[k * S::BLOCK];
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < S::XS; q++) {
+            const int k = q * S::TT + t;
+            if (k < nx) {
+                const int c = ln_edge_index<VEC>(k, h, nb);
+                pr[c] = RACC ? adg[RACC ? EPB + q : 0] : sdg[(EPB + q) * S::BLOCK];
+                pr[N + c] = RACC ? adb[RACC ? EPB + q : 0] : sdb[(EPB + q) * S::BLOCK];
+            }
+        }
+    } else if constexpr (AFFINE) {
         // Row groups of one block hold the same columns: add them up in
         // group order, then write the block's (the cluster's) partial row.
         if constexpr (RACC && S::ROWS > 1) {

@@ -117,7 +117,8 @@ static int ln_threads_rule(int *rule)
         .bwd_bulk_bytes = 0, .fwd_bulk = 0, .fwd_bulk_bytes = LN_FWD_BULK_MIN_BYTES,               \
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
         .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .bwd_bulk_stages = 2,           \
-        .bulk_idle = 100, .text = "default",                                                       \
+        .bulk_idle = 100, .row_shift = 0, .shift_bwd_tpr = 0, .shift_bwd_pf = 0,                  \
+        .text = "default",                                                                         \
     }
 
 /* The default plan for rows of es-byte elements; each entry measured
@@ -150,6 +151,14 @@ static int ln_threads_rule(int *rule)
  * - 16-bit prefetching backward (rows of 8-24 KiB): 48 bytes a thread
  *   where its blocks put nearer 12-16 warps on an SM than 32 bytes' do
  *   (LN_BWD_PF_WARPS_LO).
+ * - Rows the 16-byte vector does not divide (an odd 16-bit N): 16-byte
+ *   vectors from each row's first 16-byte boundary (row_shift) instead of
+ *   the widest vector that divides N, 2 bytes for an odd 16-bit N.
+ * - 16-bit such rows whose backward would take a cluster or a block of
+ *   more than 512 threads (N over about 12288, where aligned rows take the
+ *   copy-engine kernel): register clusters of at most 512 threads a block
+ *   (shift_bwd_tpr); those one block holds prefetch the next rows also
+ *   under 8 KiB (shift_bwd_pf).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -157,6 +166,7 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
     *out = legacy;
     out->fwd_one_sync = 1;
     out->fwd_bulk_gb = 1;
+    out->row_shift = 1;
     if (es == 4) {
         out->fwd_cluster_tpr = 256;
         out->fwd_fit = 1;
@@ -177,6 +187,8 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_bulk_ept = 64;
         out->bulk_idle = 33;
         out->bwd_pf_bytes = 48;
+        out->shift_bwd_tpr = 512;
+        out->shift_bwd_pf = 1;
     }
 }
 
@@ -426,19 +438,54 @@ static const char *ln_ctype(jitop_dtype dt)
     }
 }
 
-/* Widest vector (elements) that divides n and to whose size every pointer
- * is aligned (NULL pointers do not count). */
-static int ln_vec(int n, size_t es, const void *const *ptrs, size_t np)
+/* The vector (elements) the kernels move rows of n in. With shift, the
+ * 16-byte vector for an n it does not divide, where the row tensors
+ * (rows[0..nr)) sit at one offset within 16 bytes and the others (params,
+ * NULL pointers do not count) are 16-byte aligned: each row then moves in
+ * 16-byte vectors from its first 16-byte boundary, its head and tail
+ * element by element (kernels/layernorm.cu, rows of any alignment).
+ * Otherwise the widest vector that divides n and to whose size every
+ * pointer is aligned. No pointers: buffers as cuMemAlloc aligns them. */
+static int ln_vec(int shift, int n, size_t es, const void *const *rows, size_t nr,
+                  const void *const *params, size_t np)
 {
-    int v = (int)(16 / es);
+    const int full = (int)(16 / es);
+    if (shift && n % full != 0 && n >= 2 * full) {
+        int ok = 1;
+        for (size_t i = 1; ok && i < nr; i++)
+            ok = (uintptr_t)rows[i] % 16 == (uintptr_t)rows[0] % 16;
+        for (size_t i = 0; ok && i < np; i++)
+            ok = params[i] == NULL || (uintptr_t)params[i] % 16 == 0;
+        if (ok)
+            return full;
+    }
+    int v = full;
     for (; v > 1; v /= 2) {
         int ok = n % v == 0;
-        for (size_t i = 0; ok && i < np; i++)
-            ok = ((uintptr_t)ptrs[i] % ((size_t)v * es)) == 0;
+        for (size_t i = 0; ok && i < nr + np; i++) {
+            const void *q = i < nr ? rows[i] : params[i - nr];
+            ok = q == NULL || ((uintptr_t)q % ((size_t)v * es)) == 0;
+        }
         if (ok)
             break;
     }
     return v;
+}
+
+/* The vectors the kernels move of a row of n: n / vec, or when vec does
+ * not divide n, the body's n / vec - 1 (kernels/layernorm.cu's ln_shape
+ * NVEC; rows of any alignment). */
+static long long ln_row_vecs(int n, int vec)
+{
+    return n / vec - (n % vec != 0);
+}
+
+/* Elements a thread holds of a row's head and tail when vec does not
+ * divide n (ln_shape's XS: n % vec + vec elements over the tt threads of a
+ * row). */
+static long long ln_edge_slots(int n, int vec, long long tt)
+{
+    return n % vec != 0 ? (n % vec + vec + tt - 1) / tt : 0;
 }
 
 /* Threads per row (TPR) and cluster size (CL); 0 when the row is too long
@@ -449,7 +496,7 @@ static int ln_vec(int n, size_t es, const void *const *ptrs, size_t np)
 static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int cluster_tpr,
                     int fit, int max_cl, int rule, int *tpr, int *cl)
 {
-    const long long nvec = n / vec, vb = (long long)vec * (long long)es;
+    const long long nvec = ln_row_vecs(n, vec), vb = (long long)vec * (long long)es;
     const long long per = max_bytes / vb > 0 ? max_bytes / vb : 1; /* vectors per thread */
     const long long need = (nvec + per - 1) / per;
     long long tt = 1;
@@ -550,7 +597,8 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
         return;
     }
     const long long vb = bulk ? 16 : (long long)vec * (long long)es;
-    const long long nvec = (long long)n * (long long)es / vb, tt = (long long)p->tpr * p->cl;
+    const long long nvec = bulk ? (long long)n * (long long)es / vb : ln_row_vecs(n, vec),
+                    tt = (long long)p->tpr * p->cl;
     const long long vpt = (nvec + tt - 1) / tt;
     const double idle = 100.0 * (1.0 - (double)nvec / (double)(tt * vpt));
     char split[48], minb[48] = "", fwd[160] = "";
@@ -570,10 +618,16 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
         snprintf(fwd, sizeof fwd, ", rows staged in shared memory%s",
                  p->gb ? ", gamma and beta in shared memory" : "");
     else if (p->dyn)
-        snprintf(fwd, sizeof fwd, ", accumulators in shared memory");
+        snprintf(fwd, sizeof fwd, ", accumulators%s in shared memory",
+                 n % vec != 0 ? " and gamma" : "");
     if (p->one) {
         size_t len = strlen(fwd);
         snprintf(fwd + len, sizeof fwd - len, ", one cluster exchange per row");
+    }
+    if (!bulk && n % vec != 0) {
+        size_t len = strlen(fwd);
+        snprintf(fwd + len, sizeof fwd - len,
+                 ", vectors from each row's first 16-byte boundary (head and tail by element)");
     }
     snprintf(out, cap,
              "%s, %lld threads per row (%s), %lld vectors of %lld B per thread, %.0f%% of lanes "
@@ -679,8 +733,9 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     if (p->special && block >= c->fwd_min_blocks_from && block <= c->fwd_min_blocks_to)
         p->minb = c->fwd_min_blocks;
     /* one exchange per row: cluster rows only (a block's own row has no
-     * cluster exchange to save) */
-    p->one = p->special && p->cl > 1 && c->fwd_one_sync;
+     * cluster exchange to save), of whole vectors (the kernel counts each
+     * block's elements from its vectors) */
+    p->one = p->special && p->cl > 1 && c->fwd_one_sync && n % vec == 0;
     char extra[16] = "";
     if (p->one)
         snprintf(extra, sizeof extra, ", %d, 1", p->minb);
@@ -744,9 +799,9 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     /* a row one block holds that takes the prefetching kernel: of the two
      * budgets, bwd_bytes and bwd_pf_bytes, the one whose blocks put nearer
      * LN_BWD_PF_WARPS_LO-HI warps on an SM (bwd_pf_bytes on a tie), where
-     * one block still holds the row at it; rows of 16-byte vectors only, as
-     * measured (an odd 16-bit N of 2-byte vectors spills 56 B a thread at
-     * 48 bytes, none at 32) */
+     * one block still holds the row at it; rows of 16-byte vectors only
+     * (shifted ones too): narrower vectors take more registers a byte, and
+     * 48 bytes of them spill */
     int tpr, cl;
     if (p->special && p->cl == 1 && c->bwd_pf_bytes > 0 && (size_t)vec * es == 16 &&
         ln_bwd_pf_rule(c, es, n, 1) &&
@@ -792,13 +847,19 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->dyn = 0;
     p->bulk = 0;
     if (p->special && affine) {
-        const long long tt = (long long)p->tpr * p->cl, nvec = n / vec;
+        const long long tt = (long long)p->tpr * p->cl, nvec = ln_row_vecs(n, vec);
         const size_t block = (size_t)p->tpr * (size_t)ln_rows_per_block(p->tpr, p->cl);
-        p->dyn = 2 * block * (size_t)((nvec + tt - 1) / tt) * (size_t)vec * sizeof(float);
+        const size_t vpt = (size_t)((nvec + tt - 1) / tt);
+        const size_t ept = vpt * (size_t)vec + (size_t)ln_edge_slots(n, vec, tt);
+        /* and with a shifted row, gamma's body vectors (16 bytes each) */
+        p->dyn = 2 * block * ept * sizeof(float) + (n % vec != 0 ? vpt * block * 16 : 0);
     }
     char extra[32] = "";
     if (p->special) {
-        p->pf = ln_bwd_pf_rule(c, es, n, p->cl);
+        /* shifted rows one block holds: shift_bwd_pf, unless bwd_pf is set */
+        p->pf = n % vec != 0 && c->shift_bwd_pf && c->bwd_pf < 0 && p->cl == 1
+                    ? 1
+                    : ln_bwd_pf_rule(c, es, n, p->cl);
         const long long block = (long long)p->tpr * ln_rows_per_block(p->tpr, p->cl);
         p->minb = ln_bwd_minb_plan(c, block);
         /* PF named where the plan sets it or it differs from the kernel's
@@ -904,6 +965,53 @@ static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, i
     return JITOP_OK;
 }
 
+/* A shifted backward row (vec does not divide n) that the plan gives a
+ * cluster or a block of more than shift_bwd_tpr threads: fitted clusters
+ * of at most that many, where they hold the row (else the plan stays). */
+static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
+                               int affine, int vec, int max_cl, int rule)
+{
+    if (n % vec == 0 || !p->special || c->shift_bwd_tpr <= 0 ||
+        (p->cl == 1 && p->tpr <= c->shift_bwd_tpr))
+        return;
+    jitop__ln_cfg cc = *c;
+    cc.bwd_max_tpr = cc.bwd_cluster_tpr = c->shift_bwd_tpr;
+    cc.bwd_fit = 1;
+    ln_plan fitted;
+    ln_bwd_plan(&fitted, &cc, dtype, n, affine, vec, max_cl, rule);
+    if (fitted.special) {
+        *p = fitted;
+        p->plan = c->text; /* not the copy's */
+    }
+}
+
+/* The vector and plan of a forward (bwd 0) or backward (bwd 1), for
+ * ln_vec's pointers: the shifted 16-byte vector (the plan's row_shift) only
+ * where a register kernel takes the row (the generic kernel moves whole
+ * vectors of N), and in the backward (after ln_bwd_fit_shifted) only where
+ * a row's threads hold at most one head or tail element each (at least
+ * N % VEC + VEC threads a row): below that (16-bit rows up to 143
+ * elements, float32 up to 39) each thread keeps several of them in its
+ * accumulators, and the narrow vector is faster. */
+static int ln_choose(int bwd, ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
+                     int affine, const void *const *rows, size_t nr, const void *const *params,
+                     size_t np, int max_cl, int rule)
+{
+    void (*plan)(ln_plan *, const jitop__ln_cfg *, jitop_dtype, int, int, int, int, int) =
+        bwd ? ln_bwd_plan : ln_fwd_plan;
+    const size_t es = jitop_dtype_size(dtype);
+    int vec = ln_vec(c->row_shift, n, es, rows, nr, params, np);
+    plan(p, c, dtype, n, affine, vec, max_cl, rule);
+    if (bwd)
+        ln_bwd_fit_shifted(p, c, dtype, n, affine, vec, max_cl, rule);
+    if (n % vec != 0 &&
+        (!p->special || (bwd && ln_edge_slots(n, vec, (long long)p->tpr * p->cl) > 1))) {
+        vec = ln_vec(0, n, es, rows, nr, params, np);
+        plan(p, c, dtype, n, affine, vec, max_cl, rule);
+    }
+    return vec;
+}
+
 /* ------------------------------------------------------------- forward */
 
 int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
@@ -923,20 +1031,13 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
 
     struct jitop__layernorm_state *s;
     const int n = (int)cols;
-    const size_t es = jitop_dtype_size(dtype);
     const int affine = gamma != NULL || beta != NULL;
     if ((rc = ln_state(ctx, dtype, n, affine, &s)) != JITOP_OK)
         return rc;
-    const void *ptrs[4] = {x, y, gamma, beta};
-    const void *ptrs_nonnull[4];
-    size_t np = 0;
-    for (size_t k = 0; k < 4; k++)
-        if (ptrs[k] != NULL)
-            ptrs_nonnull[np++] = ptrs[k];
-    const int vec = ln_vec(n, es, ptrs_nonnull, np);
+    const void *rows_p[2] = {x, y}, *params[2] = {gamma, beta};
     ln_plan plan;
-    ln_fwd_plan(&plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, vec, ln_max_cluster(ctx),
-                s->threads_rule);
+    const int vec = ln_choose(0, &plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, rows_p, 2,
+                              params, 2, ln_max_cluster(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
     int fresh;
@@ -1020,17 +1121,10 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     const int affine = gamma != NULL || dgamma != NULL || dbeta != NULL;
     if ((rc = ln_state(ctx, dtype, n, affine, &s)) != JITOP_OK)
         return rc;
-    const void *ptrs[3] = {dy, x, dx};
-    const void *all[4];
-    size_t np = 0;
-    for (size_t k = 0; k < 3; k++)
-        all[np++] = ptrs[k];
-    if (gamma != NULL)
-        all[np++] = gamma;
-    const int vec = ln_vec(n, es, all, np);
+    const void *rows_p[3] = {dy, x, dx}, *params[1] = {gamma};
     ln_plan plan;
-    ln_bwd_plan(&plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, vec, ln_max_cluster(ctx),
-                s->threads_rule);
+    const int vec = ln_choose(1, &plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, rows_p, 3,
+                              params, 1, ln_max_cluster(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
     int fresh;
@@ -1058,8 +1152,23 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     long long groups = 0;
     if ((rc = ln_bwd_groups(ctx, inst, block, dyn, clusters, rpb, rows, &groups)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
+    /* Rows of any alignment (vec does not divide n): each row group keeps
+     * one row's columns in its accumulators, so the grid's row stride is
+     * whole 16-byte units (every row a group takes starts at the same offset
+     * within 16 bytes; the kernel traps otherwise), and every row group
+     * writes its own partial row. */
+    const int shift = special && n % vec != 0;
+    if (shift && groups * rpb < rows) {
+        long long unit = 16, stride = (long long)rpb * n * (long long)es;
+        while (stride % 2 == 0 && unit > 1) {
+            stride /= 2;
+            unit /= 2;
+        }
+        groups = groups / unit * unit > 0 ? groups / unit * unit : unit;
+    }
+    const long long parts = shift ? groups * rpb : groups;
     CUdeviceptr ws = 0;
-    if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)groups * 2 * (size_t)n * sizeof(float),
+    if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)parts * 2 * (size_t)n * sizeof(float),
                                      &ws)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     float *part = (float *)(uintptr_t)ws;
@@ -1075,7 +1184,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         rc = jitop_launch(inst->op, grid, blk, dyn, stream, args, sizes, 8);
     }
     if (rc == JITOP_OK && affine && (dgamma != NULL || dbeta != NULL)) {
-        long long p = groups;
+        long long p = parts;
         jitop_dim3 rgrid = {(unsigned)((n + 31) / 32), 2, 1}, rblk = {32 * (unsigned)ln_reduce_rows(p), 1, 1};
         void *args[] = {&part, &p, (void *)&n, &dgamma, &dbeta};
         size_t sizes[] = {8, 8, 4, 8, 8};
@@ -1099,12 +1208,11 @@ static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
         return rc;
     const int major = jitop__arch_major(arch);
     const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
-    const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
     ln_plan plan;
     char red[64];
-    ln_fwd_plan(&plan, cfg, dtype, n, affine, vec, max_cl, rule);
+    ln_choose(0, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
     rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
-    ln_bwd_plan(&plan, cfg, dtype, n, affine, vec, max_cl, rule);
+    ln_choose(1, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
     if (rc == JITOP_OK)
         rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
     ln_reduce_name(red, sizeof red, dtype);
@@ -1131,7 +1239,6 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     /* What a call on a GPU of this arch picks for buffers from cuMemAlloc
      * (aligned for the widest vector), with and without gamma/beta. */
     const int n = (int)cols;
-    const int vec = ln_vec(n, jitop_dtype_size(dtype), NULL, 0);
     const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
     int rule;
     jitop__ln_cfg cfg;
@@ -1140,10 +1247,10 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     ln_plan plan;
     char names[5][sizeof plan.name];
     for (int affine = 0; affine <= 1; affine++) {
-        ln_fwd_plan(&plan, &cfg, dtype, n, affine, vec, max_cl, rule);
+        int vec = ln_choose(0, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
         memcpy(names[affine * 2], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "forward", dtype, n, vec, &plan);
-        ln_bwd_plan(&plan, &cfg, dtype, n, affine, vec, max_cl, rule);
+        vec = ln_choose(1, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
         memcpy(names[affine * 2 + 1], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     }

@@ -54,6 +54,9 @@ static const struct {
     {"fwd_bulk_gb", offsetof(jitop__ln_cfg, fwd_bulk_gb), LN_BOOL, 0, 1, 1},
     {"bwd_bulk_stages", offsetof(jitop__ln_cfg, bwd_bulk_stages), LN_INT, 2, 4, 1},
     {"bulk_idle", offsetof(jitop__ln_cfg, bulk_idle), LN_INT, 0, 100, 1},
+    {"row_shift", offsetof(jitop__ln_cfg, row_shift), LN_BOOL, 0, 1, 1},
+    {"shift_bwd_tpr", offsetof(jitop__ln_cfg, shift_bwd_tpr), LN_INT, 0, 1024, 32},
+    {"shift_bwd_pf", offsetof(jitop__ln_cfg, shift_bwd_pf), LN_BOOL, 0, 1, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 
@@ -103,7 +106,7 @@ static const char *const LN_PREFIX[2] = {"f32_", "h16_"};
  * dtype's prefix (self: 0 float32, 1 16-bit); the other dtype's is checked,
  * not applied. set[scope] the fields seen (scope 2: the other dtype's). */
 static int ln_item(const char *what, char *item, int self, jitop__ln_cfg *scoped[2],
-                   unsigned set[3])
+                   unsigned long long set[3])
 {
     char *eq = strchr(item, '=');
     if (eq == NULL)
@@ -119,9 +122,9 @@ static int ln_item(const char *what, char *item, int self, jitop__ln_cfg *scoped
     for (size_t k = 0; k < LN_NFIELDS; k++) {
         if (strcmp(name, LN_FIELDS[k].name) != 0)
             continue;
-        if (set[scope] & (1u << k))
+        if (set[scope] & (1ull << k))
             return jitop__fail(JITOP_EINVAL, "%s: %s is set twice", what, item);
-        set[scope] |= 1u << k;
+        set[scope] |= 1ull << k;
         int v = 0;
         int rc = ln_value(what, k, eq + 1, &v);
         if (rc == JITOP_OK && scope < 2)
@@ -142,14 +145,14 @@ static int ln_item(const char *what, char *item, int self, jitop__ln_cfg *scoped
 }
 
 /* The canonical text of the fields in set, after "legacy" when legacy. */
-static void ln_text(jitop__ln_cfg *c, unsigned set, int legacy)
+static void ln_text(jitop__ln_cfg *c, unsigned long long set, int legacy)
 {
     size_t len = 0;
     c->text[0] = '\0';
     if (legacy)
         len = (size_t)snprintf(c->text, sizeof c->text, "legacy");
     for (size_t k = 0; k < LN_NFIELDS; k++) {
-        if (!(set & (1u << k)))
+        if (!(set & (1ull << k)))
             continue;
         const int v = *ln_field(c, k);
         char val[16];
@@ -157,7 +160,7 @@ static void ln_text(jitop__ln_cfg *c, unsigned set, int legacy)
             snprintf(val, sizeof val, "auto");
         else
             snprintf(val, sizeof val, "%d", v);
-        /* 31 fields of at most 26 characters (and "legacy,") fit text */
+        /* every field at its widest value, with "legacy,", fits text */
         int w = snprintf(c->text + len, sizeof c->text - len, "%s%s=%s", len ? "," : "",
                          LN_FIELDS[k].name, val);
         if (w > 0 && (size_t)w < sizeof c->text - len)
@@ -171,13 +174,13 @@ int jitop__ln_cfg_parse(const char *what, const char *spec, size_t es,
                         const jitop__ln_cfg *defaults, const jitop__ln_cfg *legacy,
                         jitop__ln_cfg *out)
 {
-    _Static_assert(LN_NFIELDS <= sizeof(unsigned) * CHAR_BIT, "one bit per field");
+    _Static_assert(LN_NFIELDS <= sizeof(unsigned long long) * CHAR_BIT, "one bit per field");
     const int self = es == 4 ? 0 : 1;
     int is_legacy = 0;
     /* the prefixed fields go to their own copy first, laid over the rest
      * at the end */
     jitop__ln_cfg all, mine;
-    unsigned set[3] = {0, 0, 0};
+    unsigned long long set[3] = {0, 0, 0};
     int rc = JITOP_OK;
     char *copy = NULL;
     if (spec != NULL && *spec != '\0' && (copy = strdup(spec)) == NULL)
@@ -202,7 +205,7 @@ int jitop__ln_cfg_parse(const char *what, const char *spec, size_t es,
     }
     *out = all;
     for (size_t k = 0; k < LN_NFIELDS; k++)
-        if (set[1] & (1u << k))
+        if (set[1] & (1ull << k))
             *ln_field(out, k) = *ln_field(&mine, k);
     ln_text(out, set[0] | set[1], is_legacy);
     return JITOP_OK;

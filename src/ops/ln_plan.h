@@ -65,6 +65,19 @@
  *                    bulk_ept element slots idle, then the fewest whole
  *                    warps (100, the default: always the power of two; 0:
  *                    always whole warps)
+ *   row_shift        1: rows whose length the 16-byte vector does not divide
+ *                    (an odd 16-bit N) move in 16-byte vectors from each
+ *                    row's first 16-byte boundary, head and tail element by
+ *                    element, where the row tensors sit at one offset within
+ *                    16 bytes and gamma and beta are 16-byte aligned; 0: the
+ *                    widest vector that divides N (2 bytes for an odd N)
+ *   shift_bwd_tpr    such rows whose backward plan takes a cluster or a
+ *                    block of more threads than this take register clusters
+ *                    of at most this many threads a block, fitted (bwd_fit),
+ *                    instead (0: no such rule)
+ *   shift_bwd_pf     1: such rows that one block holds take the prefetching
+ *                    backward whatever their length (rows under bwd_pf_from
+ *                    or the kernel's 8 KiB too), when bwd_pf is auto
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -89,6 +102,7 @@ typedef struct jitop__ln_cfg {
     int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
     int fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb;
     int bwd_bulk_stages, bulk_idle;
+    int row_shift, shift_bwd_tpr, shift_bwd_pf;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

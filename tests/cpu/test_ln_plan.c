@@ -6,8 +6,10 @@
  * JITOP_LN_PLAN overrides the plan's constants: the instances it picks are
  * named by the template arguments they compile (the default plan's names
  * unchanged), the log names the plan, and a malformed plan is refused with
- * the field named. Each prewarm case compiles kernels/layernorm.cu with
- * real NVRTC for sm_90 (no GPU), so the instances a plan names exist. */
+ * the field named. Rows the 16-byte vector does not divide move in
+ * 16-byte vectors from each row's first 16-byte boundary (row_shift), said
+ * by the log. Each prewarm case compiles kernels/layernorm.cu with real
+ * NVRTC for sm_90 (no GPU), so the instances a plan names exist. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,11 +45,31 @@ static int prewarm(const char *rule, const char *spec, char **out)
     return prewarm_plan(rule, NULL, spec, out);
 }
 
+/* prewarm_plan that must succeed: its output, or a failure showing it. */
+static char *prewarm_ok(const char *rule, const char *plan, const char *spec)
+{
+    char *out = NULL;
+    const int rc = prewarm_plan(rule, plan, spec, &out);
+    if (rc != 0)
+        jt_fail_showing(out, "%s: exit %d under JITOP_LN_PLAN='%s'", spec, rc, plan ? plan : "");
+    return out;
+}
+
 static void expect(const char *out, const char *what)
 {
     if (!strstr(out, what))
-        fail_msg("expected \"%s\" in:\n%s", what, out);
+        jt_fail_showing(out, "expected \"%s\"", what);
 }
+
+static void expect_none(const char *out, const char *what)
+{
+    if (strstr(out, what))
+        jt_fail_showing(out, "expected no \"%s\"", what);
+}
+
+/* What the plan line adds for an instance that moves a row the vector does
+ * not divide in 16-byte vectors (row_shift). */
+#define LN_SHIFTED "vectors from each row's first 16-byte boundary (head and tail by element)"
 
 static void test_whole_warps_by_default(void **state)
 {
@@ -56,7 +78,7 @@ static void test_whole_warps_by_default(void **state)
     /* h16_bwd_pf_bytes=0: the backward's 32-byte budget alone (the 16-bit
      * default's second budget for prefetching rows, 48 bytes, takes 192
      * threads here: test_backward_pf_bytes) */
-    assert_int_equal(prewarm_plan("warps", "h16_bwd_pf_bytes=0", "layernorm:f16:4352", &out), 0);
+    out = prewarm_ok("warps", "h16_bwd_pf_bytes=0", "layernorm:f16:4352");
     /* 544 vectors of 16 B: the forward's 128-byte budget needs 68 threads,
      * 96 in whole warps; the backward's 32 bytes 272, so 288. */
     expect(out, "layernorm_fwd<__half, 4352, true, 8, 96>: register kernel, 96 threads per row "
@@ -74,7 +96,7 @@ static void test_pow2_rule_for_comparison(void **state)
     char *out = NULL;
     /* the backward's 32-byte budget alone, as above (with the 48-byte one
      * the power-of-two rule ties at 16 warps an SM and takes 256) */
-    assert_int_equal(prewarm_plan("pow2", "h16_bwd_pf_bytes=0", "layernorm:f16:4352", &out), 0);
+    out = prewarm_ok("pow2", "h16_bwd_pf_bytes=0", "layernorm:f16:4352");
     expect(out, "layernorm_fwd<__half, 4352, true, 8, 128>: register kernel, 128 threads per row "
                 "(1 row per block), 5 vectors of 16 B per thread, 15% of lanes idle");
     expect(out, "layernorm_bwd<__half, 4352, true, 8, 512>: register kernel, 512 threads per row "
@@ -86,8 +108,7 @@ static void test_pow2_rule_for_comparison(void **state)
 static void test_power_of_two_rows_unchanged(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm("warps", "layernorm:f32:1024", &out), 0);
+    char *out = prewarm_ok("warps", NULL, "layernorm:f32:1024");
     expect(out, "layernorm_fwd<float, 1024, true, 4, 32>: register kernel, 32 threads per row "
                 "(4 rows per block), 8 vectors of 16 B per thread, 0% of lanes idle");
     expect(out, "layernorm_bwd<float, 1024, true, 4, 128>: register kernel, 128 threads per row "
@@ -103,8 +124,7 @@ static void test_power_of_two_rows_unchanged(void **state)
 static void test_default_plan_named(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "", "layernorm:bf16:65536", &out), 0);
+    char *out = prewarm_ok("warps", "", "layernorm:bf16:65536");
     expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 4, 1, 1>: copy-engine "
                 "cluster kernel, 1024 threads per row (over a cluster of 8 blocks), 8 vectors of "
                 "16 B per thread");
@@ -119,18 +139,15 @@ static void test_default_plan_named(void **state)
 static void test_min_blocks_and_prefetch(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "fwd_min_blocks=2,bwd_pf=0,bwd_min_blocks=2",
-                                  "layernorm:f16:24576", &out),
-                     0);
+    char *out = prewarm_ok("warps", "fwd_min_blocks=2,bwd_pf=0,bwd_min_blocks=2",
+                                  "layernorm:f16:24576");
     /* 3072 vectors at 128 bytes: 384 threads, 2 blocks per SM asked */
     expect(out, "layernorm_fwd<__half, 24576, true, 8, 384, 2>: register kernel, 384 threads per "
                 "row (1 row per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last "
                 "pass, launch bounds for 2 blocks per SM; plan fwd_min_blocks=2,bwd_pf=0,"
                 "bwd_min_blocks=2");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "bwd_pf=0,bwd_min_blocks=2", "layernorm:f16:9216", &out),
-                     0);
+    out = prewarm_ok("warps", "bwd_pf=0,bwd_min_blocks=2", "layernorm:f16:9216");
     expect(out, "layernorm_bwd<__half, 9216, true, 8, 576, true, 0, 2>: register kernel, 576 "
                 "threads per row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle "
                 "in the last pass, accumulators in shared memory, launch bounds for 2 blocks per SM");
@@ -138,7 +155,7 @@ static void test_min_blocks_and_prefetch(void **state)
      * default's block as well: prefetching rows take the 16-bit 48-byte
      * budget, 384 threads) */
     free(out);
-    assert_int_equal(prewarm_plan("warps", "bwd_pf=1", "layernorm:f16:9216", &out), 0);
+    out = prewarm_ok("warps", "bwd_pf=1", "layernorm:f16:9216");
     expect(out, "layernorm_bwd<__half, 9216, true, 8, 384, true, 1, 0>: register kernel");
     expect(out, "next rows prefetched; plan bwd_pf=1");
     free(out);
@@ -154,17 +171,17 @@ static void test_min_blocks_range(void **state)
     char *out = NULL;
     const char *plan = "fwd_min_blocks=2,fwd_min_blocks_from=320,h16_bwd_pf_bytes=0,"
                        "bwd_min_blocks=2,bwd_min_blocks_to=512";
-    assert_int_equal(prewarm_plan("warps", plan, "layernorm:f16:4352", &out), 0);
+    out = prewarm_ok("warps", plan, "layernorm:f16:4352");
     expect(out, "layernorm_fwd<__half, 4352, true, 8, 96>: register kernel");
     expect(out, "layernorm_bwd<__half, 4352, true, 8, 288, true, -1, 2>: register kernel");
     free(out);
-    assert_int_equal(prewarm_plan("warps", plan, "layernorm:f16:9216", &out), 0);
+    out = prewarm_ok("warps", plan, "layernorm:f16:9216");
     expect(out, "layernorm_fwd<__half, 9216, true, 8, 160>: register kernel");
     expect(out, "layernorm_bwd<__half, 9216, true, 8, 576>: register kernel");
     expect(out, "; plan fwd_min_blocks=2,fwd_min_blocks_from=320,bwd_pf_bytes=0,"
                 "bwd_min_blocks=2,bwd_min_blocks_to=512");
     free(out);
-    assert_int_equal(prewarm_plan("warps", plan, "layernorm:bf16:22528", &out), 0);
+    out = prewarm_ok("warps", plan, "layernorm:bf16:22528");
     expect(out, "layernorm_fwd<__nv_bfloat16, 22528, true, 8, 352, 2>: register kernel");
     free(out);
 }
@@ -175,17 +192,13 @@ static void test_min_blocks_range(void **state)
 static void test_cluster_fit(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=0,fwd_bulk=0", "layernorm:f32:36864",
-                                  &out),
-                     0);
+    char *out = prewarm_ok("warps", "fwd_cluster_tpr=512,fwd_fit=0,fwd_bulk=0", "layernorm:f32:36864");
     expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 512, 4, 0, 1>: cluster kernel, 2048 "
                 "threads per row (over a cluster of 4 blocks), 5 vectors of 16 B per thread, 10% "
                 "of lanes idle");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "fwd_cluster_tpr=512,fwd_fit=1,fwd_min_blocks=3,fwd_bulk=0",
-                                  "layernorm:f32:36864", &out),
-                     0);
+    out = prewarm_ok("warps", "fwd_cluster_tpr=512,fwd_fit=1,fwd_min_blocks=3,fwd_bulk=0",
+                                  "layernorm:f32:36864");
     expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 288, 4, 3, 1>: cluster kernel, 1152 "
                 "threads per row (over a cluster of 4 blocks), 8 vectors of 16 B per thread, 0% "
                 "of lanes idle in the last pass, one cluster exchange per row, launch bounds for 3 "
@@ -198,16 +211,13 @@ static void test_cluster_fit(void **state)
 static void test_backward_kernels(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "bwd_max_tpr=512,bwd_cluster_tpr=512",
-                                  "layernorm:f16:16384", &out),
-                     0);
+    char *out = prewarm_ok("warps", "bwd_max_tpr=512,bwd_cluster_tpr=512",
+                                  "layernorm:f16:16384");
     expect(out, "layernorm_bwd_bulk<__half, 16384, true, 512, 2>: copy-engine cluster kernel, "
                 "1024 threads per row (over a cluster of 2 blocks)");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "bwd_max_tpr=512,bwd_cluster_tpr=512,bwd_bulk=0",
-                                  "layernorm:f16:16384", &out),
-                     0);
+    out = prewarm_ok("warps", "bwd_max_tpr=512,bwd_cluster_tpr=512,bwd_bulk=0",
+                                  "layernorm:f16:16384");
     expect(out, "layernorm_bwd_cluster<__half, 16384, true, 8, 512, 2>: cluster kernel, 1024 "
                 "threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread");
     free(out);
@@ -229,6 +239,9 @@ static void test_bad_plan_is_refused(void **state)
         {"fwd_bytes", "JITOP_LN_PLAN: 'fwd_bytes' is not field=value"},
         {"bwd_min_blocks=2,bwd_min_blocks=3", "JITOP_LN_PLAN: bwd_min_blocks is set twice"},
         {"bwd_min_blocks=", "JITOP_LN_PLAN: bwd_min_blocks is '': expected an integer in [0, 32]"},
+        {"row_shift=yes", "JITOP_LN_PLAN: row_shift is 'yes': expected 0 or 1"},
+        {"shift_bwd_tpr=100",
+         "JITOP_LN_PLAN: shift_bwd_tpr is '100': expected a multiple of 32 in [0, 1024]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
@@ -382,11 +395,10 @@ static void test_defaults_by_dtype(void **state)
          "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        char *out = NULL;
-        assert_int_equal(prewarm_plan("warps", "", rows[i].spec, &out), 0);
+        char *out = prewarm_ok("warps", "", rows[i].spec);
         expect(out, rows[i].now);
         free(out);
-        assert_int_equal(prewarm_plan("warps", "legacy", rows[i].spec, &out), 0);
+        out = prewarm_ok("warps", "legacy", rows[i].spec);
         expect(out, rows[i].legacy);
         expect(out, "; plan legacy");
         free(out);
@@ -394,15 +406,13 @@ static void test_defaults_by_dtype(void **state)
     /* left as they were: the float32 backward over a cluster (the
      * copy-engine kernel's power-of-two blocks), float32 forward rows one
      * block holds */
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "", "layernorm:f32:12288", &out), 0);
+    char *out = prewarm_ok("warps", "", "layernorm:f32:12288");
     expect(out, "layernorm_fwd<float, 12288, true, 4, 384>: register kernel");
     expect(out, "layernorm_bwd_bulk<float, 12288, true, 512, 2>: copy-engine");
     free(out);
     /* a prefixed field reaches its dtype only */
-    assert_int_equal(prewarm_plan("warps", "h16_fwd_fit=0,f32_fwd_fit=0,f32_fwd_bulk=0",
-                                  "layernorm:f32:36864", &out),
-                     0);
+    out = prewarm_ok("warps", "h16_fwd_fit=0,f32_fwd_fit=0,f32_fwd_bulk=0",
+                                  "layernorm:f32:36864");
     expect(out, "layernorm_fwd_cluster<float, 36864, true, 4, 256, 8, 0, 1>: cluster kernel");
     expect(out, "; plan fwd_fit=0,fwd_bulk=0");
     free(out);
@@ -415,10 +425,7 @@ static void test_defaults_by_dtype(void **state)
 static void test_forward_bulk(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=32768", "layernorm:f16:65536",
-                                  &out),
-                     0);
+    char *out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_chunk=32768", "layernorm:f16:65536");
     /* 32 KiB shares: 4 blocks, 256 threads at the 16-bit default's 64
      * elements a thread */
     expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 4, 4, 1, 1>: copy-engine cluster "
@@ -430,27 +437,24 @@ static void test_forward_bulk(void **state)
     free(out);
     /* a 32 KiB float32 row, a smaller share per block: 8 blocks of 4 KiB,
      * 128 threads of 8 elements */
-    assert_int_equal(prewarm_plan("warps",
+    out = prewarm_ok("warps",
                                   "fwd_bulk=1,fwd_bulk_bytes=32768,fwd_bulk_chunk=4096,"
                                   "fwd_bulk_ept=8,fwd_bulk_stages=2,fwd_bulk_gb=0,fwd_one_sync=0",
-                                  "layernorm:f32:8192", &out),
-                     0);
+                                  "layernorm:f32:8192");
     expect(out, "layernorm_fwd_bulk<float, 8192, true, 128, 8>: copy-engine cluster kernel");
     expect(out, "prewarmed");
     free(out);
     /* 50000 16-bit: 16-byte vectors over 2 blocks only, 50000 B each */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768",
-                                  "layernorm:bf16:50000", &out),
-                     0);
+    out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768",
+                                  "layernorm:bf16:50000");
     expect(out, "layernorm_fwd<__nv_bfloat16, 50000, true, 8, 800>: register kernel");
     expect(out, "fwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, "
                 "register path; plan fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768");
     free(out);
     /* under fwd_bulk_bytes: the register kernel, nothing said */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1", "layernorm:f16:16384", &out), 0);
+    out = prewarm_ok("warps", "fwd_bulk=1", "layernorm:f16:16384");
     expect(out, "layernorm_fwd<__half, 16384, true, 8, 256>: register kernel");
-    if (strstr(out, "fwd_bulk:") != NULL)
-        fail_msg("no copy-engine note expected under fwd_bulk_bytes:\n%s", out);
+    expect_none(out, "fwd_bulk:"); /* under fwd_bulk_bytes: no copy-engine note */
     free(out);
 }
 
@@ -502,7 +506,7 @@ static void test_forward_long_row_options(void **state)
     char *out = NULL;
     /* one exchange on the float32 register cluster (and with launch
      * bounds: MINB is then named as well) */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=0,fwd_one_sync=1", "layernorm:f32:49152", &out), 0);
+    out = prewarm_ok("warps", "fwd_bulk=0,fwd_one_sync=1", "layernorm:f32:49152");
     expect(out, "layernorm_fwd_cluster<float, 49152, true, 4, 192, 8, 0, 1>: cluster kernel, 1536 "
                 "threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 0% "
                 "of lanes idle in the last pass, one cluster exchange per row; plan "
@@ -510,24 +514,20 @@ static void test_forward_long_row_options(void **state)
     expect(out, "layernorm_fwd_cluster<float, 49152, false, 4, 192, 8, 0, 1>");
     expect(out, "prewarmed");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=0,fwd_min_blocks=2", "layernorm:f32:49152",
-                                  &out),
-                     0);
+    out = prewarm_ok("warps", "fwd_bulk=0,fwd_min_blocks=2", "layernorm:f32:49152");
     expect(out, "layernorm_fwd_cluster<float, 49152, true, 4, 192, 8, 2, 1>: cluster kernel");
     expect(out, "launch bounds for 2 blocks per SM");
     expect(out, "prewarmed");
     free(out);
     /* a row one block holds has no cluster exchange to save: unchanged */
-    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1", "layernorm:f16:16384", &out), 0);
+    out = prewarm_ok("warps", "fwd_one_sync=1", "layernorm:f16:16384");
     expect(out, "layernorm_fwd<__half, 16384, true, 8, 256>: register kernel");
-    if (strstr(out, "one cluster exchange") != NULL)
-        fail_msg("no cluster exchange expected for a one-block row:\n%s", out);
+    expect_none(out, "one cluster exchange");
     free(out);
     /* all three on the 16-bit copy-engine default; gamma and beta only
      * where the kernel reads them (affine) */
-    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1",
-                                  "layernorm:bf16:65536", &out),
-                     0);
+    out = prewarm_ok("warps", "fwd_one_sync=1,fwd_bulk_stages=3,fwd_bulk_gb=1",
+                                  "layernorm:bf16:65536");
     expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 3, 1, 1>: copy-engine "
                 "cluster kernel, 1024 threads per row (over a cluster of 8 blocks), 8 vectors of "
                 "16 B per thread, 0% of lanes idle in the last pass, rows staged in shared memory "
@@ -539,17 +539,14 @@ static void test_forward_long_row_options(void **state)
     /* the stages and gamma/beta count in the shared memory that bounds a
      * block's share: 2 stages of 16 KiB float32 shares fit 4 blocks, 4
      * stages and gamma/beta (24 B per element) need 8 */
-    assert_int_equal(prewarm_plan("warps", "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=2,fwd_bulk_gb=0",
-                                  "layernorm:f32:65536",
-                                  &out),
-                     0);
+    out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=2,fwd_bulk_gb=0",
+                                  "layernorm:f32:65536");
     expect(out, "layernorm_fwd_bulk<float, 65536, true, 512, 4, 2, 0, 1>: copy-engine cluster kernel");
     free(out);
-    assert_int_equal(prewarm_plan("warps",
+    out = prewarm_ok("warps",
                                   "fwd_bulk=1,fwd_bulk_chunk=65536,fwd_bulk_stages=4,fwd_bulk_gb=1,"
                                   "fwd_one_sync=0",
-                                  "layernorm:f32:65536", &out),
-                     0);
+                                  "layernorm:f32:65536");
     expect(out, "layernorm_fwd_bulk<float, 65536, true, 256, 8, 4, 1, 0>: copy-engine cluster "
                 "kernel, 2048 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per "
                 "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
@@ -558,8 +555,7 @@ static void test_forward_long_row_options(void **state)
     expect(out, "prewarmed");
     free(out);
     /* 2 stages with gamma/beta: the short list of the default stages */
-    assert_int_equal(prewarm_plan("warps", "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1", "layernorm:f16:65536",
-                                  &out), 0);
+    out = prewarm_ok("warps", "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1", "layernorm:f16:65536");
     expect(out, "layernorm_fwd_bulk<__half, 65536, true, 128, 8, 2, 1, 0>: copy-engine cluster "
                 "kernel");
     expect(out, "rows staged in shared memory, gamma and beta in shared memory; plan "
@@ -610,8 +606,7 @@ static void test_plan_parse_backward_stages(void **state)
 static void test_backward_stages(void **state)
 {
     (void)state;
-    char *out = NULL;
-    assert_int_equal(prewarm_plan("warps", "bwd_bulk_stages=3", "layernorm:f16:32768", &out), 0);
+    char *out = prewarm_ok("warps", "bwd_bulk_stages=3", "layernorm:f16:32768");
     expect(out, "layernorm_bwd_bulk<__half, 32768, true, 512, 4, 3>: copy-engine cluster kernel, "
                 "2048 threads per row (over a cluster of 4 blocks), 2 vectors of 16 B per thread, "
                 "0% of lanes idle in the last pass, rows staged in shared memory (3 stages); plan "
@@ -619,8 +614,7 @@ static void test_backward_stages(void **state)
     expect(out, "layernorm_bwd_bulk<__half, 32768, false, 512, 4, 3>: copy-engine");
     expect(out, "prewarmed");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "h16_bwd_bulk_stages=4", "layernorm:bf16:65536", &out),
-                     0);
+    out = prewarm_ok("warps", "h16_bwd_bulk_stages=4", "layernorm:bf16:65536");
     expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 512, 8, 4>: copy-engine cluster "
                 "kernel, 4096 threads per row (over a cluster of 8 blocks), 2 vectors of 16 B per "
                 "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
@@ -628,27 +622,49 @@ static void test_backward_stages(void **state)
     expect(out, "prewarmed");
     free(out);
     /* 2 stages named: the default instance, short name, no stage count */
-    assert_int_equal(prewarm_plan("warps", "bwd_bulk_stages=2", "layernorm:f16:32768", &out), 0);
+    out = prewarm_ok("warps", "bwd_bulk_stages=2", "layernorm:f16:32768");
     expect(out, "layernorm_bwd_bulk<__half, 32768, true, 1024, 2>: copy-engine cluster kernel, "
                 "2048 threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, "
                 "0% of lanes idle in the last pass, rows staged in shared memory; plan "
                 "bwd_bulk_stages=2");
     free(out);
-    assert_int_equal(prewarm_plan("warps", "", "layernorm:f16:32768", &out), 0);
+    out = prewarm_ok("warps", "", "layernorm:f16:32768");
     expect(out, "layernorm_bwd_bulk<__half, 32768, true, 1024, 2>: copy-engine cluster kernel, "
                 "2048 threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, "
                 "0% of lanes idle in the last pass, rows staged in shared memory; plan default");
-    if (strstr(out, "stages)") != NULL)
-        fail_msg("no stage count expected in the default backward:\n%s", out);
+    expect_none(out, "stages)"); /* no stage count in the default backward */
     free(out);
     /* float32 rows take it as well (f32_ prefix), the forward untouched */
-    assert_int_equal(prewarm_plan("warps", "f32_bwd_bulk_stages=3", "layernorm:f32:12288", &out),
-                     0);
+    out = prewarm_ok("warps", "f32_bwd_bulk_stages=3", "layernorm:f32:12288");
     expect(out, "layernorm_bwd_bulk<float, 12288, true, 512, 2, 3>: copy-engine cluster kernel");
     expect(out, "rows staged in shared memory (3 stages); plan bwd_bulk_stages=3");
     expect(out, "layernorm_fwd<float, 12288, true, 4, 384>: register kernel");
     expect(out, "prewarmed");
     free(out);
+}
+
+/* Each of the count refused specs bad[i][0] (parsed for es-byte rows over
+ * defaults d and legacy base old) fails with bad[i][1] in the error, and
+ * leaves the fields at offs (poisoned first) at d's values and the text
+ * "default": a refused spec never half-applies. */
+static void expect_refused(const char *const (*bad)[2], size_t count, size_t es,
+                           const jitop__ln_cfg *d, const jitop__ln_cfg *old, const size_t *offs,
+                           size_t noffs)
+{
+    jitop__ln_cfg c;
+    for (size_t i = 0; i < count; i++) {
+        memset(&c, 0, sizeof c);
+        snprintf(c.text, sizeof c.text, "unset");
+        for (size_t k = 0; k < noffs; k++)
+            *(int *)(void *)((char *)&c + offs[k]) = 7;
+        assert_int_equal(jitop__ln_cfg_parse("P", bad[i][0], es, d, old, &c), JITOP_EINVAL);
+        if (strstr(jitop_errmsg(NULL), bad[i][1]) == NULL)
+            fail_msg("expected \"%s\" in \"%s\"", bad[i][1], jitop_errmsg(NULL));
+        for (size_t k = 0; k < noffs; k++)
+            assert_int_equal(*(const int *)(const void *)((const char *)&c + offs[k]),
+                             *(const int *)(const void *)((const char *)d + offs[k]));
+        assert_string_equal(c.text, "default");
+    }
 }
 
 /* bwd_pf_from, bwd_pf_bytes and bulk_idle alone: their ranges (the error
@@ -699,7 +715,7 @@ static void test_plan_parse_backward_shape_fields(void **state)
     assert_int_equal(c.bwd_pf_from, 16384);
     assert_int_equal(c.bwd_pf_bytes, 8);
     assert_string_equal(c.text, "bwd_pf_from=16384,bwd_pf_bytes=8");
-    static const char *bad[][2] = {
+    static const char *const bad[][2] = {
         {"bulk_idle=101", "P: bulk_idle is '101': expected an integer in [0, 100]"},
         {"bulk_idle=-1", "P: bulk_idle is '-1': expected an integer in [0, 100]"},
         {"bwd_pf_bytes=1025", "P: bwd_pf_bytes is '1025': expected an integer in [0, 1024]"},
@@ -710,18 +726,69 @@ static void test_plan_parse_backward_shape_fields(void **state)
         {"f32_bwd_pf_from=16k", "P: bwd_pf_from is '16k': expected an integer in [0, 1073741824]"},
         {"bulk_idle=33,bulk_idle=50", "P: bulk_idle is set twice"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        c.bulk_idle = 7;
-        c.bwd_pf_bytes = 7;
-        c.bwd_pf_from = 7;
-        assert_int_equal(jitop__ln_cfg_parse("P", bad[i][0], 4, &d, &d, &c), JITOP_EINVAL);
-        if (strstr(jitop_errmsg(NULL), bad[i][1]) == NULL)
-            fail_msg("expected \"%s\" in \"%s\"", bad[i][1], jitop_errmsg(NULL));
-        assert_int_equal(c.bulk_idle, 100);
-        assert_int_equal(c.bwd_pf_bytes, 0);
-        assert_int_equal(c.bwd_pf_from, 0);
-        assert_string_equal(c.text, "default");
-    }
+    static const size_t offs[] = {offsetof(jitop__ln_cfg, bulk_idle),
+                                  offsetof(jitop__ln_cfg, bwd_pf_bytes),
+                                  offsetof(jitop__ln_cfg, bwd_pf_from)};
+    expect_refused(bad, sizeof bad / sizeof bad[0], 4, &d, &d, offs, sizeof offs / sizeof offs[0]);
+}
+
+/* row_shift, shift_bwd_tpr and shift_bwd_pf alone: their ranges (switches
+ * 0 or 1; whole warps up to 1024, 0 off), their places last in the
+ * canonical text, the dtype prefixes, legacy's base under them; a refused
+ * spec leaves the defaults whole. */
+static void test_plan_parse_row_shift(void **state)
+{
+    (void)state;
+    jitop__ln_cfg d = {.row_shift = 1, .bulk_idle = 100, .shift_bwd_tpr = 512, .shift_bwd_pf = 1},
+                  old = {.row_shift = 0}, c;
+    snprintf(d.text, sizeof d.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", "shift_bwd_pf=0,row_shift=0,shift_bwd_tpr=1024,"
+                                         "bulk_idle=33",
+                                         2, &d, &old, &c),
+                     JITOP_OK);
+    assert_int_equal(c.row_shift, 0);
+    assert_int_equal(c.bulk_idle, 33);
+    assert_int_equal(c.shift_bwd_tpr, 1024);
+    assert_int_equal(c.shift_bwd_pf, 0);
+    assert_string_equal(c.text, "bulk_idle=33,row_shift=0,shift_bwd_tpr=1024,shift_bwd_pf=0");
+    assert_int_equal(jitop__ln_cfg_parse("P", "shift_bwd_tpr=0", 2, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.shift_bwd_tpr, 0);
+    assert_int_equal(c.shift_bwd_pf, 1);
+    assert_string_equal(c.text, "shift_bwd_tpr=0");
+    assert_int_equal(jitop__ln_cfg_parse("P", NULL, 2, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.row_shift, 1);
+    /* h16_ reaches 16-bit rows only, f32_ float32 rows only */
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_row_shift=0", 4, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.row_shift, 1);
+    assert_string_equal(c.text, "default");
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_row_shift=0", 2, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.row_shift, 0);
+    assert_string_equal(c.text, "row_shift=0");
+    assert_int_equal(jitop__ln_cfg_parse("P", "f32_row_shift=0,row_shift=1", 4, &d, &old, &c),
+                     JITOP_OK);
+    assert_int_equal(c.row_shift, 0);
+    /* legacy: its base's row_shift, the field over it */
+    assert_int_equal(jitop__ln_cfg_parse("P", "legacy", 2, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.row_shift, 0);
+    assert_int_equal(jitop__ln_cfg_parse("P", "legacy,row_shift=1", 2, &d, &old, &c), JITOP_OK);
+    assert_int_equal(c.row_shift, 1);
+    assert_string_equal(c.text, "legacy,row_shift=1");
+    static const char *const bad[][2] = {
+        {"row_shift=2", "P: row_shift is '2': expected 0 or 1"},
+        {"row_shift=", "P: row_shift is '': expected 0 or 1"},
+        /* the other dtype's field is checked too */
+        {"f32_row_shift=yes", "P: row_shift is 'yes': expected 0 or 1"},
+        {"row_shift=0,row_shift=1", "P: row_shift is set twice"},
+        {"shift_bwd_tpr=100", "P: shift_bwd_tpr is '100': expected a multiple of 32 in [0, 1024]"},
+        {"shift_bwd_tpr=1056",
+         "P: shift_bwd_tpr is '1056': expected a multiple of 32 in [0, 1024]"},
+        {"h16_shift_bwd_pf=2", "P: shift_bwd_pf is '2': expected 0 or 1"},
+    };
+    static const size_t offs[] = {offsetof(jitop__ln_cfg, row_shift),
+                                  offsetof(jitop__ln_cfg, shift_bwd_tpr),
+                                  offsetof(jitop__ln_cfg, shift_bwd_pf)};
+    expect_refused(bad, sizeof bad / sizeof bad[0], 2, &d, &old, offs,
+                   sizeof offs / sizeof offs[0]);
 }
 
 /* A prewarm under a threads rule and a plan ("" the default), and the
@@ -733,8 +800,7 @@ typedef struct plan_case {
 static void expect_cases(const plan_case *cases, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        char *out = NULL;
-        assert_int_equal(prewarm_plan(cases[i].rule, cases[i].plan, cases[i].spec, &out), 0);
+        char *out = prewarm_ok(cases[i].rule, cases[i].plan, cases[i].spec);
         expect(out, cases[i].want);
         if (cases[i].want2 != NULL)
             expect(out, cases[i].want2);
@@ -770,9 +836,31 @@ static void test_backward_pf_bytes(void **state)
         {"warps", "h16_bwd_pf_bytes=0", "layernorm:bf16:4352",
          "layernorm_bwd<__nv_bfloat16, 4352, true, 8, 288>: register kernel, 288 threads per row",
          NULL},
-        /* an odd N (2-byte vectors): 32 B only, as measured (48 B spills) */
+        /* an odd N on 2-byte vectors (row_shift=0): bwd_bytes' 32 B only
+         * (2-byte vectors spill at 48 B a thread), whatever bwd_pf_bytes
+         * says: 288 threads of 15 elements, where 48 B would give 192 */
+        {"warps", "row_shift=0", "layernorm:f16:4097",
+         "layernorm_bwd<__half, 4097, true, 1, 288>: register kernel, 288 threads per row (1 row "
+         "per block), 15 vectors of 2 B per thread, 5% of lanes idle in the last pass, "
+         "accumulators in shared memory, next rows prefetched; plan row_shift=0",
+         NULL},
+        {"warps", "row_shift=0,h16_bwd_pf_bytes=64", "layernorm:f16:4097",
+         "layernorm_bwd<__half, 4097, true, 1, 288>: register kernel, 288 threads per row",
+         "; plan bwd_pf_bytes=64,row_shift=0"},
+        /* the same N shifted onto 16-byte vectors (the default row_shift):
+         * 511 body vectors (N / 8 - 1), 256 threads at 32 B and 192 at
+         * 48 B, two blocks an SM either way (16 and 12 warps), a tie:
+         * bwd_pf_bytes */
         {"warps", "", "layernorm:f16:4097",
-         "layernorm_bwd<__half, 4097, true, 1, 288>: register kernel, 288 threads per row", NULL},
+         "layernorm_bwd<__half, 4097, true, 8, 192>: register kernel, 192 threads per row (1 row "
+         "per block), 3 vectors of 16 B per thread, 11% of lanes idle in the last pass, "
+         "accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched; plan "
+         "default",
+         NULL},
+        {"warps", "h16_bwd_pf_bytes=0", "layernorm:f16:4097",
+         "layernorm_bwd<__half, 4097, true, 8, 256>: register kernel, 256 threads per row (1 row "
+         "per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass",
+         NULL},
         /* 7936: 512 threads at 32 B, 16 warps; 352 at 48 B, one block of
          * 11: 32 B wins */
         {"warps", "", "layernorm:f16:7936",
@@ -961,6 +1049,348 @@ static void test_forward_bulk_ept(void **state)
     expect_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* row_shift (default 1): a row the 16-byte vector does not divide (16-bit
+ * N % 8 != 0, float32 N % 4 != 0, N of two vectors or more) moves in
+ * 16-byte vectors from its first 16-byte boundary, a body of N / VEC - 1
+ * of them and N % VEC + VEC head and tail elements one by one: instances
+ * named with VEC 8 or 4 for an N it does not divide, sized by that body,
+ * and the plan line says so (the backward's also that gamma's body vectors
+ * sit in shared memory). The prewarm has no pointers, so it always takes
+ * it where a register kernel holds the row. Not taken, the widest vector
+ * that divides N: under row_shift=0 or legacy; where only the generic
+ * kernel takes the row; for a backward whose row has fewer threads than
+ * head and tail elements (each would hold more than one); by the
+ * copy-engine kernels (the register kernels take the row, the plan line's
+ * note says why). A shifted row over a cluster keeps two exchanges
+ * (fwd_one_sync counts whole vectors a block). 16-bit shifted backward
+ * rows also take shift_bwd_tpr's blocks and shift_bwd_pf's prefetch. */
+typedef struct shift_case {
+    const char *plan, *spec, *want[4];
+    const char *absent; /* nowhere in the log (NULL: no such check) */
+} shift_case;
+
+static void test_row_shift(void **state)
+{
+    (void)state;
+    static const shift_case cases[] = {
+        /* odd 16-bit rows, short to long: forward and backward shifted;
+         * 4097's forward holds its 511 body vectors in 64 threads at 128 B
+         * (2 rows a block) */
+        {"",
+         "layernorm:f16:4097",
+         {"layernorm_fwd<__half, 4097, true, 8, 64>: register kernel, 64 threads per row (2 rows "
+          "per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd<__half, 4097, true, 8, 192>: register kernel, 192 threads per row (1 row "
+          "per block), 3 vectors of 16 B per thread, 11% of lanes idle in the last pass, "
+          "accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched; plan "
+          "default",
+          "layernorm_fwd<__half, 4097, false, 8, 64>: register kernel",
+          "layernorm_bwd<__half, 4097, false, 8, 192>: register kernel"},
+         NULL},
+        /* 24 KiB: the copy-engine backward (12288's) cannot take it */
+        {"",
+         "layernorm:bf16:12289",
+         {"layernorm_fwd<__nv_bfloat16, 12289, true, 8, 192>: register kernel, 192 threads per row "
+          "(1 row per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+          LN_SHIFTED "; plan default",
+          "layernorm_bwd<__nv_bfloat16, 12289, true, 8, 512>: register kernel, 512 threads per row "
+          "(1 row per block), 3 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+          "accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched, "
+          "bwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, register "
+          "path; plan default",
+          NULL, NULL},
+         NULL},
+        /* float32 */
+        {"",
+         "layernorm:f32:1001",
+         {"layernorm_fwd<float, 1001, true, 4, 32>: register kernel, 32 threads per row (4 rows "
+          "per block), 8 vectors of 16 B per thread, 3% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd<float, 1001, true, 4, 128>: register kernel, 128 threads per row (1 row "
+          "per block), 2 vectors of 16 B per thread, 3% of lanes idle in the last pass, "
+          "accumulators and gamma in shared memory, " LN_SHIFTED "; plan default",
+          NULL, NULL},
+         NULL},
+        /* a float32 backward over a cluster (the copy-engine kernel,
+         * 10000's, cannot take it): 2498 body vectors at 32 B need 1249
+         * threads, two blocks of 1024 */
+        {"",
+         "layernorm:f32:9999",
+         {"layernorm_fwd<float, 9999, true, 4, 320>: register kernel, 320 threads per row (1 row "
+          "per block), 8 vectors of 16 B per thread, 2% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd_cluster<float, 9999, true, 4, 1024, 2>: cluster kernel, 2048 threads per "
+          "row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 39% of lanes idle in "
+          "the last pass, accumulators and gamma in shared memory, " LN_SHIFTED ", bwd_bulk: N "
+          "does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, register path; plan "
+          "default",
+          NULL, NULL},
+         NULL},
+        /* even but not a multiple of 8 (8-byte vectors divide it) */
+        {"",
+         "layernorm:f16:4100",
+         {"layernorm_fwd<__half, 4100, true, 8, 64>: register kernel, 64 threads per row (2 rows "
+          "per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd<__half, 4100, true, 8, 192>: register kernel, 192 threads per row (1 row "
+          "per block), 3 vectors of 16 B per thread, 11% of lanes idle in the last pass, "
+          "accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched; plan "
+          "default",
+          NULL, NULL},
+         NULL},
+        /* row_shift=0: the names before, nothing shifted */
+        {"row_shift=0",
+         "layernorm:f16:4097",
+         {"layernorm_fwd<__half, 4097, true, 1, 96>: register kernel, 96 threads per row (1 row "
+          "per block), 43 vectors of 2 B per thread, 1% of lanes idle in the last pass; plan "
+          "row_shift=0",
+          "layernorm_bwd<__half, 4097, true, 1, 288>: register kernel, 288 threads per row (1 row "
+          "per block), 15 vectors of 2 B per thread, 5% of lanes idle in the last pass, "
+          "accumulators in shared memory, next rows prefetched; plan row_shift=0",
+          NULL, NULL},
+         LN_SHIFTED},
+        {"row_shift=0",
+         "layernorm:bf16:12289",
+         {"layernorm_fwd<__nv_bfloat16, 12289, true, 1, 224>: register kernel, 224 threads per row",
+          "layernorm_bwd<__nv_bfloat16, 12289, true, 1, 800>: register kernel, 800 threads per row",
+          NULL, NULL},
+         LN_SHIFTED},
+        {"row_shift=0",
+         "layernorm:f32:1001",
+         {"layernorm_fwd<float, 1001, true, 1, 32>: register kernel, 32 threads per row (4 rows "
+          "per block), 32 vectors of 4 B per thread, 2% of lanes idle in the last pass; plan "
+          "row_shift=0",
+          "layernorm_bwd<float, 1001, true, 1, 128>: register kernel, 128 threads per row (1 row "
+          "per block), 8 vectors of 4 B per thread, 2% of lanes idle in the last pass, "
+          "accumulators in shared memory; plan row_shift=0",
+          NULL, NULL},
+         LN_SHIFTED},
+        {"row_shift=0",
+         "layernorm:f32:9999",
+         {"layernorm_fwd<float, 9999, true, 1, 320>: register kernel",
+          "layernorm_bwd_cluster<float, 9999, true, 1, 1024, 2>: cluster kernel, 2048 threads per "
+          "row (over a cluster of 2 blocks), 5 vectors of 4 B per thread, 2% of lanes idle",
+          NULL, NULL},
+         LN_SHIFTED},
+        {"row_shift=0",
+         "layernorm:f16:4100",
+         {"layernorm_fwd<__half, 4100, true, 4, 96>: register kernel, 96 threads per row (1 row "
+          "per block), 11 vectors of 8 B per thread",
+          "layernorm_bwd<__half, 4100, true, 4, 288>: register kernel", NULL, NULL},
+         LN_SHIFTED},
+        /* legacy: off; legacy,row_shift=1: on, over legacy's backward
+         * budget (32 B alone: 256 threads) */
+        {"legacy",
+         "layernorm:f16:4097",
+         {"layernorm_fwd<__half, 4097, true, 1, 96>: register kernel",
+          "layernorm_bwd<__half, 4097, true, 1, 288>: register kernel", "; plan legacy\n", NULL},
+         LN_SHIFTED},
+        {"legacy,row_shift=1",
+         "layernorm:f16:4097",
+         {"layernorm_fwd<__half, 4097, true, 8, 64>: register kernel",
+          "layernorm_bwd<__half, 4097, true, 8, 256>: register kernel, 256 threads per row (1 row "
+          "per block), 2 vectors of 16 B per thread",
+          LN_SHIFTED "; plan legacy,row_shift=1", NULL},
+         NULL},
+        /* row_shift named in the plan line when set, 1 as well; a dtype
+         * prefix reaches its dtype only */
+        {"row_shift=1",
+         "layernorm:f32:1001",
+         {"layernorm_fwd<float, 1001, true, 4, 32>: register kernel",
+          "layernorm_bwd<float, 1001, true, 4, 128>: register kernel",
+          LN_SHIFTED "; plan row_shift=1", NULL},
+         NULL},
+        {"h16_row_shift=0",
+         "layernorm:f16:4097",
+         {"layernorm_fwd<__half, 4097, true, 1, 96>: register kernel",
+          "1% of lanes idle in the last pass; plan row_shift=0", NULL, NULL},
+         LN_SHIFTED},
+        {"h16_row_shift=0",
+         "layernorm:f32:1001",
+         {"layernorm_fwd<float, 1001, true, 4, 32>: register kernel",
+          LN_SHIFTED "; plan default", NULL, NULL},
+         "row_shift"},
+        /* a row the 16-byte vector divides, or under two vectors: as
+         * before; from two vectors, shifted (17: a body of one vector, its
+         * backward's 1 thread too few, below) */
+        {"",
+         "layernorm:f16:4104",
+         {"layernorm_fwd<__half, 4104, true, 8, 96>: register kernel, 96 threads per row (1 row "
+          "per block), 6 vectors of 16 B per thread, 11% of lanes idle in the last pass; plan "
+          "default",
+          "layernorm_bwd<__half, 4104, true, 8, 192>: register kernel, 192 threads per row (1 row "
+          "per block), 3 vectors of 16 B per thread, 11% of lanes idle in the last pass, "
+          "accumulators in shared memory, next rows prefetched; plan default",
+          NULL, NULL},
+         LN_SHIFTED},
+        {"",
+         "layernorm:f16:15",
+         {"layernorm_fwd<__half, 15, true, 1, 1>: register kernel",
+          "layernorm_bwd<__half, 15, true, 1, 1>: register kernel", NULL, NULL},
+         LN_SHIFTED},
+        {"",
+         "layernorm:f16:17",
+         {"layernorm_fwd<__half, 17, true, 8, 1>: register kernel, 1 threads per row (128 rows "
+          "per block), 1 vectors of 16 B per thread, 0% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd<__half, 17, true, 1, 2>: register kernel, 2 threads per row (64 rows per "
+          "block), 9 vectors of 2 B per thread, 6% of lanes idle in the last pass, accumulators in "
+          "shared memory; plan default",
+          NULL, NULL},
+         NULL},
+        /* generic rows: the widest dividing vector. 300001's forward fits
+         * 8 blocks of 1024 shifted (two exchanges; on 2-byte vectors, one),
+         * its backward only the generic kernel */
+        {"",
+         "layernorm:f16:300001",
+         {"layernorm_fwd_cluster<__half, 300001, true, 8, 1024, 8>: cluster kernel, 8192 threads "
+          "per row (over a cluster of 8 blocks), 5 vectors of 16 B per thread, 8% of lanes idle "
+          "in the last pass, " LN_SHIFTED ", fwd_bulk: N does not split into 16-byte vectors over "
+          "2-8 blocks of <= 16384 B, register path; plan default",
+          "layernorm_bwd_generic<__half, true, 1>: generic kernel (512 threads per row, row read "
+          "from memory twice); plan default",
+          "layernorm_bwd_generic<__half, false, 1>: generic kernel", NULL},
+         "one cluster exchange per row"},
+        {"row_shift=0",
+         "layernorm:f16:300001",
+         {"layernorm_fwd_cluster<__half, 300001, true, 1, 1024, 8, 0, 1>: cluster kernel, 8192 "
+          "threads per row (over a cluster of 8 blocks), 37 vectors of 2 B per thread, 1% of "
+          "lanes idle in the last pass, one cluster exchange per row",
+          "layernorm_bwd_generic<__half, true, 1>: generic kernel", NULL, NULL},
+         LN_SHIFTED},
+        {"",
+         "layernorm:f16:1000001",
+         {"layernorm_fwd_generic<__half, true, 1>: generic kernel (512 threads per row, row read "
+          "from memory twice)",
+          "layernorm_bwd_generic<__half, true, 1>: generic kernel", NULL, NULL},
+         LN_SHIFTED},
+        {"",
+         "layernorm:f32:300002",
+         {"layernorm_fwd_generic<float, true, 2>: generic kernel",
+          "layernorm_bwd_generic<float, true, 2>: generic kernel", NULL, NULL},
+         LN_SHIFTED},
+        /* short backward rows: under N % VEC + VEC threads a row (the
+         * head and tail elements) the widest dividing vector, the forward
+         * shifted. 33: 3 body vectors, 1 thread at 128 B; its backward
+         * would take 2 threads for 9 elements */
+        {"",
+         "layernorm:f16:33",
+         {"layernorm_fwd<__half, 33, true, 8, 1>: register kernel, 1 threads per row (128 rows "
+          "per block), 3 vectors of 16 B per thread, 0% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd<__half, 33, true, 1, 4>: register kernel, 4 threads per row (32 rows per "
+          "block), 9 vectors of 2 B per thread, 8% of lanes idle in the last pass, accumulators in "
+          "shared memory; plan default",
+          "layernorm_bwd<__half, 33, false, 1, 4>: register kernel, 4 threads per row (32 rows per "
+          "block), 9 vectors of 2 B per thread, 8% of lanes idle in the last pass; plan default",
+          NULL},
+         NULL},
+        /* 100: 8-byte vectors; shifted it would take 8 threads for 12 */
+        {"",
+         "layernorm:f16:100",
+         {"layernorm_fwd<__half, 100, true, 8, 2>: register kernel, 2 threads per row (64 rows per "
+          "block), 6 vectors of 16 B per thread, 8% of lanes idle in the last pass, " LN_SHIFTED
+          "; plan default",
+          "layernorm_bwd<__half, 100, true, 4, 8>: register kernel, 8 threads per row (16 rows per "
+          "block), 4 vectors of 8 B per thread, 22% of lanes idle in the last pass, accumulators "
+          "in shared memory; plan default",
+          NULL, NULL},
+         NULL},
+        /* 16-bit rows either side of 8 and 16 threads (at most 15 head and
+         * tail elements): 143 (16 body vectors, 8 threads shifted) falls
+         * back; 145 (17, 16 threads) and 255 (30, 16 threads for 15) keep
+         * the shift, and prefetch (shift_bwd_pf, below) */
+        {"",
+         "layernorm:f16:143",
+         {"layernorm_fwd<__half, 143, true, 8, 2>: register kernel",
+          "layernorm_bwd<__half, 143, true, 1, 16>: register kernel, 16 threads per row (8 rows "
+          "per block), 9 vectors of 2 B per thread, 1% of lanes idle in the last pass, "
+          "accumulators in shared memory; plan default",
+          NULL, NULL},
+         NULL},
+        {"",
+         "layernorm:f16:145",
+         {"layernorm_bwd<__half, 145, true, 8, 16, true, 1, 0>: register kernel, 16 threads per "
+          "row (8 rows per block), 2 vectors of 16 B per thread, 47% of lanes idle in the last "
+          "pass, accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched; "
+          "plan default",
+          NULL, NULL, NULL},
+         NULL},
+        {"",
+         "layernorm:f16:255",
+         {"layernorm_fwd<__half, 255, true, 8, 4>: register kernel",
+          "layernorm_bwd<__half, 255, true, 8, 16, true, 1, 0>: register kernel, 16 threads per "
+          "row (8 rows per block), 2 vectors of 16 B per thread, 6% of lanes idle in the last "
+          "pass, accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched; "
+          "plan default",
+          "layernorm_bwd<__half, 255, false, 8, 16, true, 1, 0>: register kernel", NULL},
+         NULL},
+        /* float32 either side of 4 and 8 threads (at most 7): 39 (8 body
+         * vectors, 4 threads shifted), 41 (9, 8 threads); no shift_bwd_pf */
+        {"",
+         "layernorm:f32:39",
+         {"layernorm_fwd<float, 39, true, 4, 1>: register kernel",
+          "layernorm_bwd<float, 39, true, 1, 8>: register kernel, 8 threads per row (16 rows per "
+          "block), 5 vectors of 4 B per thread, 3% of lanes idle in the last pass, accumulators in "
+          "shared memory; plan default",
+          NULL, NULL},
+         NULL},
+        {"",
+         "layernorm:f32:41",
+         {"layernorm_bwd<float, 41, true, 4, 8>: register kernel, 8 threads per row (16 rows per "
+          "block), 2 vectors of 16 B per thread, 44% of lanes idle in the last pass, accumulators "
+          "and gamma in shared memory, " LN_SHIFTED "; plan default",
+          NULL, NULL, NULL},
+         NULL},
+        /* shift_bwd_tpr (16-bit default 512): a shifted backward the plan
+         * would give a block of more threads (704 for 16385) or a cluster
+         * takes fitted register clusters of at most 512 a block; 0: off */
+        {"",
+         "layernorm:f16:16385",
+         {"layernorm_bwd_cluster<__half, 16385, true, 8, 512, 2>: cluster kernel, 1024 threads "
+          "per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 0% of lanes idle in "
+          "the last pass, accumulators and gamma in shared memory, " LN_SHIFTED ", bwd_bulk: N "
+          "does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, register path; plan "
+          "default",
+          "layernorm_fwd<__half, 16385, true, 8, 256>: register kernel", NULL, NULL},
+         NULL},
+        {"shift_bwd_tpr=0",
+         "layernorm:f16:16385",
+         {"layernorm_bwd<__half, 16385, true, 8, 704>: register kernel, 704 threads per row (1 "
+          "row per block), 3 vectors of 16 B per thread",
+          "; plan shift_bwd_tpr=0\n", NULL, NULL},
+         NULL},
+        /* shift_bwd_pf (16-bit default 1): a shifted row one block holds
+         * prefetches under 8 KiB too (PF named); 0: the kernel's rule */
+        {"",
+         "layernorm:f16:1001",
+         {"layernorm_bwd<__half, 1001, true, 8, 64, true, 1, 0>: register kernel, 64 threads per "
+          "row (2 rows per block), 2 vectors of 16 B per thread, 3% of lanes idle in the last "
+          "pass, accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched; "
+          "plan default",
+          "layernorm_bwd<__half, 1001, false, 8, 64, true, 1, 0>: register kernel", NULL, NULL},
+         NULL},
+        {"shift_bwd_pf=0",
+         "layernorm:f16:1001",
+         {"layernorm_bwd<__half, 1001, true, 8, 64>: register kernel, 64 threads per row (2 rows "
+          "per block), 2 vectors of 16 B per thread, 3% of lanes idle in the last pass, "
+          "accumulators and gamma in shared memory, " LN_SHIFTED "; plan shift_bwd_pf=0",
+          NULL, NULL, NULL},
+         "next rows prefetched"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = prewarm_ok("warps", cases[i].plan, cases[i].spec);
+        for (size_t k = 0; k < sizeof cases[i].want / sizeof cases[i].want[0]; k++)
+            if (cases[i].want[k] != NULL)
+                expect(out, cases[i].want[k]);
+        if (cases[i].absent != NULL)
+            expect_none(out, cases[i].absent);
+        expect(out, "prewarmed");
+        free(out);
+    }
+}
+
 static void test_bad_rule_is_refused(void **state)
 {
     (void)state;
@@ -996,6 +1426,8 @@ int main(void)
         cmocka_unit_test(test_backward_pf_from),
         cmocka_unit_test(test_backward_bulk_whole_warps),
         cmocka_unit_test(test_forward_bulk_ept),
+        cmocka_unit_test(test_plan_parse_row_shift),
+        cmocka_unit_test(test_row_shift),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
  * lengths of issue 4 (1 to 65536, plus one past the specialized kernels),
  * M = 1, 3 and 1030 (64 for rows over 4096, to keep the CPU reference
  * quick; 200-300 where a cluster takes a row, so that each takes several),
- * in place, unaligned pointers; outputs poisoned with NaN before each run. The backward is also checked against float64 finite
+ * in place, unaligned pointers, rows the 16-byte vector does not divide
+ * at every offset within 16 bytes (test_odd_rows); outputs poisoned with
+ * NaN before each run. The backward is also checked against float64 finite
  * differences of the reference loss, and for determinism. Device memory goes
  * through jitop's driver table, so without libcuda.so.1 every test SKIPs.
  * The context reads JITOP_LN_THREADS and JITOP_LN_PLAN when it first uses
@@ -98,8 +100,8 @@ static double load(jitop_dtype dt, const void *buf, size_t i)
 /* ------------------------------------------------------ device helpers */
 
 typedef struct dbuf {
-    CUdeviceptr base;
-    CUdeviceptr p; /* base, or base + one element when unaligned */
+    CUdeviceptr base; /* cuMemAlloc's: 256-byte aligned */
+    CUdeviceptr p;    /* base + the offset asked (check_case_at's modes) */
     size_t bytes;
 } dbuf;
 
@@ -169,7 +171,14 @@ static void ref_stats(const double *x, int64_t m, int n, double *mu, double *rs)
     }
 }
 
-enum { PLAIN, INPLACE, UNALIGNED };
+/* check_case_at's buffers: PLAIN at the allocation's base; INPLACE too,
+ * with y == x and dx == dy; UNALIGNED every buffer one element past it
+ * (gamma and beta too: narrower vectors); SPLIT y and dx one element past x
+ * and dy (the row tensors at different offsets within 16 bytes, gamma and
+ * beta aligned: for an N the 16-byte vector does not divide, the narrow
+ * vectors, not the row-shifted path). */
+enum { PLAIN, INPLACE, UNALIGNED, SPLIT };
+static const char *const MODE_NAMES[] = {"plain", "in place", "unaligned", "split"};
 
 /* check_case's rows: x_offset + x_spread * uniform(-1, 1) when x_offset is
  * not 0 (a common offset far larger than the spread: a variance from
@@ -187,11 +196,18 @@ static void set_offset(jitop_dtype dt)
     x_spread = dt == JITOP_BFLOAT16 ? 16.0f : 1.0f;
 }
 
-/* One forward + backward on fresh random data, checked against float64. */
-static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
+/* One forward + backward on fresh random data, checked against float64;
+ * the row tensors (x, y, dy, dx) k elements further past their buffers'
+ * offsets (mode's), gamma, beta, dgamma and dbeta not: with k not a
+ * multiple of the 16-byte vector even the first row starts off a 16-byte
+ * boundary. */
+static void check_case_at(jitop_dtype dt, int64_t m, int n, int affine, int mode, int k)
 {
     const size_t es = jitop_dtype_size(dt), total = (size_t)m * (size_t)n;
-    const size_t off = mode == UNALIGNED ? es : 0;
+    /* bytes past the base: gamma and beta (and their gradients), x and
+     * dy, y and dx */
+    const size_t poff = mode == UNALIGNED ? es : 0, xoff = poff + (size_t)k * es,
+                 yoff = xoff + (mode == SPLIT ? es : 0);
     void *hx = malloc(total * es), *hdy = malloc(total * es), *hg = malloc(n * es),
          *hb = malloc(n * es), *hout = malloc(total * es), *hdg = malloc(n * es),
          *hdb = malloc(n * es);
@@ -229,11 +245,11 @@ static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
     for (int i = 0; i < n; i++)
         b[i] = affine ? store(dt, hb, i, tmp[i]) : 0.0;
 
-    dbuf dx_ = dalloc(total * es, off), ddy = dalloc(total * es, off);
-    dbuf dg = dalloc(n * es, off), db = dalloc(n * es, off);
-    dbuf dout = mode == INPLACE ? dx_ : dalloc(total * es, off);
+    dbuf dx_ = dalloc(total * es, xoff), ddy = dalloc(total * es, xoff);
+    dbuf dg = dalloc(n * es, poff), db = dalloc(n * es, poff);
+    dbuf dout = mode == INPLACE ? dx_ : dalloc(total * es, yoff);
     dbuf dmean = dalloc(m * 4, 0), drstd = dalloc(m * 4, 0);
-    dbuf dgg = dalloc(n * es, off), dgb = dalloc(n * es, off);
+    dbuf dgg = dalloc(n * es, poff), dgb = dalloc(n * es, poff);
     CU(cu->cuMemcpyHtoD(dx_.p, hx, total * es));
     CU(cu->cuMemcpyHtoD(ddy.p, hdy, total * es));
     CU(cu->cuMemcpyHtoD(dg.p, hg, n * es));
@@ -279,7 +295,7 @@ static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
      * original (in place overwrote it with y) */
     if (mode == INPLACE)
         CU(cu->cuMemcpyHtoD(dx_.p, hx, total * es));
-    dbuf ddx = mode == INPLACE ? ddy : dalloc(total * es, off);
+    dbuf ddx = mode == INPLACE ? ddy : dalloc(total * es, yoff);
     if (mode != INPLACE)
         poison(ddx);
     poison(dgg);
@@ -334,9 +350,10 @@ static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
     }
     const double t = tol(dt);
     if (!(e_y < t && e_mu < 1e-5 && e_rs < 1e-5 && e_dx < t && e_dg < t && e_db < t))
-        fail_msg("%s M=%lld N=%d affine=%d mode=%d: rel err y %.2e mean %.2e rstd %.2e dx %.2e "
-                 "dgamma %.2e dbeta %.2e (tolerance %.0e)",
-                 dname(dt), (long long)m, n, affine, mode, e_y, e_mu, e_rs, e_dx, e_dg, e_db, t);
+        fail_msg("%s M=%lld N=%d affine=%d %s, rows %d elements in, common offset %g: rel err y "
+                 "%.2e mean %.2e rstd %.2e dx %.2e dgamma %.2e dbeta %.2e (tolerance %.0e)",
+                 dname(dt), (long long)m, n, affine, MODE_NAMES[mode], k, (double)x_offset,
+                 e_y, e_mu, e_rs, e_dx, e_dg, e_db, t);
 
     dfree(&dx_);
     dfree(&ddy);
@@ -354,6 +371,12 @@ static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
     free(x), free(dy), free(g), free(b), free(want), free(got), free(mu), free(rs);
     free(wg), free(wb), free(gg), free(gb), free(gmu), free(grs), free(term);
     free(tmp), free(fm), free(fr);
+}
+
+/* The same with the row tensors at their buffers' offsets. */
+static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
+{
+    check_case_at(dt, m, n, affine, mode, 0);
 }
 
 static const int NS[] = {1, 7, 32, 33, 768, 1000, 1024, 4096, 8192, 12288, 32768, 65536};
@@ -603,6 +626,114 @@ static void test_row_length_sweep(void **state)
     }
 }
 
+/* Rows for test_odd_rows' full cases of n elements: for rows of up to 8192
+ * at least 601, so that the backward's persistent blocks each take several
+ * rows, and as many as fit 1 Mi elements up to 4099; longer rows (a block
+ * or a cluster a row) 1.5 Mi elements, at least 37. Odd, so never a
+ * multiple of the 4 (float32) or 8 rows after which an odd N's rows come
+ * back to the same offset within 16 bytes: the last rows are a partial
+ * cycle of heads. */
+static int64_t odd_rows(int n)
+{
+    int64_t m = n <= 8192 ? (1 << 20) / n : (3 << 19) / n;
+    if (n <= 8192)
+        m = m < 601 ? 601 : m > 4099 ? 4099 : m;
+    else if (m < 37)
+        m = 37;
+    return m | 1;
+}
+
+/* Rows the 16-byte vector does not divide (float32: N % 4 != 0, 16-bit:
+ * N % 8 != 0): every row starts at its own offset within 16 bytes, and the
+ * kernels move it as a head of fewer than a vector's elements up to its
+ * first 16-byte boundary, whole 16-byte vectors, and a tail, gamma and beta
+ * read shifted to match (JITOP_LN_PLAN row_shift=1, the default, where the
+ * row tensors share one offset within 16 bytes and gamma and beta are
+ * aligned), else the narrow vectors that divide N. Row lengths short to
+ * long, each 16-bit one in float16 or bfloat16 (one code path, the element
+ * type aside), N = 100 and 2050 with heads of two and four sizes only.
+ * Each N:
+ * - PLAIN: rows from an aligned base, row 0's head empty, the others' every
+ *   size, and
+ * - shifted: the row tensors k elements past a 16-byte boundary (k cycles
+ *   over 1 to VEC - 1 along the table), gamma and beta aligned, so that row
+ *   0 has a head too; in place where INPL,
+ * one of the two at odd_rows (FULLP: PLAIN's), the other at 37 rows (5
+ * over 8192: fewer rows than blocks or clusters fit the GPU); affine on
+ * (AFF) or off, the same for all of an N's cases (one instance each);
+ * - UNAL: every buffer one element off (gamma and beta unaligned) and
+ *   SPLIT (y and dx one element past x and dy): the narrow-vector fallback;
+ * - OFFS: 37 shifted rows of a large common offset (set_offset), whose
+ *   variance must stay exact over head, vectors and tail.
+ * Then a few odd N under row_shift=0 (run_plans, a fresh context): the
+ * narrow vectors that path still takes. */
+static void test_odd_rows(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    enum { AFF = 1, FULLP = 2, INPL = 4, UNAL = 8, OFFS = 16 };
+    static const struct {
+        jitop_dtype dt;
+        int n, flags;
+    } cases[] = {
+        {JITOP_FLOAT32, 5, AFF | FULLP},
+        {JITOP_FLOAT32, 7, INPL},
+        {JITOP_FLOAT32, 31, AFF | UNAL},
+        {JITOP_FLOAT32, 255, FULLP},
+        {JITOP_FLOAT32, 1001, AFF | OFFS},
+        {JITOP_FLOAT32, 3073, AFF | FULLP | INPL},
+        {JITOP_FLOAT32, 4099, 0},
+        {JITOP_FLOAT32, 9999, FULLP | UNAL},
+        {JITOP_FLOAT32, 12345, AFF | INPL},
+        {JITOP_FLOAT32, 20001, AFF | FULLP | OFFS},
+        {JITOP_FLOAT32, 33333, 0},
+        {JITOP_FLOAT16, 9, AFF | FULLP},
+        {JITOP_BFLOAT16, 15, 0},
+        {JITOP_FLOAT16, 17, FULLP | INPL},
+        {JITOP_BFLOAT16, 33, AFF},
+        {JITOP_FLOAT16, 100, AFF | FULLP},
+        {JITOP_BFLOAT16, 129, INPL},
+        {JITOP_FLOAT16, 255, AFF},
+        {JITOP_BFLOAT16, 257, FULLP | OFFS},
+        {JITOP_FLOAT16, 1001, AFF | FULLP | UNAL},
+        {JITOP_BFLOAT16, 1023, AFF | INPL},
+        {JITOP_FLOAT16, 1025, 0},
+        {JITOP_BFLOAT16, 2050, FULLP},
+        {JITOP_FLOAT16, 3071, AFF | INPL | OFFS},
+        {JITOP_BFLOAT16, 4097, AFF | FULLP | UNAL},
+        {JITOP_FLOAT16, 5001, 0},
+        {JITOP_BFLOAT16, 8191, FULLP | INPL},
+        {JITOP_FLOAT16, 12289, AFF | FULLP},
+        {JITOP_BFLOAT16, 16383, AFF | OFFS},
+        {JITOP_FLOAT16, 20001, FULLP | INPL},
+        {JITOP_BFLOAT16, 33333, 0},
+        {JITOP_FLOAT16, 40001, AFF},
+        {JITOP_BFLOAT16, 65535, AFF | FULLP | OFFS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const jitop_dtype dt = cases[i].dt;
+        const int n = cases[i].n, f = cases[i].flags, affine = (f & AFF) != 0;
+        const int vec = (int)(16 / jitop_dtype_size(dt)), k = 1 + (int)(i % (size_t)(vec - 1));
+        const int64_t full = odd_rows(n), few = n <= 8192 ? 37 : 5;
+        check_case_at(dt, (f & FULLP) ? full : few, n, affine, PLAIN, 0);
+        check_case_at(dt, (f & FULLP) ? few : full, n, affine, (f & INPL) ? INPLACE : PLAIN, k);
+        if (f & UNAL) {
+            check_case(dt, n <= 8192 ? 601 : 37, n, affine, UNALIGNED);
+            check_case_at(dt, 37, n, affine, SPLIT, k);
+        }
+        if (f & OFFS) {
+            set_offset(dt);
+            check_case_at(dt, 37, n, affine, PLAIN, k);
+            x_offset = 0.0f;
+        }
+    }
+    static const ln_plan_rows plans[] = {
+        {"row_shift=0", {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32}, {1001, 3071, 255}},
+    };
+    run_plans(plans, sizeof plans / sizeof plans[0]);
+}
+
 /* L = sum(y * w) for a fixed w, in float64. */
 static double ref_loss(const double *x, const double *g, const double *b, const double *w,
                        int64_t m, int n)
@@ -821,6 +952,7 @@ int main(void)
         cmocka_unit_test(test_long_rows),
         cmocka_unit_test(test_cluster_rows_reused),
         cmocka_unit_test(test_row_length_sweep),
+        cmocka_unit_test(test_odd_rows),
         cmocka_unit_test(test_forward_long_row_plans),
         cmocka_unit_test(test_backward_stage_plans),
     };
