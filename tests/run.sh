@@ -6,7 +6,8 @@
 # JITOP_TEST_JOBS programs run at once (default: the number of cores); most
 # of the suite's time is NVRTC compiling on one thread, so on CI's two cores
 # the suite (and valgrind's run of it, the longest step) takes about half the
-# time. Each program's output is printed whole, in the order given.
+# time. Each program's output is printed whole, in the order given, then
+# the slowest programs' times.
 set -u
 jobs=${JITOP_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
@@ -20,6 +21,7 @@ trap 'rm -rf "$dir"' EXIT
 lsan_tracer_died='LeakSanitizer has encountered a fatal error'
 
 run_one() { # index program
+    start=$SECONDS
     # shellcheck disable=SC2086
     ${JITOP_TEST_WRAPPER:-} "$2" >"$dir/$1.log" 2>&1
     rc=$?
@@ -31,6 +33,7 @@ run_one() { # index program
         rc=$?
         cat "$dir/$1.retry" >>"$dir/$1.log"
     fi
+    echo "$((SECONDS - start)) $(basename "$2")" >"$dir/$1.secs"
     echo "$rc" >"$dir/$1.rc"
 }
 
@@ -66,5 +69,9 @@ for t in "$@"; do
         failed=$((failed + 1))
     fi
 done
+# The programs that took longest (wall seconds, the wrapper's included):
+# where the suite's time goes.
+echo "slowest: $(cat "$dir"/*.secs 2>/dev/null | sort -rn | head -n 5 |
+    awk '{printf "%s%s %d s", (NR > 1 ? ", " : ""), $2, $1}')"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -311,18 +311,41 @@ int jt_have_gpu(void)
 
 static uint64_t rng_state;
 
+uint64_t jt_random_seed(void)
+{
+    static uint64_t seed;
+    if (seed != 0)
+        return seed;
+    const char *given = getenv("JITOP_TEST_SEED");
+    if (given && *given) {
+        char *end;
+        errno = 0;
+        seed = strtoull(given, &end, 0);
+        if (errno != 0 || *end != '\0')
+            fail_msg("JITOP_TEST_SEED is '%s': expected a number", given);
+    } else if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
+        seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
+    }
+    seed |= 1; /* xorshift's state is never 0 */
+    print_message("random seed %llu (JITOP_TEST_SEED=%llu draws the same)\n",
+                  (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
 static uint64_t next_u64(void)
 {
-    if (rng_state == 0) {
-        if (getrandom(&rng_state, sizeof rng_state, 0) != (ssize_t)sizeof rng_state)
-            rng_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
-        rng_state |= 1;
-    }
+    if (rng_state == 0)
+        rng_state = jt_random_seed();
     /* xorshift64*: plenty for test data. */
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
     rng_state ^= rng_state >> 27;
     return rng_state * 2685821657736338717ULL;
+}
+
+uint64_t jt_random_u64(void)
+{
+    return next_u64();
 }
 
 void jt_random_floats(float *v, size_t n, float lo, float hi)

@@ -73,8 +73,14 @@ int jt_have_gpu(void);
         }                                                                        \
     } while (0)
 
-/* Fills n floats with uniform values in [lo, hi) from a fixed-seed-free
- * generator: every call draws fresh values. */
+/* The test data's generator: seeded once per program from
+ * $JITOP_TEST_SEED, else at random, and the seed printed, so that a failure
+ * on drawn data or shapes can be run again on the same draws.
+ * jt_random_seed returns the seed; jt_random_u64 draws 64 bits. */
+uint64_t jt_random_seed(void);
+uint64_t jt_random_u64(void);
+/* Fills n floats with uniform values in [lo, hi): every call draws fresh
+ * values. */
 void jt_random_floats(float *v, size_t n, float lo, float hi);
 void jt_random_doubles(double *v, size_t n, double lo, double hi);
 /* ||a - b|| / ||b|| in double; NaN anywhere gives +inf. */
