@@ -115,6 +115,9 @@ char *jitop__dirname(const char *path);
 /* The compute capability major of an arch name: sm_90 / sm_90a / compute_90
  * -> 9, sm_100 -> 10, sm_120 -> 12; -1 when it is none of these forms. */
 int jitop__arch_major(const char *arch);
+/* The compute capability as major * 10 + minor: sm_86 -> 86, sm_90a -> 90,
+ * sm_120 -> 120; -1 as above. */
+int jitop__arch_cc(const char *arch);
 /* symbol as a C++ programmer writes it ("_Z3fooIfEvPT_" -> "void foo<float>(float*)")
  * through the C++ runtime's demangler (opened on first use); a name that is
  * not mangled, or that no demangler is there for, comes back as it is.

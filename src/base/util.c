@@ -479,6 +479,12 @@ size_t jitop_dtype_size(jitop_dtype dtype)
 
 int jitop__arch_major(const char *arch)
 {
+    const int cc = jitop__arch_cc(arch);
+    return cc < 0 ? -1 : cc / 10;
+}
+
+int jitop__arch_cc(const char *arch)
+{
     const char *p = NULL;
     if (arch && strncmp(arch, "sm_", 3) == 0)
         p = arch + 3;
@@ -489,5 +495,5 @@ int jitop__arch_major(const char *arch)
     int v = 0, digits = 0;
     for (; isdigit((unsigned char)*p) && digits < 4; p++, digits++)
         v = v * 10 + (*p - '0');
-    return digits <= 3 ? v / 10 : -1;
+    return digits <= 3 ? v : -1;
 }

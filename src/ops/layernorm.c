@@ -75,8 +75,14 @@
 #define LN_FWD_BULK_MIN_BYTES 65536
 #define LN_FWD_BULK_ELEMS_PER_THREAD 32
 #define LN_MAX_CLUSTER 8
-/* A block's shared memory at most (sm_90's opt-in limit). */
-#define LN_MAX_BLOCK_SMEM (227 * 1024)
+/* The register backward's static shared memory at most where its dynamic
+ * bytes are large (its reduction scratch, ln_red_smem, under 1 KiB at 32
+ * warps; the short rows whose blocks also combine register accumulators
+ * there, a few KiB, are far under every limit): what a plan adds to its
+ * dynamic bytes to compare with a block's limit before the instance is
+ * compiled (a prewarm never compiles to decide). A call checks the
+ * compiled instance's own static bytes too. */
+#define LN_BWD_STATIC_SMEM 1024
 
 /* How many threads share a row (JITOP_LN_THREADS, read when a context first
  * uses LayerNorm): LN_THREADS_WARPS, the default, takes the fewest threads
@@ -536,11 +542,38 @@ static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int c
     return 1;
 }
 
+/* A plan is made for a compute capability (cc, major * 10 + minor: 90 for
+ * sm_90): a call's from its GPU, a prewarm's from the arch it names, so
+ * that both pick alike. */
+static int ln_ctx_cc(const jitop_ctx *ctx)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    return d->cc_major * 10 + d->cc_minor;
+}
+
 /* Thread-block clusters need sm_90; older GPUs take the generic kernel for
  * rows one block cannot hold. */
-static int ln_max_cluster(const jitop_ctx *ctx)
+static int ln_arch_clusters(int cc)
 {
-    return jitop__driver_of(ctx)->cc_major >= 9 ? LN_MAX_CLUSTER : 1;
+    return cc >= 90 ? LN_MAX_CLUSTER : 1;
+}
+
+/* A block's shared memory at most, static and dynamic together (the opt-in
+ * limit, CUDA's per-arch figures): a plan over it would fail to launch. */
+static size_t ln_arch_block_smem(int cc)
+{
+    switch (cc) {
+    case 80:
+    case 87:
+        return 163 * 1024;
+    case 86:
+    case 89:
+    case 120:
+    case 121:
+        return 99 * 1024;
+    default:
+        return cc >= 90 ? 227 * 1024 : cc >= 80 ? 99 * 1024 : 64 * 1024;
+    }
 }
 
 /* The template instance for a shape, as kernels/layernorm.cu names them:
@@ -649,12 +682,12 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
  * its instruction-bound row: whole warps are slower there where few lanes
  * idle, and in float32 always (bench/layernorm_NOTES.md). */
 static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int idle_pct,
-                         size_t smem_per_elem, int *tpr, int *cl)
+                         size_t smem_per_elem, size_t block_smem, int *tpr, int *cl)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
         if (n % (c * vec) != 0 || (size_t)(n / c) * es > (size_t)chunk ||
-            (size_t)(n / c) * smem_per_elem > LN_MAX_BLOCK_SMEM)
+            (size_t)(n / c) * smem_per_elem > block_smem)
             continue;
         int t = 32;
         while (t < 1024 && (long long)t * ept < n / c)
@@ -688,9 +721,10 @@ static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl)
 }
 
 static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
-                        int vec, int max_cl, int rule)
+                        int vec, int cc, int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
+    const int max_cl = ln_arch_clusters(cc);
     p->plan = c->text;
     p->note[0] = '\0';
     p->pf = 0;
@@ -705,8 +739,9 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and beta's
          * shares with gb */
         const size_t per_elem = (size_t)(stages + 2 * gb) * es;
-        if ((size_t)vec * es == 16 && ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk,
-                                                    c->fwd_bulk_ept, 100, per_elem, &tpr, &cl)) {
+        if ((size_t)vec * es == 16 &&
+            ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, per_elem,
+                          ln_arch_block_smem(cc), &tpr, &cl)) {
             p->special = 1;
             p->tpr = tpr;
             p->cl = cl;
@@ -788,9 +823,10 @@ static long long ln_bwd_pf_warps_off(const jitop__ln_cfg *c, int tpr)
 }
 
 static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
-                        int vec, int max_cl, int rule)
+                        int vec, int cc, int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
+    const int max_cl = ln_arch_clusters(cc);
     const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
                               ? c->bwd_long_bytes
                               : c->bwd_bytes;
@@ -826,8 +862,8 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     const int stages = c->bwd_bulk_stages;
     const size_t per_elem = (size_t)(2 * stages) * es + 4;
     if (want && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, c->bulk_idle, per_elem, &tpr,
-                      &cl)) {
+        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, c->bulk_idle, per_elem,
+                      ln_arch_block_smem(cc), &tpr, &cl)) {
         p->tpr = tpr;
         p->cl = cl;
         p->bulk = 1;
@@ -969,20 +1005,49 @@ static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, i
  * cluster or a block of more than shift_bwd_tpr threads: fitted clusters
  * of at most that many, where they hold the row (else the plan stays). */
 static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
-                               int affine, int vec, int max_cl, int rule)
+                               int affine, int vec, int cc, int rule)
 {
     if (n % vec == 0 || !p->special || c->shift_bwd_tpr <= 0 ||
         (p->cl == 1 && p->tpr <= c->shift_bwd_tpr))
         return;
-    jitop__ln_cfg cc = *c;
-    cc.bwd_max_tpr = cc.bwd_cluster_tpr = c->shift_bwd_tpr;
-    cc.bwd_fit = 1;
+    jitop__ln_cfg fc = *c;
+    fc.bwd_max_tpr = fc.bwd_cluster_tpr = c->shift_bwd_tpr;
+    fc.bwd_fit = 1;
     ln_plan fitted;
-    ln_bwd_plan(&fitted, &cc, dtype, n, affine, vec, max_cl, rule);
+    ln_bwd_plan(&fitted, &fc, dtype, n, affine, vec, cc, rule);
     if (fitted.special) {
         *p = fitted;
         p->plan = c->text; /* not the copy's */
     }
+}
+
+/* Whether a backward register plan's shared memory (its dgamma/dbeta
+ * accumulators, and gamma for a shifted row) is over a block's limit:
+ * the register kernels' bytes grow with N, by 8 a column and more,
+ * against 99 KiB a block on sm_86/sm_89/sm_120 and 163 KiB on sm_80. */
+static int ln_bwd_over_block(const ln_plan *p, size_t limit)
+{
+    return p->special && !p->bulk && p->dyn + LN_BWD_STATIC_SMEM > limit;
+}
+
+/* The backward's generic kernel (whole vectors of n, no dynamic shared
+ * memory) for a row whose register plan is over a block's limit; the
+ * plan line says why. */
+static void ln_bwd_generic(ln_plan *p, jitop_dtype dtype, int n, int affine, int vec,
+                           size_t limit)
+{
+    snprintf(p->note, sizeof p->note,
+             ", the register kernel's %zu B of shared memory over a block's %zu B",
+             p->dyn + LN_BWD_STATIC_SMEM, limit);
+    p->special = 0;
+    p->bulk = 0;
+    p->tpr = 0;
+    p->cl = 1;
+    p->dyn = 0;
+    p->pf = 0;
+    p->minb = 0;
+    p->stages = 0;
+    ln_instance_name(p->name, sizeof p->name, "layernorm_bwd", dtype, n, affine, vec, 0, 0, 1, "");
 }
 
 /* The vector and plan of a forward (bwd 0) or backward (bwd 1), for
@@ -992,23 +1057,29 @@ static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype d
  * a row's threads hold at most one head or tail element each (at least
  * N % VEC + VEC threads a row): below that (16-bit rows up to 143
  * elements, float32 up to 39) each thread keeps several of them in its
- * accumulators, and the narrow vector is faster. */
+ * accumulators, and the narrow vector is faster. A backward register plan
+ * over the arch's shared memory a block (ln_bwd_over_block) takes, for a
+ * shifted row, the narrow vector's plan, and where that is over too, the
+ * generic kernel. */
 static int ln_choose(int bwd, ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
                      int affine, const void *const *rows, size_t nr, const void *const *params,
-                     size_t np, int max_cl, int rule)
+                     size_t np, int cc, int rule)
 {
     void (*plan)(ln_plan *, const jitop__ln_cfg *, jitop_dtype, int, int, int, int, int) =
         bwd ? ln_bwd_plan : ln_fwd_plan;
-    const size_t es = jitop_dtype_size(dtype);
+    const size_t es = jitop_dtype_size(dtype), limit = ln_arch_block_smem(cc);
     int vec = ln_vec(c->row_shift, n, es, rows, nr, params, np);
-    plan(p, c, dtype, n, affine, vec, max_cl, rule);
+    plan(p, c, dtype, n, affine, vec, cc, rule);
     if (bwd)
-        ln_bwd_fit_shifted(p, c, dtype, n, affine, vec, max_cl, rule);
+        ln_bwd_fit_shifted(p, c, dtype, n, affine, vec, cc, rule);
     if (n % vec != 0 &&
-        (!p->special || (bwd && ln_edge_slots(n, vec, (long long)p->tpr * p->cl) > 1))) {
+        (!p->special || (bwd && (ln_edge_slots(n, vec, (long long)p->tpr * p->cl) > 1 ||
+                                 ln_bwd_over_block(p, limit))))) {
         vec = ln_vec(0, n, es, rows, nr, params, np);
-        plan(p, c, dtype, n, affine, vec, max_cl, rule);
+        plan(p, c, dtype, n, affine, vec, cc, rule);
     }
+    if (bwd && ln_bwd_over_block(p, limit))
+        ln_bwd_generic(p, dtype, n, affine, vec, limit);
     return vec;
 }
 
@@ -1037,7 +1108,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
     const void *rows_p[2] = {x, y}, *params[2] = {gamma, beta};
     ln_plan plan;
     const int vec = ln_choose(0, &plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, rows_p, 2,
-                              params, 2, ln_max_cluster(ctx), s->threads_rule);
+                              params, 2, ln_ctx_cc(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
     int fresh;
@@ -1051,11 +1122,12 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
     if (plan.bulk) {
         /* a persistent grid, as the backward's */
         long long groups = 0;
-        if (inst->smem + plan.dyn > LN_MAX_BLOCK_SMEM)
+        const size_t limit = ln_arch_block_smem(ln_ctx_cc(ctx));
+        if (inst->smem + plan.dyn > limit)
             return jitop__fail(JITOP_EINVAL,
-                               "%s: %s needs %zu bytes of shared memory, over a block's %d (plan "
+                               "%s: %s needs %zu bytes of shared memory, over a block's %zu (plan "
                                "%s: lower fwd_bulk_chunk)",
-                               fn, plan.name, inst->smem + plan.dyn, LN_MAX_BLOCK_SMEM, plan.plan);
+                               fn, plan.name, inst->smem + plan.dyn, limit, plan.plan);
         if ((rc = ln_bwd_groups(ctx, inst, tpr, plan.dyn, cl, 1, rows, &groups)) != JITOP_OK)
             return jitop__fail_prefix(rc, "%s", fn);
         grid = (jitop_dim3){(unsigned)(groups * cl), 1, 1};
@@ -1124,7 +1196,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     const void *rows_p[3] = {dy, x, dx}, *params[1] = {gamma};
     ln_plan plan;
     const int vec = ln_choose(1, &plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, rows_p, 3,
-                              params, 1, ln_max_cluster(ctx), s->threads_rule);
+                              params, 1, ln_ctx_cc(ctx), s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
     int fresh;
@@ -1132,12 +1204,15 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         return jitop__fail_prefix(rc, "%s", fn);
     if (fresh)
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
-    /* a plan's accumulators can outgrow a block (the defaults do not) */
-    if (special && inst->smem + plan.dyn > LN_MAX_BLOCK_SMEM)
+    /* a plan's accumulators can outgrow a block (ln_choose keeps the
+     * register plans under LN_BWD_STATIC_SMEM's bound: a JITOP_LN_PLAN's
+     * copy-engine stages can still) */
+    const size_t limit = ln_arch_block_smem(ln_ctx_cc(ctx));
+    if (special && inst->smem + plan.dyn > limit)
         return jitop__fail(JITOP_EINVAL,
-                           "%s: %s needs %zu bytes of shared memory, over a block's %d (plan %s: "
+                           "%s: %s needs %zu bytes of shared memory, over a block's %zu (plan %s: "
                            "lower bwd_bytes or the block size)",
-                           fn, plan.name, inst->smem + plan.dyn, LN_MAX_BLOCK_SMEM, plan.plan);
+                           fn, plan.name, inst->smem + plan.dyn, limit, plan.plan);
     if (affine) {
         char rname[64];
         ln_reduce_name(rname, sizeof rname, dtype);
@@ -1206,13 +1281,12 @@ static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     int rc = jitop_ctx_arch(ctx, &arch);
     if (rc != JITOP_OK)
         return rc;
-    const int major = jitop__arch_major(arch);
-    const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
+    const int cc = jitop__arch_cc(arch);
     ln_plan plan;
     char red[64];
-    ln_choose(0, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
+    ln_choose(0, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
     rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
-    ln_choose(1, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
+    ln_choose(1, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
     if (rc == JITOP_OK)
         rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
     ln_reduce_name(red, sizeof red, dtype);
@@ -1233,13 +1307,12 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
         return rc;
     if (arch == NULL && (rc = jitop_ctx_arch(ctx, &arch)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
-    const int major = jitop__arch_major(arch);
-    if (major < 0)
+    const int cc = jitop__arch_cc(arch);
+    if (cc < 0)
         return jitop__fail(JITOP_EINVAL, "%s: arch '%s' is not sm_NN or compute_NN", fn, arch);
     /* What a call on a GPU of this arch picks for buffers from cuMemAlloc
      * (aligned for the widest vector), with and without gamma/beta. */
     const int n = (int)cols;
-    const int max_cl = major >= 9 ? LN_MAX_CLUSTER : 1;
     int rule;
     jitop__ln_cfg cfg;
     if ((rc = ln_threads_rule(&rule)) != JITOP_OK || (rc = ln_plan_cfg(dtype, &cfg)) != JITOP_OK)
@@ -1247,10 +1320,10 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     ln_plan plan;
     char names[5][sizeof plan.name];
     for (int affine = 0; affine <= 1; affine++) {
-        int vec = ln_choose(0, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
+        int vec = ln_choose(0, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
         memcpy(names[affine * 2], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "forward", dtype, n, vec, &plan);
-        vec = ln_choose(1, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, max_cl, rule);
+        vec = ln_choose(1, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
         memcpy(names[affine * 2 + 1], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     }

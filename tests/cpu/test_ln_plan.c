@@ -16,6 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,20 +25,27 @@
 #include "ops/ln_plan.h"
 #include "testutil.h"
 
-/* Runs `jitop build --op SPEC` with JITOP_VERBOSE=1 in a cache of its own,
- * under JITOP_LN_PLAN=plan (unset when NULL); returns the exit status, *out
- * its output. */
-static int prewarm_plan(const char *rule, const char *plan, const char *spec, char **out)
+/* Runs `jitop build --arch ARCH --op SPEC` with JITOP_VERBOSE=1 in a cache
+ * of its own, under JITOP_LN_PLAN=plan (unset when NULL); returns the exit
+ * status, *out its output. */
+static int prewarm_arch(const char *arch, const char *rule, const char *plan, const char *spec,
+                        char **out)
 {
     char *dir = jt_tmpdir(), cmd[8192], env[1024] = "env -u JITOP_LN_PLAN";
     if (plan != NULL)
         snprintf(env, sizeof env, "JITOP_LN_PLAN='%s'", plan);
     snprintf(cmd, sizeof cmd,
              "%s JITOP_VERBOSE=1 JITOP_LN_THREADS='%s' JITOP_CACHE_DIR='%s/cache' '%s' build "
-             "--arch sm_90 --op %s",
-             env, rule, dir, jt_cli(), spec);
+             "--arch %s --op %s",
+             env, rule, dir, jt_cli(), arch, spec);
     free(dir);
     return jt_run(cmd, out);
+}
+
+/* The same for sm_90, the arch the plans are tuned on. */
+static int prewarm_plan(const char *rule, const char *plan, const char *spec, char **out)
+{
+    return prewarm_arch("sm_90", rule, plan, spec, out);
 }
 
 static int prewarm(const char *rule, const char *spec, char **out)
@@ -45,14 +53,22 @@ static int prewarm(const char *rule, const char *spec, char **out)
     return prewarm_plan(rule, NULL, spec, out);
 }
 
-/* prewarm_plan that must succeed: its output, or a failure showing it. */
-static char *prewarm_ok(const char *rule, const char *plan, const char *spec)
+/* prewarm_arch that must succeed: its output, or a failure showing it. */
+static char *prewarm_arch_ok(const char *arch, const char *rule, const char *plan,
+                             const char *spec)
 {
     char *out = NULL;
-    const int rc = prewarm_plan(rule, plan, spec, &out);
+    const int rc = prewarm_arch(arch, rule, plan, spec, &out);
     if (rc != 0)
-        jt_fail_showing(out, "%s: exit %d under JITOP_LN_PLAN='%s'", spec, rc, plan ? plan : "");
+        jt_fail_showing(out, "--arch %s --op %s: exit %d under JITOP_LN_PLAN='%s'", arch, spec, rc,
+                        plan ? plan : "");
     return out;
+}
+
+/* The same for sm_90. */
+static char *prewarm_ok(const char *rule, const char *plan, const char *spec)
+{
+    return prewarm_arch_ok("sm_90", rule, plan, spec);
 }
 
 static void expect(const char *out, const char *what)
@@ -65,6 +81,21 @@ static void expect_none(const char *out, const char *what)
 {
     if (strstr(out, what))
         jt_fail_showing(out, "expected no \"%s\"", what);
+}
+
+/* One prewarm case (the warps rule): every want that is not NULL in its
+ * output, absent (unless NULL) nowhere in it, and the op prewarmed. */
+static void expect_case(const char *arch, const char *plan, const char *spec,
+                        const char *const *want, size_t nwant, const char *absent)
+{
+    char *out = prewarm_arch_ok(arch, "warps", plan, spec);
+    for (size_t k = 0; k < nwant; k++)
+        if (want[k] != NULL)
+            expect(out, want[k]);
+    if (absent != NULL)
+        expect_none(out, absent);
+    expect(out, "prewarmed");
+    free(out);
 }
 
 /* What the plan line adds for an instance that moves a row the vector does
@@ -1379,16 +1410,9 @@ static void test_row_shift(void **state)
           NULL, NULL, NULL},
          "next rows prefetched"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *out = prewarm_ok("warps", cases[i].plan, cases[i].spec);
-        for (size_t k = 0; k < sizeof cases[i].want / sizeof cases[i].want[0]; k++)
-            if (cases[i].want[k] != NULL)
-                expect(out, cases[i].want[k]);
-        if (cases[i].absent != NULL)
-            expect_none(out, cases[i].absent);
-        expect(out, "prewarmed");
-        free(out);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_case("sm_90", cases[i].plan, cases[i].spec, cases[i].want,
+                    sizeof cases[i].want / sizeof cases[i].want[0], cases[i].absent);
 }
 
 static void test_bad_rule_is_refused(void **state)
@@ -1397,6 +1421,109 @@ static void test_bad_rule_is_refused(void **state)
     char *out = NULL;
     assert_int_not_equal(prewarm("fast", "layernorm:f32:1024", &out), 0);
     expect(out, "JITOP_LN_THREADS is 'fast': expected warps or pow2");
+    free(out);
+}
+
+/* A backward register plan keeps its dgamma/dbeta accumulators (and a
+ * shifted row's gamma) in shared memory, 8 bytes a column and more: on an
+ * arch whose block holds less than the plan needs (99 KiB on sm_86,
+ * sm_89 and sm_120, 163 KiB on sm_80, 64 KiB on sm_75) a shifted row takes
+ * the narrow vector's plan, and where that is over too the generic kernel,
+ * the plan line saying why; a prewarm for that arch names what a call on
+ * its GPU picks. Without gamma there are no accumulators: the register
+ * plan stays. sm_90's 227 KiB hold them (the plans it is tuned on). */
+static void test_block_smem_by_arch(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *arch, *spec, *want[2], *absent;
+    } cases[] = {
+        {"sm_86",
+         "layernorm:f16:16384",
+         {"layernorm_bwd_generic<__half, true, 8>: generic kernel (512 threads per row, row read "
+          "from memory twice), the register kernel's 136192 B of shared memory over a block's "
+          "101376 B; plan default",
+          "layernorm_bwd<__half, 16384, false, 8, 704>: register kernel"},
+         NULL},
+        {"sm_86",
+         "layernorm:f16:16383",
+         {"layernorm_bwd_generic<__half, true, 1>: generic kernel", "over a block's 101376 B"},
+         NULL},
+        {"sm_120",
+         "layernorm:f16:12289",
+         {"layernorm_bwd_generic<__half, true, 1>: generic kernel", "over a block's 101376 B"},
+         NULL},
+        {"sm_80",
+         "layernorm:f16:16383",
+         {"layernorm_bwd<__half, 16383, true, 1, 1024>: register kernel, 1024 threads per row (1 "
+          "row per block), 16 vectors of 2 B per thread",
+          "layernorm_bwd<__half, 16383, false, 8, 704>: register kernel"},
+         "generic"},
+        {"sm_75",
+         "layernorm:f32:8192",
+         {"layernorm_bwd_generic<float, true, 4>: generic kernel (512 threads per row, row read "
+          "from memory twice), the register kernel's 66560 B of shared memory over a block's "
+          "65536 B",
+          NULL},
+         NULL},
+        {"sm_90",
+         "layernorm:f32:8192",
+         {"layernorm_bwd<float, 8192, true, 4, 1024, true, 1, 0>: register kernel, 1024 threads "
+          "per row (1 row per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last "
+          "pass, accumulators in shared memory",
+          NULL},
+         "generic"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_case(cases[i].arch, NULL, cases[i].spec, cases[i].want, 2, cases[i].absent);
+}
+
+/* Row lengths nobody picked: eight drawn each run (log-uniform over
+ * 1-70000, so every residue and every plan's range comes up; the first two
+ * under 160, where the small-row rules sit), each dtype, prewarmed in one
+ * `jitop build` for sm_90 and one other arch drawn (no clusters on sm_80,
+ * smaller blocks on sm_86 and sm_120): every instance the plans name for
+ * them compiles (real NVRTC) and each plan line names the N asked. The seed
+ * is printed: JITOP_TEST_SEED=S draws the same again. */
+static void test_random_row_lengths(void **state)
+{
+    (void)state;
+    static const char *const dtypes[3][2] = {
+        {"f32", "float"}, {"f16", "__half"}, {"bf16", "__nv_bfloat16"}};
+    static const char *const others[] = {"sm_80", "sm_86", "sm_100", "sm_120"};
+    const char *other = others[jt_random_u64() % 4];
+    char archs[32];
+    snprintf(archs, sizeof archs, "sm_90,%s", other);
+    enum { DRAWS = 8 };
+    int dt[DRAWS], n[DRAWS];
+    char specs[DRAWS * 40] = "", want[256];
+    size_t used = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        double u;
+        jt_random_doubles(&u, 1, 0.0, log(i < 2 ? 160.0 : 70000.0));
+        dt[i] = (int)(jt_random_u64() % 3);
+        n[i] = (int)exp(u);
+        if (n[i] < 1)
+            n[i] = 1;
+        used += (size_t)snprintf(specs + used, sizeof specs - used, "%slayernorm:%s:%d",
+                                 i > 0 ? " --op " : "", dtypes[dt[i]][0], n[i]);
+        assert_true(used < sizeof specs);
+    }
+    print_message("drawn: --arch %s --op %s\n", archs, specs);
+    char *out = prewarm_arch_ok(archs, "warps", NULL, specs);
+    for (int i = 0; i < DRAWS; i++) {
+        const char *const *d = dtypes[dt[i]];
+        snprintf(want, sizeof want, "layernorm forward %s N=%d: layernorm_fwd", d[1], n[i]);
+        expect(out, want);
+        snprintf(want, sizeof want, "layernorm backward %s N=%d: layernorm_bwd", d[1], n[i]);
+        expect(out, want);
+        snprintf(want, sizeof want, "<%s, %d, ", d[1], n[i]);
+        expect(out, want);
+        snprintf(want, sizeof want, "op layernorm:%s:%d sm_90 prewarmed", d[0], n[i]);
+        expect(out, want);
+        snprintf(want, sizeof want, "op layernorm:%s:%d %s prewarmed", d[0], n[i], other);
+        expect(out, want);
+    }
     free(out);
 }
 
@@ -1428,6 +1555,13 @@ int main(void)
         cmocka_unit_test(test_forward_bulk_ept),
         cmocka_unit_test(test_plan_parse_row_shift),
         cmocka_unit_test(test_row_shift),
+        cmocka_unit_test(test_block_smem_by_arch),
+        cmocka_unit_test(test_random_row_lengths),
     };
+    /* JITOP_TEST_FILTER: only the tests whose names match (cmocka's
+     * pattern, * and ?), e.g. test_row_shift */
+    const char *filter = getenv("JITOP_TEST_FILTER");
+    if (filter != NULL && *filter != '\0')
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
