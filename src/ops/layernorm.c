@@ -75,14 +75,15 @@
 #define LN_FWD_BULK_MIN_BYTES 65536
 #define LN_FWD_BULK_ELEMS_PER_THREAD 32
 #define LN_MAX_CLUSTER 8
-/* The register backward's static shared memory at most where its dynamic
- * bytes are large (its reduction scratch, ln_red_smem, under 1 KiB at 32
- * warps; the short rows whose blocks also combine register accumulators
- * there, a few KiB, are far under every limit): what a plan adds to its
- * dynamic bytes to compare with a block's limit before the instance is
- * compiled (a prewarm never compiles to decide). A call checks the
- * compiled instance's own static bytes too. */
-#define LN_BWD_STATIC_SMEM 1024
+/* The static shared memory at most of a kernel whose dynamic bytes are
+ * large: the register backward's reduction scratch (ln_red_smem, under 1
+ * KiB at 32 warps; the short rows whose blocks also combine register
+ * accumulators there, a few KiB, are far under every limit) and the
+ * copy-engine kernels' (their barriers and scratch, about 340 B). A plan
+ * adds it to its dynamic bytes to compare with a block's limit before the
+ * instance is compiled (a prewarm never compiles to decide); a call checks
+ * the compiled instance's own static bytes too. */
+#define LN_STATIC_SMEM 1024
 
 /* How many threads share a row (JITOP_LN_THREADS, read when a context first
  * uses LayerNorm): LN_THREADS_WARPS, the default, takes the fewest threads
@@ -672,8 +673,8 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
 
 /* The copy-engine kernels' shape for a row of n elements of es bytes: the
  * fewest blocks (cl) whose share of the row fits chunk bytes (and whose
- * shared memory, smem_per_elem bytes per element of the share, fits a
- * block's), split in 16-byte vectors, with threads enough (a power of two,
+ * shared memory, smem_per_elem bytes per element of the share and
+ * LN_STATIC_SMEM, fits a block's block_smem), split in 16-byte vectors, with threads enough (a power of two,
  * 32 to 1024) for at most ept elements each, or the fewest whole warps
  * where the power of two leaves idle_pct% or more of its t x ept element
  * slots idle; 0 when none fits. A power of two under either threads rule by
@@ -687,7 +688,7 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int i
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
         if (n % (c * vec) != 0 || (size_t)(n / c) * es > (size_t)chunk ||
-            (size_t)(n / c) * smem_per_elem > block_smem)
+            (size_t)(n / c) * smem_per_elem + LN_STATIC_SMEM > block_smem)
             continue;
         int t = 32;
         while (t < 1024 && (long long)t * ept < n / c)
@@ -1027,7 +1028,7 @@ static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype d
  * against 99 KiB a block on sm_86/sm_89/sm_120 and 163 KiB on sm_80. */
 static int ln_bwd_over_block(const ln_plan *p, size_t limit)
 {
-    return p->special && !p->bulk && p->dyn + LN_BWD_STATIC_SMEM > limit;
+    return p->special && !p->bulk && p->dyn + LN_STATIC_SMEM > limit;
 }
 
 /* The backward's generic kernel (whole vectors of n, no dynamic shared
@@ -1038,7 +1039,7 @@ static void ln_bwd_generic(ln_plan *p, jitop_dtype dtype, int n, int affine, int
 {
     snprintf(p->note, sizeof p->note,
              ", the register kernel's %zu B of shared memory over a block's %zu B",
-             p->dyn + LN_BWD_STATIC_SMEM, limit);
+             p->dyn + LN_STATIC_SMEM, limit);
     p->special = 0;
     p->bulk = 0;
     p->tpr = 0;
@@ -1205,7 +1206,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     if (fresh)
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     /* a plan's accumulators can outgrow a block (ln_choose keeps the
-     * register plans under LN_BWD_STATIC_SMEM's bound: a JITOP_LN_PLAN's
+     * register plans under LN_STATIC_SMEM's bound: a JITOP_LN_PLAN's
      * copy-engine stages can still) */
     const size_t limit = ln_arch_block_smem(ln_ctx_cc(ctx));
     if (special && inst->smem + plan.dyn > limit)

@@ -1453,6 +1453,13 @@ static void test_block_smem_by_arch(void **state)
          "layernorm:f16:12289",
          {"layernorm_bwd_generic<__half, true, 1>: generic kernel", "over a block's 101376 B"},
          NULL},
+        /* sm_120 has clusters and 99 KiB: the copy-engine backward's
+         * 2-block share (101,376 B of stages and gamma, and its static
+         * bytes) is over, the 4-block one not */
+        {"sm_120",
+         "layernorm:f16:16896",
+         {"layernorm_bwd_bulk<__half, 16896, true, 288, 4>: copy-engine cluster kernel", NULL},
+         NULL},
         {"sm_80",
          "layernorm:f16:16383",
          {"layernorm_bwd<__half, 16383, true, 1, 1024>: register kernel, 1024 threads per row (1 "
