@@ -262,18 +262,13 @@ template <typename T> __device__ __forceinline__ int ln_head(const T *base, long
     return static_cast<int>(((16u - (a & 15u)) & 15u) / sizeof(T));
 }
 
-// The VEC elements of g (16-byte aligned) from e0: the aligned vectors at
-// and after e0, shifted by e0 % VEC elements (selects and a funnel shift;
-// h is the same for a whole row, so the selects do not diverge; 0 selects
-// the first). The caller keeps e0 + VEC within g's last whole vector (a
-// body of N / VEC - 1 vectors), so both loads are whole and inside g.
-template <typename T, int VEC>
-__device__ __forceinline__ ln_raw<16> ln_load_ro_at(const T *__restrict__ g, int e0)
+// The 16 bytes from element s (s < VEC) of the 32 in lo and hi (the
+// aligned vectors at and after it): selects and a funnel shift (s is the
+// same for a whole row, so the selects do not diverge; 0 selects lo).
+template <typename T>
+__device__ __forceinline__ ln_raw<16> ln_shift_pair(const ln_raw<16> &lo, const ln_raw<16> &hi, int s)
 {
-    static_assert(VEC * sizeof(T) == 16, "16-byte vectors");
     constexpr int ES = static_cast<int>(sizeof(T));
-    const int s = e0 % VEC, base = e0 - s;
-    const ln_raw<16> lo = ln_load_ro<16>(g + base), hi = ln_load_ro<16>(g + base + VEC);
     unsigned w[8] = {lo.v.x, lo.v.y, lo.v.z, lo.v.w, hi.v.x, hi.v.y, hi.v.z, hi.v.w};
     const unsigned sb = static_cast<unsigned>(s * ES), q = sb >> 2, sh = (sb & 3u) * 8u;
 #pragma unroll
@@ -288,6 +283,18 @@ __device__ __forceinline__ ln_raw<16> ln_load_ro_at(const T *__restrict__ g, int
     r.v.z = __funnelshift_r(w[2], w[3], sh);
     r.v.w = __funnelshift_r(w[3], w[4], sh);
     return r;
+}
+
+// The VEC elements of g (16-byte aligned) from e0: the aligned vectors at
+// and after e0, shifted by e0 % VEC elements (ln_shift_pair). The caller
+// keeps e0 + VEC within g's last whole vector (a body of N / VEC - 1
+// vectors), so both loads are whole and inside g.
+template <typename T, int VEC>
+__device__ __forceinline__ ln_raw<16> ln_load_ro_at(const T *__restrict__ g, int e0)
+{
+    static_assert(VEC * sizeof(T) == 16, "16-byte vectors");
+    const int s = e0 % VEC, base = e0 - s;
+    return ln_shift_pair<T>(ln_load_ro<16>(g + base), ln_load_ro<16>(g + base + VEC), s);
 }
 
 // The element index of a thread's head/tail slot k (k < NX): the head's k
@@ -1556,15 +1563,40 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop
 // over rows; best the clusters that fit at once, cuOccupancyMaxActiveClusters);
 // dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL, S, GB && AFFINE>();
-// x and y 16-byte aligned rows (VEC = 16 / sizeof(T) divides N / CL), gamma
-// and beta too with GB. In place (y == x) is
-// safe: a block reads a row's chunk (the copy engine's, complete) before it
-// writes it, and the copies in flight are of later rows. sm_90 and newer.
+// x and y 16-byte aligned rows (VEC = 16 / sizeof(T) divides N / CL), or,
+// for a row length the 16-byte vector does not divide (SHIFT, the split in
+// ln_bulk_split), rows of any alignment with x and y at the same offset
+// within 16 bytes and gamma and beta 16-byte aligned (as the register
+// kernels' SHIFT); gamma and beta 16-byte aligned with GB. In place (y == x)
+// is safe: a block reads a row's chunk (the copy engine's, complete) and its
+// head and tail before it writes them, and the copies and loads in flight
+// are of later rows. sm_90 and newer.
+// The copy-engine kernels' split of a row: SHIFT rows (N % VEC != 0, rows of
+// any alignment, above) bring their body of N / VEC - 1 16-byte vectors
+// from each row's first 16-byte boundary, and rank 0 of the cluster takes
+// the head and tail (N % VEC + VEC elements) by element; block r of CL
+// holds body vectors [r NB / CL, (r + 1) NB / CL), at most CVEC.
+template <typename T, int N, int CL> struct ln_bulk_split {
+    enum : int {
+        VEC = 16 / static_cast<int>(sizeof(T)),
+        SHIFT = N % VEC != 0,
+        NB = N / VEC - SHIFT,          // 16-byte vectors of the body
+        NX = SHIFT ? N % VEC + VEC : 0, // head and tail elements (rank 0)
+        EVEN = NB % CL == 0,           // every block the same share
+        CVEC = (NB + CL - 1) / CL,     // vectors of a block at most
+    };
+    // the first body vector of block r, and how many it holds
+    __host__ __device__ static constexpr int first(int r) { return r * NB / CL; }
+    __host__ __device__ static constexpr int vecs(int r) { return (r + 1) * NB / CL - r * NB / CL; }
+};
+
 template <typename T, int N, int CL, int S = 2, int GB = 0>
 __host__ __device__ constexpr int ln_fwd_bulk_smem_bytes()
 {
-    // S stages of x, then with GB gamma's and beta's chunks
-    return (S + (GB ? 2 : 0)) * (N / CL) * static_cast<int>(sizeof(T));
+    // S stages of x, then with GB gamma's and beta's shares (SHIFT: and the
+    // vector after them, which the last body vector's shift reads)
+    using P = ln_bulk_split<T, N, CL>;
+    return (S * P::CVEC + (GB ? 2 * (P::CVEC + P::SHIFT) : 0)) * 16;
 }
 
 template <typename T, int N, bool AFFINE, int TPR, int CL, int S = 2, int GB = 0, int ONE = 0>
@@ -1574,13 +1606,18 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                        float eps)
 {
     using C = ln_conv<T>;
-    constexpr int VEC = 16 / static_cast<int>(sizeof(T));
-    constexpr int CHUNK = N / CL;               // columns of this block
-    constexpr int CVEC = CHUNK / VEC;           // 16-byte vectors of them
+    using P = ln_bulk_split<T, N, CL>;
+    constexpr int VEC = P::VEC;
+    constexpr int ES = static_cast<int>(sizeof(T));
+    constexpr bool SH = P::SHIFT;
+    constexpr int CVEC = P::CVEC;               // 16-byte vectors of a block at most
     constexpr int VPT = (CVEC + TPR - 1) / TPR; // vectors per thread
-    constexpr bool FULL = CVEC % TPR == 0;
-    constexpr unsigned CB = CHUNK * sizeof(T); // bytes of one stage
-    static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
+    constexpr bool FULL = P::EVEN && CVEC % TPR == 0;
+    constexpr unsigned CB = CVEC * 16;         // bytes of one stage
+    constexpr int GW = CVEC + P::SHIFT;        // GB: 16-byte vectors of gamma's share
+    static_assert(SH || N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
+    static_assert(P::NB >= CL, "every block of the cluster holds a vector of the row");
+    static_assert(P::NX <= TPR, "rank 0's threads take one head/tail element each");
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
     static_assert(S >= 2 && S <= 4, "S: 2 to 4 stages");
@@ -1588,7 +1625,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     constexpr bool GB_ = GB != 0 && AFFINE;
     static_assert(ln_fwd_bulk_smem_bytes<T, N, CL, S, GB_>() <= 227 * 1024,
                   "the stages do not fit a block");
-    // [x stage 0 .. x stage S-1] then with GB_ [gamma chunk, beta chunk]
+    // [x stage 0 .. x stage S-1] then with GB_ [gamma's share, beta's share]
     extern __shared__ __align__(16) unsigned char ln_stage[];
     __shared__ unsigned long long bar[S + 1]; // the stages', then gamma/beta's
     // with ONE each block exchanges two values (its sum and M2)
@@ -1598,13 +1635,17 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
     const long long first = blockIdx.x / CL, step = gridDim.x / CL;
-    const long long col0 = static_cast<long long>(rank) * CHUNK;
+    const int v0 = P::first(static_cast<int>(rank)); // this block's first body vector
+    const int cv = P::EVEN ? CVEC : P::vecs(static_cast<int>(rank));
+    const unsigned cb = static_cast<unsigned>(cv) * 16u;
     const int t = threadIdx.x;
-    const unsigned char *sgb = ln_stage + S * CB; // gamma's chunk, beta's after it (GB_)
+    const unsigned char *sgb = ln_stage + S * CB; // gamma's share, beta's after it (GB_)
     const bool has_g = AFFINE && gamma != nullptr, has_b = AFFINE && beta != nullptr;
+    // SH: the row's head; its body starts there, 16-byte aligned
+    auto head = [&](long long row) { return SH ? ln_head(x, row * N) : 0; };
     auto issue = [&](long long row, int s) {
-        ln_mbar_expect(&bar[s], CB);
-        ln_bulk_load(ln_stage + s * CB, x + row * N + col0, CB, &bar[s]);
+        ln_mbar_expect(&bar[s], cb);
+        ln_bulk_load(ln_stage + s * CB, x + row * N + head(row) + v0 * VEC, cb, &bar[s]);
     };
     if (t == 0) {
 #pragma unroll
@@ -1617,11 +1658,13 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
         if constexpr (GB_) {
             // after the first row's x, which is needed first; waited for by
             // every block, rows or none, so no copy outlives the block
-            ln_mbar_expect(&bar[S], (has_g ? CB : 0u) + (has_b ? CB : 0u));
+            // (SH: a vector more, the second of the last body vector's pair)
+            const unsigned gb = static_cast<unsigned>(cv + P::SHIFT) * 16u;
+            ln_mbar_expect(&bar[S], (has_g ? gb : 0u) + (has_b ? gb : 0u));
             if (has_g)
-                ln_bulk_load(ln_stage + S * CB, gamma + col0, CB, &bar[S]);
+                ln_bulk_load(ln_stage + S * CB, gamma + v0 * VEC, gb, &bar[S]);
             if (has_b)
-                ln_bulk_load(ln_stage + (S + 1) * CB, beta + col0, CB, &bar[S]);
+                ln_bulk_load(ln_stage + S * CB + GW * 16, beta + v0 * VEC, gb, &bar[S]);
         }
         for (int s = 1; s < S; s++)
             if (first + s * step < M)
@@ -1631,18 +1674,55 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     ln_red_init<CL>(red);
     if constexpr (GB_)
         ln_mbar_wait(&bar[S], 0);
+    // SH: rank 0's threads below NX hold one head/tail element each, loaded
+    // a row ahead (plain loads: their latency hides behind a row's work),
+    // and gamma's and beta's values at both columns it can have, t (in the
+    // head, t < h) or t + NB VEC (in the tail), loaded once: not from L2 in
+    // every row's chain of dependent steps
+    const bool edge = SH && rank == 0 && t < P::NX;
+    auto edge_load = [&](long long row) {
+        ln_raw<ES> r = ln_zero<ES>();
+        if (edge && row < M)
+            r = ln_load<ES>(x + row * N + ln_edge_index<VEC>(t, head(row), P::NB));
+        return r;
+    };
+    ln_raw<ES> xs = edge_load(first);
+    // ONE: block r's elements, and 1 / this block's (a constant where every
+    // block holds the same: no division in the row's chain of steps)
+    auto count = [](int r) { return VEC * (P::EVEN ? CVEC : P::vecs(r)) + (r == 0 ? P::NX : 0); };
+    const float inv_count = 1.f / static_cast<float>(count(static_cast<int>(rank)));
+    float eg[2] = {1.f, 1.f}, eb[2] = {0.f, 0.f};
+    if (edge) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int c = t + k * P::NB * VEC;
+            float one[1];
+            if (has_g) {
+                const ln_raw<ES> r = ln_load_ro<ES>(gamma + c);
+                C::unpack(&r, one);
+                eg[k] = one[0];
+            }
+            if (has_b) {
+                const ln_raw<ES> r = ln_load_ro<ES>(beta + c);
+                C::unpack(&r, one);
+                eb[k] = one[0];
+            }
+        }
+    }
     // rows done (use), their stage s = use % S and its phase parity
     // ph = (use / S) & 1, kept as counters (no division per row)
     unsigned use = 0, ph = 0;
     int s = 0;
     for (long long row = first; row < M; row += step, use++) {
         const unsigned char *st = ln_stage + s * CB;
+        const int h = head(row);
+        const ln_raw<ES> xsn = edge_load(row + step);
         ln_mbar_wait(&bar[s], ph);
         ln_raw<16> xv[VPT];
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
             const int v = i * TPR + t;
-            xv[i] = (FULL || v < CVEC) ? ln_stage_load(st + v * 16) : ln_zero<16>();
+            xv[i] = (FULL || v < cv) ? ln_stage_load(st + v * 16) : ln_zero<16>();
         }
         __syncthreads(); // every thread has its part of stage s in registers
         if (t == 0 && row + S * step < M) {
@@ -1654,7 +1734,10 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             s = 0;
             ph ^= 1;
         }
-        float sum[1] = {0.f};
+        float fs[1] = {0.f}; // SH: this thread's head/tail element (0 if none)
+        if constexpr (SH)
+            C::unpack(&xs, fs);
+        float sum[1] = {fs[0]};
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
             float f[VEC];
@@ -1666,13 +1749,17 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
         float mu, m2;
         if constexpr (ONE != 0) {
             // the block's sum and M2 about its own mean (block barriers
-            // only), then one exchange: every block holds CHUNK elements
+            // only), then one exchange: block r holds count(r) elements
             const float sb = ln_block_sum<TPR>(sum[0], &red.warp[0][0][0], 2 * use);
-            const float mb = sb * (1.f / CHUNK);
+            const float mb = sb * inv_count;
             float q = 0.f;
+            if (edge) {
+                const float d = fs[0] - mb;
+                q = d * d;
+            }
 #pragma unroll
             for (int i = 0; i < VPT; i++) {
-                if (FULL || i * TPR + t < CVEC) {
+                if (FULL || i * TPR + t < cv) {
                     float f[VEC];
                     C::unpack(&xv[i], f);
 #pragma unroll
@@ -1684,7 +1771,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             }
             q = ln_block_sum<TPR>(q, &red.warp[0][0][0], 2 * use + 1);
             if constexpr (CL > 1) {
-                ln_cluster_stats<CL>(sb, q, red, use, [](int) { return CHUNK; }, 1.f / N, mu, m2);
+                ln_cluster_stats<CL>(sb, q, red, use, count, 1.f / N, mu, m2);
             } else {
                 mu = mb;
                 m2 = q;
@@ -1693,9 +1780,13 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             ln_row_sum<TPR, CL>(sum, red, 2 * use);
             mu = sum[0] * (1.f / N);
             float sq[1] = {0.f};
+            if (edge) {
+                const float d = fs[0] - mu;
+                sq[0] = d * d;
+            }
 #pragma unroll
             for (int i = 0; i < VPT; i++) {
-                if (FULL || i * TPR + t < CVEC) {
+                if (FULL || i * TPR + t < cv) {
                     float f[VEC];
                     C::unpack(&xv[i], f);
 #pragma unroll
@@ -1709,19 +1800,29 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             m2 = sq[0];
         }
         const float rs = rsqrtf(m2 * (1.f / N) + eps);
-        T *yr = y + row * N + col0;
+        T *yr = y + row * N;
+        T *yb = yr + h + v0 * VEC; // this block's body, 16-byte aligned
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
             const int v = i * TPR + t;
-            if (FULL || v < CVEC) {
+            if (FULL || v < cv) {
                 float f[VEC];
                 C::unpack(&xv[i], f);
 #pragma unroll
                 for (int e = 0; e < VEC; e++)
                     f[e] = (f[e] - mu) * rs;
+                // SH: gamma and beta h elements past their aligned vectors
                 if (has_g) {
-                    const ln_raw<16> gv = GB_ ? ln_stage_load(sgb + v * 16)
-                                              : ln_load_ro<16>(gamma + col0 + v * VEC);
+                    ln_raw<16> gv;
+                    if constexpr (GB_ && SH)
+                        gv = ln_shift_pair<T>(ln_stage_load(sgb + v * 16),
+                                              ln_stage_load(sgb + v * 16 + 16), h);
+                    else if constexpr (GB_)
+                        gv = ln_stage_load(sgb + v * 16);
+                    else if constexpr (SH)
+                        gv = ln_load_ro_at<T, VEC>(gamma, h + (v0 + v) * VEC);
+                    else
+                        gv = ln_load_ro<16>(gamma + (v0 + v) * VEC);
                     float g[VEC];
                     C::unpack(&gv, g);
 #pragma unroll
@@ -1729,8 +1830,17 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                         f[e] *= g[e];
                 }
                 if (has_b) {
-                    const ln_raw<16> bv = GB_ ? ln_stage_load(sgb + CB + v * 16)
-                                              : ln_load_ro<16>(beta + col0 + v * VEC);
+                    const unsigned char *sbeta = sgb + GW * 16;
+                    ln_raw<16> bv;
+                    if constexpr (GB_ && SH)
+                        bv = ln_shift_pair<T>(ln_stage_load(sbeta + v * 16),
+                                              ln_stage_load(sbeta + v * 16 + 16), h);
+                    else if constexpr (GB_)
+                        bv = ln_stage_load(sbeta + v * 16);
+                    else if constexpr (SH)
+                        bv = ln_load_ro_at<T, VEC>(beta, h + (v0 + v) * VEC);
+                    else
+                        bv = ln_load_ro<16>(beta + (v0 + v) * VEC);
                     float b[VEC];
                     C::unpack(&bv, b);
 #pragma unroll
@@ -1739,9 +1849,21 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                 }
                 ln_raw<16> out;
                 C::pack(f, &out);
-                ln_store<16>(yr + v * VEC, out);
+                ln_store<16>(yb + v * VEC, out);
             }
         }
+        if (edge) {
+            const int k = t < h ? 0 : 1; // head or tail
+            float f[1] = {(fs[0] - mu) * rs};
+            if (has_g)
+                f[0] *= eg[k];
+            if (has_b)
+                f[0] += eb[k];
+            ln_raw<ES> out;
+            C::pack(f, &out);
+            ln_store<ES>(yr + ln_edge_index<VEC>(t, h, P::NB), out);
+        }
+        xs = xsn;
         if (rank == 0 && t == 0) {
             if (mean_out != nullptr)
                 mean_out[row] = mu;

@@ -125,6 +125,7 @@ static int ln_threads_rule(int *rule)
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
         .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .bwd_bulk_stages = 2,           \
         .bulk_idle = 100, .row_shift = 0, .shift_bwd_tpr = 0, .shift_bwd_pf = 0,                  \
+        .shift_fwd_stages = 2,                                                                     \
         .text = "default",                                                                         \
     }
 
@@ -166,6 +167,8 @@ static int ln_threads_rule(int *rule)
  *   copy-engine kernel): register clusters of at most 512 threads a block
  *   (shift_bwd_tpr); those one block holds prefetch the next rows also
  *   under 8 KiB (shift_bwd_pf).
+ * - Such rows in the copy-engine forward (as long as aligned rows take
+ *   it): 3 stages of rows in flight a block, not 4 (shift_fwd_stages).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -174,6 +177,7 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
     out->fwd_one_sync = 1;
     out->fwd_bulk_gb = 1;
     out->row_shift = 1;
+    out->shift_fwd_stages = 3;
     if (es == 4) {
         out->fwd_cluster_tpr = 256;
         out->fwd_fit = 1;
@@ -631,11 +635,11 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
         return;
     }
     const long long vb = bulk ? 16 : (long long)vec * (long long)es;
-    const long long nvec = bulk ? (long long)n * (long long)es / vb : ln_row_vecs(n, vec),
+    const long long nvec = ln_row_vecs(n, vec),
                     tt = (long long)p->tpr * p->cl;
     const long long vpt = (nvec + tt - 1) / tt;
     const double idle = 100.0 * (1.0 - (double)nvec / (double)(tt * vpt));
-    char split[48], minb[48] = "", fwd[160] = "";
+    char split[48], minb[48] = "", fwd[256] = "";
     if (p->cl > 1)
         snprintf(split, sizeof split, "over a cluster of %d blocks", p->cl);
     else
@@ -658,7 +662,7 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
         size_t len = strlen(fwd);
         snprintf(fwd + len, sizeof fwd - len, ", one cluster exchange per row");
     }
-    if (!bulk && n % vec != 0) {
+    if (n % vec != 0) {
         size_t len = strlen(fwd);
         snprintf(fwd + len, sizeof fwd - len,
                  ", vectors from each row's first 16-byte boundary (head and tail by element)");
@@ -671,38 +675,62 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
              p->note, p->plan);
 }
 
+/* A copy-engine kernel's dynamic shared memory: per_vec bytes for each
+ * 16-byte vector of a block's share of the row and extra more; shift 1: the
+ * kernel takes rows the 16-byte vector does not divide (their body, the
+ * split of kernels/layernorm.cu's ln_bulk_split). */
+typedef struct ln_bulk_smem {
+    size_t per_vec, extra;
+    int shift;
+} ln_bulk_smem;
+
+/* 16-byte vectors of a block's share of a row of n over cl blocks at most
+ * (ln_bulk_split's CVEC), 0 where the kernel cannot split the row so. */
+static long long ln_bulk_share(int n, size_t es, int cl, int shift)
+{
+    const int vec = (int)(16 / es);
+    if (n % vec == 0)
+        return n % (cl * vec) == 0 ? n / vec / cl : 0;
+    const int nb = n / vec - 1; /* the body of a shifted row */
+    return shift && nb >= cl ? (nb + cl - 1) / cl : 0;
+}
+
 /* The copy-engine kernels' shape for a row of n elements of es bytes: the
  * fewest blocks (cl) whose share of the row fits chunk bytes (and whose
- * shared memory, smem_per_elem bytes per element of the share and
- * LN_STATIC_SMEM, fits a block's block_smem), split in 16-byte vectors, with threads enough (a power of two,
- * 32 to 1024) for at most ept elements each, or the fewest whole warps
- * where the power of two leaves idle_pct% or more of its t x ept element
- * slots idle; 0 when none fits. A power of two under either threads rule by
- * default: the backward reads its rows from shared memory, so idle lanes
- * in its last pass cost no bytes in flight, and the extra threads shorten
- * its instruction-bound row: whole warps are slower there where few lanes
- * idle, and in float32 always (bench/layernorm_NOTES.md). */
+ * shared memory, sm, and LN_STATIC_SMEM fit a block's block_smem), split
+ * in 16-byte vectors, with threads enough (a power of two, 32 to 1024) for
+ * at most ept elements each, or the fewest whole warps where the power of
+ * two leaves idle_pct% or more of its t x ept element slots idle; 0 when
+ * none fits. *dyn: the shape's dynamic shared memory. A power of two under
+ * either threads rule by default: the backward reads its rows from shared
+ * memory, so idle lanes in its last pass cost no bytes in flight, and the
+ * extra threads shorten its instruction-bound row: whole warps are slower
+ * there where few lanes idle, and in float32 always
+ * (bench/layernorm_NOTES.md). */
 static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int idle_pct,
-                         size_t smem_per_elem, size_t block_smem, int *tpr, int *cl)
+                         const ln_bulk_smem *sm, size_t block_smem, int *tpr, int *cl,
+                         size_t *dyn)
 {
     const int vec = (int)(16 / es);
     for (int c = 2; c <= max_cl; c *= 2) {
-        if (n % (c * vec) != 0 || (size_t)(n / c) * es > (size_t)chunk ||
-            (size_t)(n / c) * smem_per_elem + LN_STATIC_SMEM > block_smem)
+        const long long sv = ln_bulk_share(n, es, c, sm->shift), share = sv * vec;
+        const size_t bytes = (size_t)sv * sm->per_vec + sm->extra;
+        if (sv == 0 || (size_t)sv * 16 > (size_t)chunk || bytes + LN_STATIC_SMEM > block_smem)
             continue;
         int t = 32;
-        while (t < 1024 && (long long)t * ept < n / c)
+        while (t < 1024 && (long long)t * ept < share)
             t *= 2;
-        if ((long long)t * ept < n / c)
+        if ((long long)t * ept < share)
             continue;
         /* whole warps instead where the power of two leaves idle_pct% or
          * more of its element slots idle (100 - share / (t * ept) in
          * percent) */
-        const long long need = ((long long)(n / c) + ept - 1) / ept;
-        if (100LL * ((long long)t * ept - n / c) >= (long long)idle_pct * t * ept)
+        const long long need = (share + ept - 1) / ept;
+        if (100LL * ((long long)t * ept - share) >= (long long)idle_pct * t * ept)
             t = (int)((need + 31) / 32 * 32);
         *tpr = t;
         *cl = c;
+        *dyn = bytes;
         return 1;
     }
     return 0;
@@ -736,13 +764,17 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     if (c->fwd_bulk && (long long)n * (long long)es >= c->fwd_bulk_bytes) {
         int tpr, cl;
         /* gamma and beta in shared memory only where the kernel reads them */
-        const int gb = c->fwd_bulk_gb && affine, stages = c->fwd_bulk_stages;
+        const int gb = c->fwd_bulk_gb && affine;
+        const int stages = n % vec != 0 ? c->shift_fwd_stages : c->fwd_bulk_stages;
         /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and beta's
-         * shares with gb */
-        const size_t per_elem = (size_t)(stages + 2 * gb) * es;
+         * shares with gb (a shifted row's: a vector more each) */
+        const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gb) * 16,
+                                 .extra = n % vec != 0 ? (size_t)(2 * gb) * 16 : 0,
+                                 .shift = 1};
+        size_t dyn = 0;
         if ((size_t)vec * es == 16 &&
-            ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, per_elem,
-                          ln_arch_block_smem(cc), &tpr, &cl)) {
+            ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, &sm,
+                          ln_arch_block_smem(cc), &tpr, &cl, &dyn)) {
             p->special = 1;
             p->tpr = tpr;
             p->cl = cl;
@@ -750,7 +782,7 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
             p->one = c->fwd_one_sync;
             p->stages = stages;
             p->gb = gb;
-            p->dyn = per_elem * (size_t)(n / cl);
+            p->dyn = dyn;
             /* the short name (the cache key) for the kernel's defaults */
             char extra[32] = "";
             if (stages != 2 || gb || p->one)
@@ -861,15 +893,17 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     /* the kernel's ln_bwd_bulk_smem_bytes: the stages of x and dy, and
      * gamma in float32 */
     const int stages = c->bwd_bulk_stages;
-    const size_t per_elem = (size_t)(2 * stages) * es + 4;
+    const ln_bulk_smem sm = {.per_vec = (size_t)(2 * stages) * 16 + 4 * (size_t)vec, .extra = 0,
+                             .shift = 0};
+    size_t dyn = 0;
     if (want && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, c->bulk_idle, per_elem,
-                      ln_arch_block_smem(cc), &tpr, &cl)) {
+        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, c->bulk_idle, &sm,
+                      ln_arch_block_smem(cc), &tpr, &cl, &dyn)) {
         p->tpr = tpr;
         p->cl = cl;
         p->bulk = 1;
         p->stages = stages;
-        p->dyn = (size_t)(n / cl) * per_elem;
+        p->dyn = dyn;
         /* the short name (the cache key) for the kernel's default 2 stages */
         char extra[16] = "";
         if (stages != 2)
@@ -1000,6 +1034,24 @@ static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, i
         groups = (rows + rpb - 1) / rpb;
     *out = groups;
     return JITOP_OK;
+}
+
+/* A persistent grid of groups of rpb rows, for rows of n es-byte elements
+ * the 16-byte vector does not divide, whose kernel needs every row a group
+ * takes to start at the same offset within 16 bytes (it traps otherwise):
+ * the grid's row stride (groups x rpb rows) made whole 16-byte units, the
+ * groups rounded down to a multiple of 16 / gcd(16, rpb n es) (up to it
+ * where fewer), unless one pass of the grid takes every row. */
+static long long ln_same_head_groups(long long groups, int64_t rows, int rpb, int n, size_t es)
+{
+    if (groups * rpb >= rows)
+        return groups;
+    long long unit = 16, stride = (long long)rpb * n * (long long)es;
+    while (stride % 2 == 0 && unit > 1) {
+        stride /= 2;
+        unit /= 2;
+    }
+    return groups / unit * unit > 0 ? groups / unit * unit : unit;
 }
 
 /* A shifted backward row (vec does not divide n) that the plan gives a
@@ -1230,18 +1282,11 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         return jitop__fail_prefix(rc, "%s", fn);
     /* Rows of any alignment (vec does not divide n): each row group keeps
      * one row's columns in its accumulators, so the grid's row stride is
-     * whole 16-byte units (every row a group takes starts at the same offset
-     * within 16 bytes; the kernel traps otherwise), and every row group
-     * writes its own partial row. */
+     * whole 16-byte units, and every row group writes its own partial
+     * row. */
     const int shift = special && n % vec != 0;
-    if (shift && groups * rpb < rows) {
-        long long unit = 16, stride = (long long)rpb * n * (long long)es;
-        while (stride % 2 == 0 && unit > 1) {
-            stride /= 2;
-            unit /= 2;
-        }
-        groups = groups / unit * unit > 0 ? groups / unit * unit : unit;
-    }
+    if (shift)
+        groups = ln_same_head_groups(groups, rows, rpb, n, es);
     const long long parts = shift ? groups * rpb : groups;
     CUdeviceptr ws = 0;
     if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)parts * 2 * (size_t)n * sizeof(float),

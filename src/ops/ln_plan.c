@@ -57,6 +57,7 @@ static const struct {
     {"row_shift", offsetof(jitop__ln_cfg, row_shift), LN_BOOL, 0, 1, 1},
     {"shift_bwd_tpr", offsetof(jitop__ln_cfg, shift_bwd_tpr), LN_INT, 0, 1024, 32},
     {"shift_bwd_pf", offsetof(jitop__ln_cfg, shift_bwd_pf), LN_BOOL, 0, 1, 1},
+    {"shift_fwd_stages", offsetof(jitop__ln_cfg, shift_fwd_stages), LN_INT, 2, 4, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 

@@ -78,6 +78,8 @@
  *   shift_bwd_pf     1: such rows that one block holds take the prefetching
  *                    backward whatever their length (rows under bwd_pf_from
  *                    or the kernel's 8 KiB too), when bwd_pf is auto
+ *   shift_fwd_stages layernorm_fwd_bulk's stages (as fwd_bulk_stages) for
+ *                    such rows
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -102,7 +104,7 @@ typedef struct jitop__ln_cfg {
     int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
     int fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb;
     int bwd_bulk_stages, bulk_idle;
-    int row_shift, shift_bwd_tpr, shift_bwd_pf;
+    int row_shift, shift_bwd_tpr, shift_bwd_pf, shift_fwd_stages;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

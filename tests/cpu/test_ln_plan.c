@@ -814,10 +814,13 @@ static void test_plan_parse_row_shift(void **state)
         {"shift_bwd_tpr=1056",
          "P: shift_bwd_tpr is '1056': expected a multiple of 32 in [0, 1024]"},
         {"h16_shift_bwd_pf=2", "P: shift_bwd_pf is '2': expected 0 or 1"},
+        {"shift_fwd_stages=1", "P: shift_fwd_stages is '1': expected an integer in [2, 4]"},
+        {"f32_shift_fwd_stages=5", "P: shift_fwd_stages is '5': expected an integer in [2, 4]"},
     };
     static const size_t offs[] = {offsetof(jitop__ln_cfg, row_shift),
                                   offsetof(jitop__ln_cfg, shift_bwd_tpr),
-                                  offsetof(jitop__ln_cfg, shift_bwd_pf)};
+                                  offsetof(jitop__ln_cfg, shift_bwd_pf),
+                                  offsetof(jitop__ln_cfg, shift_fwd_stages)};
     expect_refused(bad, sizeof bad / sizeof bad[0], 2, &d, &old, offs,
                    sizeof offs / sizeof offs[0]);
 }
@@ -1170,6 +1173,34 @@ static void test_row_shift(void **state)
           "default",
           NULL, NULL},
          NULL},
+        /* the copy-engine forward for long shifted rows (aligned rows that
+         * long take it): 65535's 8190 body vectors over 8 blocks of 128
+         * threads (1023 or 1024 each), 3 stages (shift_fwd_stages); its
+         * backward cannot take the copy-engine kernel */
+        {"",
+         "layernorm:f16:65535",
+         {"layernorm_fwd_bulk<__half, 65535, true, 128, 8, 3, 1, 1>: copy-engine cluster kernel, "
+          "1024 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 0% of "
+          "lanes idle in the last pass, rows staged in shared memory (3 stages), gamma and beta in "
+          "shared memory, one cluster exchange per row, " LN_SHIFTED "; plan default",
+          "layernorm_fwd_bulk<__half, 65535, false, 128, 8, 3, 0, 1>: copy-engine cluster kernel",
+          "layernorm_bwd_cluster<__half, 65535, true, 8, 512, 8>: cluster kernel", NULL},
+         NULL},
+        /* float32 from 144 KiB, a ragged share (9999 body vectors over 8),
+         * the stages as the plan says */
+        {"shift_fwd_stages=2",
+         "layernorm:f32:40001",
+         {"layernorm_fwd_bulk<float, 40001, true, 256, 8, 2, 1, 1>: copy-engine cluster kernel, "
+          "2048 threads per row (over a cluster of 8 blocks), 5 vectors of 16 B per thread, 2% of "
+          "lanes idle in the last pass, rows staged in shared memory, gamma and beta in shared "
+          "memory, one cluster exchange per row, " LN_SHIFTED "; plan shift_fwd_stages=2",
+          NULL, NULL, NULL},
+         NULL},
+        /* under the copy-engine threshold: the register kernels */
+        {"",
+         "layernorm:f16:40001",
+         {"layernorm_fwd<__half, 40001, true, 8, 640>: register kernel", NULL, NULL, NULL},
+         "layernorm_fwd_bulk"},
         /* row_shift=0: the names before, nothing shifted */
         {"row_shift=0",
          "layernorm:f16:4097",

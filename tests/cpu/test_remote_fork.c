@@ -76,7 +76,7 @@ static void assert_pushed_once(const char *tree, const char *spec, char *src[NSR
                                char key[NSRC][33])
 {
     for (int i = 0; i < NSRC; i++) {
-        int puts = rs_requests("PUT", tree, key[i]);
+        int puts = rs_requests_settled("PUT", tree, key[i], 1);
         if (puts != 1 || !rs_holds(tree, key[i]))
             fail_msg("%s: key %s was PUT %d times (held: %d); expected once", tree, key[i], puts,
                      rs_holds(tree, key[i]));
@@ -152,7 +152,7 @@ static void test_build_push_j1(void **state)
     assert_int_equal(count(out, " cached "), NSRC);
     free(out);
     for (int i = 0; i < NSRC; i++)
-        assert_int_equal(rs_requests("PUT", tree, key[i]), 2);
+        assert_int_equal(rs_requests_settled("PUT", tree, key[i], 2), 2);
     for (int i = 0; i < NSRC; i++)
         free(src[i]);
     free(spec);
@@ -301,8 +301,8 @@ static void test_fork_during_request(void **state)
     fputs(err, stderr);
     assert_non_null(strstr(err, "forked"));
     free(err);
+    assert_int_equal(rs_requests_settled("GET", "slow", key[0], 1), 1);
     assert_int_equal(rs_requests("GET", "slow", key[1]), 0);
-    assert_int_equal(rs_requests("GET", "slow", key[0]), 1);
     for (int i = 0; i < NSRC; i++)
         free(src[i]);
     free(errpath);

@@ -710,6 +710,13 @@ static void test_odd_rows(void **state)
         {JITOP_BFLOAT16, 33333, 0},
         {JITOP_FLOAT16, 40001, AFF},
         {JITOP_BFLOAT16, 65535, AFF | FULLP | OFFS},
+        /* the copy-engine forward's shifted rows (16-bit from 96 KiB,
+         * float32 from 144 KiB): a ragged 8-block share of the body (49157,
+         * 36867), a row of whole shares (65535: 8190 body vectors) */
+        {JITOP_FLOAT32, 36867, AFF | FULLP | INPL},
+        {JITOP_FLOAT16, 49157, AFF | INPL | UNAL},
+        {JITOP_FLOAT32, 65535, FULLP},
+        {JITOP_BFLOAT16, 50001, AFF | OFFS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const jitop_dtype dt = cases[i].dt;
@@ -730,6 +737,14 @@ static void test_odd_rows(void **state)
     }
     static const ln_plan_rows plans[] = {
         {"row_shift=0", {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32}, {1001, 3071, 255}},
+        /* the shifted copy-engine forward's other template options: two
+         * stages, gamma and beta from L2, two exchanges; a cluster of 4
+         * with a ragged share (16-bit 65535 at 32 KiB a block: 8190 body
+         * vectors over 4) */
+        {"fwd_bulk_stages=2,fwd_bulk_gb=0,fwd_one_sync=0",
+         {JITOP_FLOAT16, JITOP_FLOAT32, JITOP_BFLOAT16},
+         {49153, 40003, 65533}},
+        {"fwd_bulk_chunk=32768", {JITOP_FLOAT16, JITOP_BFLOAT16}, {65535, 49155}},
     };
     run_plans(plans, sizeof plans / sizeof plans[0]);
 }
