@@ -1310,6 +1310,27 @@ __global__ void LN_CLUSTER_DIMS(CL)
 
 // ------------------------------------------------ backward, copy-engine rows
 
+// The copy-engine kernels' split of a row over a cluster: block r of CL
+// holds 16-byte vectors [r NB / CL, (r + 1) NB / CL) of the row's NB, at
+// most CVEC (shares that differ by one where CL does not divide NB).
+// SHIFT rows (N % VEC != 0, rows of any alignment, above) bring their body
+// of N / VEC - 1 vectors from each row's first 16-byte boundary, and rank
+// 0 of the cluster takes the head and tail (N % VEC + VEC elements) by
+// element.
+template <typename T, int N, int CL> struct ln_bulk_split {
+    enum : int {
+        VEC = 16 / static_cast<int>(sizeof(T)),
+        SHIFT = N % VEC != 0,
+        NB = N / VEC - SHIFT,          // 16-byte vectors of the body
+        NX = SHIFT ? N % VEC + VEC : 0, // head and tail elements (rank 0)
+        EVEN = NB % CL == 0,           // every block the same share
+        CVEC = (NB + CL - 1) / CL,     // vectors of a block at most
+    };
+    // the first body vector of block r, and how many it holds
+    __host__ __device__ static constexpr int first(int r) { return r * NB / CL; }
+    __host__ __device__ static constexpr int vecs(int r) { return (r + 1) * NB / CL - r * NB / CL; }
+};
+
 // layernorm_bwd_bulk<T, N, AFFINE, TPR, CL, S>: the backward for long rows,
 // split over a cluster of CL blocks, with the rows brought in by the copy
 // engine instead of by the threads. The cluster kernel above holds its share
@@ -1329,15 +1350,18 @@ __global__ void LN_CLUSTER_DIMS(CL)
 //
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop;
 // G is best the number of clusters that fit the GPU at once,
-// cuOccupancyMaxActiveClusters, usually one block per SM); dynamic
-// shared memory ln_bwd_bulk_smem_bytes<T, N, CL, S>(); x, dy and dx 16-byte
-// aligned rows (VEC = 16 / sizeof(T) divides N / CL). Partial rows as the
-// other backward kernels (layernorm_bwd_reduce sums them). sm_90 and newer.
+// cuOccupancyMaxActiveClusters, usually one block per SM), and for SHIFT
+// rows G x N x sizeof(T) a multiple of 16 unless G >= M (every row a
+// cluster takes has one head: the kernel traps otherwise); dynamic shared
+// memory ln_bwd_bulk_smem_bytes<T, N, CL, S>(); x, dy and dx 16-byte aligned
+// rows, or for SHIFT rows x, dy and dx at one offset within 16 bytes and
+// gamma 16-byte aligned (ln_bulk_split). Partial rows as the other backward
+// kernels (layernorm_bwd_reduce sums them). sm_90 and newer.
 template <typename T, int N, int CL, int S = 2>
 __host__ __device__ constexpr int ln_bwd_bulk_smem_bytes()
 {
-    // S stages of (x, dy), and gamma in float32, each N / CL columns
-    return (N / CL) * (2 * S * static_cast<int>(sizeof(T)) + 4);
+    // S stages of (x, dy), and gamma in float32, each a block's share
+    return ln_bulk_split<T, N, CL>::CVEC * (2 * S * 16 + 64 / static_cast<int>(sizeof(T)));
 }
 
 // A 16-byte vector of shared memory, as raw bits (one ld.shared.v4).
@@ -1355,14 +1379,18 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
                        float *__restrict__ part, long long M)
 {
     using C = ln_conv<T>;
-    constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+    using P = ln_bulk_split<T, N, CL>;
+    constexpr int VEC = P::VEC;
+    constexpr int ES = static_cast<int>(sizeof(T));
+    constexpr bool SH = P::SHIFT;
     constexpr int G4 = VEC / 4;                 // float4s of gamma per vector
-    constexpr int CHUNK = N / CL;               // columns of this block
-    constexpr int CVEC = CHUNK / VEC;           // 16-byte vectors of them
+    constexpr int CVEC = P::CVEC;               // 16-byte vectors of a block at most
     constexpr int VPT = (CVEC + TPR - 1) / TPR; // vectors per thread
     constexpr int EPT = VPT * VEC;
-    constexpr unsigned CB = CHUNK * sizeof(T);  // bytes of one tensor's chunk
-    static_assert(N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
+    constexpr bool FULL = P::EVEN && CVEC % TPR == 0;
+    constexpr unsigned CB = CVEC * 16;          // bytes of one tensor's share
+    static_assert(P::NB >= CL, "every block of the cluster holds a vector of the row");
+    static_assert(P::NX <= TPR, "rank 0's threads take one head/tail element each");
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
     static_assert(S >= 2 && S <= 4, "S: 2 to 4 stages");
@@ -1378,14 +1406,25 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     const unsigned rank = CL > 1 ? ln_cluster_rank() : 0;
     const long long first = blockIdx.x / CL, step = gridDim.x / CL;
-    const long long col0 = static_cast<long long>(rank) * CHUNK;
+    const int v0 = P::first(static_cast<int>(rank)); // this block's first body vector
+    const int cv = P::EVEN ? CVEC : P::vecs(static_cast<int>(rank));
+    const unsigned cb = static_cast<unsigned>(cv) * 16u;
     const int t = threadIdx.x;
+    // SH: the head of every row the cluster takes, one because the row
+    // stride is whole 16-byte units (or the grid takes each row once): the
+    // dgamma/dbeta accumulators keep one column each, and gamma is shifted
+    // to the head once
+    const int h = SH && first < M ? ln_head(x, first * N) : 0;
+    if (SH && step < M && (step * N * ES) % 16 != 0)
+        __trap();
+    const int c0 = h + v0 * VEC; // this block's first column
     float4 *sg = reinterpret_cast<float4 *>(ln_stage + 2 * S * CB);
 
-    for (int v = t; v < CVEC; v += TPR) {
+    for (int v = t; v < cv; v += TPR) {
         float f[VEC];
         if (gamma != nullptr) {
-            const ln_raw<16> r = ln_load_ro<16>(gamma + col0 + v * VEC);
+            const ln_raw<16> r = SH ? ln_load_ro_at<T, VEC>(gamma, c0 + v * VEC)
+                                    : ln_load_ro<16>(gamma + c0 + v * VEC);
             C::unpack(&r, f);
         } else {
 #pragma unroll
@@ -1400,9 +1439,9 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     // one thread issues, after the barrier that ends the row.
     auto issue = [&](long long row, int s) {
         unsigned char *st = ln_stage + s * 2 * CB;
-        ln_mbar_expect(&bar[s], 2 * CB);
-        ln_bulk_load(st, x + row * N + col0, CB, &bar[s]);
-        ln_bulk_load(st + CB, dy + row * N + col0, CB, &bar[s]);
+        ln_mbar_expect(&bar[s], 2 * cb);
+        ln_bulk_load(st, x + row * N + c0, cb, &bar[s]);
+        ln_bulk_load(st + CB, dy + row * N + c0, cb, &bar[s]);
     };
     if (t == 0) {
 #pragma unroll
@@ -1416,6 +1455,24 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     }
     __syncthreads();
     ln_red_init<CL>(red);
+
+    // SH: rank 0's threads below NX hold one head/tail element each, of
+    // column ec: x and dy loaded a row ahead (plain loads, their latency
+    // behind a row's work), gamma there once, its dgamma/dbeta in registers
+    const bool edge = SH && rank == 0 && t < P::NX;
+    const int ec = ln_edge_index<VEC>(t, h, P::NB);
+    auto edge_load = [&](const T *p, long long row) {
+        ln_raw<ES> r = ln_zero<ES>();
+        if (edge && row < M)
+            r = ln_load<ES>(p + row * N + ec);
+        return r;
+    };
+    float eg[1] = {1.f}, edg = 0.f, edb = 0.f;
+    if (edge && gamma != nullptr) {
+        const ln_raw<ES> r = ln_load_ro<ES>(gamma + ec);
+        C::unpack(&r, eg);
+    }
+    ln_raw<ES> ex = edge_load(x, first), ed = edge_load(dy, first);
 
     float adg[AFFINE ? EPT : 1], adb[AFFINE ? EPT : 1];
 #pragma unroll
@@ -1445,13 +1502,26 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
     for (long long row = first; row < M; row += step, use++) {
         const long long next = row + step;
         const float mun = next < M ? mean[next] : 0.f, rsn = next < M ? rstd[next] : 0.f;
+        const ln_raw<ES> exn = edge_load(x, next), edn = edge_load(dy, next);
         const unsigned char *sx = ln_stage + s * 2 * CB;
         ln_mbar_wait(&bar[s], ph);
 
         float sum[2] = {0.f, 0.f}; // sum g, sum g * xhat
+        float fxe[1] = {0.f}, fde[1] = {0.f};
+        if (edge) {
+            C::unpack(&ex, fxe);
+            C::unpack(&ed, fde);
+            const float xh = (fxe[0] - mu) * rs, gg = fde[0] * eg[0];
+            sum[0] = gg;
+            sum[1] = gg * xh;
+            if constexpr (AFFINE) {
+                edg += fde[0] * xh;
+                edb += fde[0];
+            }
+        }
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
-            if (CVEC % TPR == 0 || i * TPR + t < CVEC) {
+            if (FULL || i * TPR + t < cv) {
                 float fx[VEC], fd[VEC], fg[VEC];
                 unpack(sx, i, fx, fd, fg);
 #pragma unroll
@@ -1470,21 +1540,27 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
             asm volatile("" ::: "memory");
         }
         ln_row_sum<TPR, CL>(sum, red, use);
-        const float c0 = -rs * sum[0] * (1.f / N), c1 = -rs * rs * sum[1] * (1.f / N);
-        T *dxr = dx + row * N + col0;
+        const float c0s = -rs * sum[0] * (1.f / N), c1 = -rs * rs * sum[1] * (1.f / N);
+        T *dxr = dx + row * N;
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
             const int v = i * TPR + t;
-            if (CVEC % TPR == 0 || v < CVEC) {
+            if (FULL || v < cv) {
                 float fx[VEC], fd[VEC], fg[VEC];
                 unpack(sx, i, fx, fd, fg);
 #pragma unroll
                 for (int e = 0; e < VEC; e++)
-                    fx[e] = fmaf(rs, fd[e] * fg[e], fmaf(c1, fx[e] - mu, c0));
+                    fx[e] = fmaf(rs, fd[e] * fg[e], fmaf(c1, fx[e] - mu, c0s));
                 ln_raw<16> out;
                 C::pack(fx, &out);
-                ln_store<16>(dxr + v * VEC, out);
+                ln_store<16>(dxr + c0 + v * VEC, out);
             }
+        }
+        if (edge) {
+            float f[1] = {fmaf(rs, fde[0] * eg[0], fmaf(c1, fxe[0] - mu, c0s))};
+            ln_raw<ES> out;
+            C::pack(f, &out);
+            ln_store<ES>(dxr + ec, out);
         }
         __syncthreads(); // every thread is done with stage s
         if (t == 0 && row + S * step < M) {
@@ -1498,6 +1574,8 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         }
         mu = mun;
         rs = rsn;
+        ex = exn;
+        ed = edn;
     }
     if constexpr (AFFINE) {
         // The partial row through shared memory (the stages are free: every
@@ -1507,25 +1585,38 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
         // and the kernel's warps stalled on the store queue (ncu: two orders
         // of magnitude more throttle stalls than without them;
         // bench/layernorm_NOTES.md, run 6).
-        float4 *acc = reinterpret_cast<float4 *>(ln_stage); // [2][CHUNK / 4]
+        float4 *acc = reinterpret_cast<float4 *>(ln_stage); // [2][CVEC * VEC / 4]
+        constexpr int Q = CVEC * VEC / 4;
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
             const int v = i * TPR + t;
-            if (CVEC % TPR == 0 || v < CVEC) {
+            if (FULL || v < cv) {
 #pragma unroll
                 for (int j = 0; j < G4; j++) {
                     const int k = i * VEC + 4 * j;
                     acc[v * G4 + j] = make_float4(adg[k], adg[k + 1], adg[k + 2], adg[k + 3]);
-                    acc[CHUNK / 4 + v * G4 + j] = make_float4(adb[k], adb[k + 1], adb[k + 2], adb[k + 3]);
+                    acc[Q + v * G4 + j] = make_float4(adb[k], adb[k + 1], adb[k + 2], adb[k + 3]);
                 }
             }
         }
         __syncthreads();
-        float4 *pg = reinterpret_cast<float4 *>(part + first * 2 * N + col0);
-        float4 *pb = reinterpret_cast<float4 *>(part + first * 2 * N + N + col0);
-        for (int q = t; q < CHUNK / 4; q += TPR) {
-            pg[q] = acc[q];
-            pb[q] = acc[CHUNK / 4 + q];
+        float *pg = part + first * 2 * N + c0, *pb = pg + N;
+        if constexpr (SH) {
+            // the block's columns from c0, not 16-byte aligned: by element
+            const float *af = reinterpret_cast<const float *>(acc);
+            for (int q = t; q < cv * VEC; q += TPR) {
+                pg[q] = af[q];
+                pb[q] = af[4 * Q + q];
+            }
+            if (edge) {
+                part[first * 2 * N + ec] = edg;
+                part[first * 2 * N + N + ec] = edb;
+            }
+        } else {
+            for (int q = t; q < cv * G4; q += TPR) {
+                reinterpret_cast<float4 *>(pg)[q] = acc[q];
+                reinterpret_cast<float4 *>(pb)[q] = acc[Q + q];
+            }
         }
     }
     if constexpr (CL > 1)
@@ -1563,33 +1654,13 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop
 // over rows; best the clusters that fit at once, cuOccupancyMaxActiveClusters);
 // dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL, S, GB && AFFINE>();
-// x and y 16-byte aligned rows (VEC = 16 / sizeof(T) divides N / CL), or,
-// for a row length the 16-byte vector does not divide (SHIFT, the split in
-// ln_bulk_split), rows of any alignment with x and y at the same offset
+// x and y 16-byte aligned rows (the split in ln_bulk_split), or, for a row
+// length the 16-byte vector does not divide (SHIFT), rows of any alignment with x and y at the same offset
 // within 16 bytes and gamma and beta 16-byte aligned (as the register
 // kernels' SHIFT); gamma and beta 16-byte aligned with GB. In place (y == x)
 // is safe: a block reads a row's chunk (the copy engine's, complete) and its
 // head and tail before it writes them, and the copies and loads in flight
 // are of later rows. sm_90 and newer.
-// The copy-engine kernels' split of a row: SHIFT rows (N % VEC != 0, rows of
-// any alignment, above) bring their body of N / VEC - 1 16-byte vectors
-// from each row's first 16-byte boundary, and rank 0 of the cluster takes
-// the head and tail (N % VEC + VEC elements) by element; block r of CL
-// holds body vectors [r NB / CL, (r + 1) NB / CL), at most CVEC.
-template <typename T, int N, int CL> struct ln_bulk_split {
-    enum : int {
-        VEC = 16 / static_cast<int>(sizeof(T)),
-        SHIFT = N % VEC != 0,
-        NB = N / VEC - SHIFT,          // 16-byte vectors of the body
-        NX = SHIFT ? N % VEC + VEC : 0, // head and tail elements (rank 0)
-        EVEN = NB % CL == 0,           // every block the same share
-        CVEC = (NB + CL - 1) / CL,     // vectors of a block at most
-    };
-    // the first body vector of block r, and how many it holds
-    __host__ __device__ static constexpr int first(int r) { return r * NB / CL; }
-    __host__ __device__ static constexpr int vecs(int r) { return (r + 1) * NB / CL - r * NB / CL; }
-};
-
 template <typename T, int N, int CL, int S = 2, int GB = 0>
 __host__ __device__ constexpr int ln_fwd_bulk_smem_bytes()
 {
@@ -1615,7 +1686,6 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     constexpr bool FULL = P::EVEN && CVEC % TPR == 0;
     constexpr unsigned CB = CVEC * 16;         // bytes of one stage
     constexpr int GW = CVEC + P::SHIFT;        // GB: 16-byte vectors of gamma's share
-    static_assert(SH || N % (CL * VEC) == 0, "N must split into 16-byte vectors over the cluster");
     static_assert(P::NB >= CL, "every block of the cluster holds a vector of the row");
     static_assert(P::NX <= TPR, "rank 0's threads take one head/tail element each");
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
@@ -1709,6 +1779,19 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
             }
         }
     }
+    // gamma's or beta's body vector v (p, or with GB_ its share in shared
+    // memory, sp) for a row of head h (SH: h elements past their aligned
+    // vectors)
+    auto param_vec = [&](const T *__restrict__ p, const unsigned char *sp, int v, int h) {
+        if constexpr (GB_ && SH)
+            return ln_shift_pair<T>(ln_stage_load(sp + v * 16), ln_stage_load(sp + v * 16 + 16), h);
+        else if constexpr (GB_)
+            return ln_stage_load(sp + v * 16);
+        else if constexpr (SH)
+            return ln_load_ro_at<T, VEC>(p, h + (v0 + v) * VEC);
+        else
+            return ln_load_ro<16>(p + (v0 + v) * VEC);
+    };
     // rows done (use), their stage s = use % S and its phase parity
     // ph = (use / S) & 1, kept as counters (no division per row)
     unsigned use = 0, ph = 0;
@@ -1811,18 +1894,8 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 #pragma unroll
                 for (int e = 0; e < VEC; e++)
                     f[e] = (f[e] - mu) * rs;
-                // SH: gamma and beta h elements past their aligned vectors
                 if (has_g) {
-                    ln_raw<16> gv;
-                    if constexpr (GB_ && SH)
-                        gv = ln_shift_pair<T>(ln_stage_load(sgb + v * 16),
-                                              ln_stage_load(sgb + v * 16 + 16), h);
-                    else if constexpr (GB_)
-                        gv = ln_stage_load(sgb + v * 16);
-                    else if constexpr (SH)
-                        gv = ln_load_ro_at<T, VEC>(gamma, h + (v0 + v) * VEC);
-                    else
-                        gv = ln_load_ro<16>(gamma + (v0 + v) * VEC);
+                    const ln_raw<16> gv = param_vec(gamma, sgb, v, h);
                     float g[VEC];
                     C::unpack(&gv, g);
 #pragma unroll
@@ -1830,17 +1903,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                         f[e] *= g[e];
                 }
                 if (has_b) {
-                    const unsigned char *sbeta = sgb + GW * 16;
-                    ln_raw<16> bv;
-                    if constexpr (GB_ && SH)
-                        bv = ln_shift_pair<T>(ln_stage_load(sbeta + v * 16),
-                                              ln_stage_load(sbeta + v * 16 + 16), h);
-                    else if constexpr (GB_)
-                        bv = ln_stage_load(sbeta + v * 16);
-                    else if constexpr (SH)
-                        bv = ln_load_ro_at<T, VEC>(beta, h + (v0 + v) * VEC);
-                    else
-                        bv = ln_load_ro<16>(beta + (v0 + v) * VEC);
+                    const ln_raw<16> bv = param_vec(beta, sgb + GW * 16, v, h);
                     float b[VEC];
                     C::unpack(&bv, b);
 #pragma unroll

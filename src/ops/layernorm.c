@@ -125,7 +125,8 @@ static int ln_threads_rule(int *rule)
         .fwd_bulk_chunk = LN_BULK_CHUNK_BYTES, .fwd_bulk_ept = LN_FWD_BULK_ELEMS_PER_THREAD,       \
         .fwd_one_sync = 0, .fwd_bulk_stages = 2, .fwd_bulk_gb = 0, .bwd_bulk_stages = 2,           \
         .bulk_idle = 100, .row_shift = 0, .shift_bwd_tpr = 0, .shift_bwd_pf = 0,                  \
-        .shift_fwd_stages = 2,                                                                     \
+        .shift_fwd_stages = 2, .shift_bwd_bulk = 0, .bulk_long_from = 0, .shift_bulk_long_from = 0,\
+        .bulk_long_chunk = LN_BULK_CHUNK_BYTES, .bulk_long_ept = LN_BULK_ELEMS_PER_THREAD,         \
         .text = "default",                                                                         \
     }
 
@@ -169,6 +170,12 @@ static int ln_threads_rule(int *rule)
  *   under 8 KiB (shift_bwd_pf).
  * - Such rows in the copy-engine forward (as long as aligned rows take
  *   it): 3 stages of rows in flight a block, not 4 (shift_fwd_stages).
+ * - Such rows in the copy-engine backward where aligned rows take it
+ *   (shift_bwd_bulk), the grid's row stride made whole 16-byte units.
+ * - 16-bit backward rows of 112 KiB or more (N >= 57344), shifted ones
+ *   from 80 KiB: the copy-engine kernel in blocks of 16 KiB of a row (8 a
+ *   row) at 32 elements a thread (bulk_long_*): more clusters fit than of
+ *   4 blocks of 1024 threads.
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -178,6 +185,7 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
     out->fwd_bulk_gb = 1;
     out->row_shift = 1;
     out->shift_fwd_stages = 3;
+    out->shift_bwd_bulk = 1;
     if (es == 4) {
         out->fwd_cluster_tpr = 256;
         out->fwd_fit = 1;
@@ -200,6 +208,10 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->bwd_pf_bytes = 48;
         out->shift_bwd_tpr = 512;
         out->shift_bwd_pf = 1;
+        out->bulk_long_from = 114688;
+        out->shift_bulk_long_from = 81920;
+        out->bulk_long_chunk = 16384;
+        out->bulk_long_ept = 32;
     }
 }
 
@@ -685,14 +697,15 @@ typedef struct ln_bulk_smem {
 } ln_bulk_smem;
 
 /* 16-byte vectors of a block's share of a row of n over cl blocks at most
- * (ln_bulk_split's CVEC), 0 where the kernel cannot split the row so. */
+ * (ln_bulk_split's CVEC), 0 where the kernel cannot split the row so (a
+ * shifted row without shift). */
 static long long ln_bulk_share(int n, size_t es, int cl, int shift)
 {
     const int vec = (int)(16 / es);
-    if (n % vec == 0)
-        return n % (cl * vec) == 0 ? n / vec / cl : 0;
-    const int nb = n / vec - 1; /* the body of a shifted row */
-    return shift && nb >= cl ? (nb + cl - 1) / cl : 0;
+    if (n % vec != 0 && !shift)
+        return 0;
+    const long long nb = ln_row_vecs(n, vec); /* a shifted row: its body */
+    return nb >= cl ? (nb + cl - 1) / cl : 0;
 }
 
 /* The copy-engine kernels' shape for a row of n elements of es bytes: the
@@ -737,11 +750,15 @@ static int ln_bulk_shape(int n, size_t es, int max_cl, int chunk, int ept, int i
 }
 
 /* The note of a row the plan sends to a copy-engine kernel that cannot
- * take it (max_cl 1: no clusters before sm_90). */
-static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl)
+ * take it (max_cl 1: no clusters before sm_90; shift_off: a shifted row the
+ * plan keeps off it). */
+static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl, int shift_off)
 {
     if (max_cl < 2)
         snprintf(p->note, sizeof p->note, ", %s: needs sm_90, register path", field);
+    else if (shift_off)
+        snprintf(p->note, sizeof p->note, ", %s: not for shifted rows (shift_bwd_bulk=0), register path",
+                 field);
     else
         snprintf(p->note, sizeof p->note,
                  ", %s: N does not split into 16-byte vectors over 2-%d blocks of <= %d B, "
@@ -791,7 +808,7 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
                      ln_ctype(dtype), n, affine ? "true" : "false", tpr, cl, extra);
             return;
         }
-        ln_bulk_note(p, "fwd_bulk", c->fwd_bulk_chunk, max_cl);
+        ln_bulk_note(p, "fwd_bulk", c->fwd_bulk_chunk, max_cl, 0);
     }
     p->special = ln_shape(n, es, vec, c->fwd_bytes, c->fwd_max_tpr, c->fwd_cluster_tpr,
                           c->fwd_fit, max_cl, rule, &p->tpr, &p->cl);
@@ -894,11 +911,17 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
      * gamma in float32 */
     const int stages = c->bwd_bulk_stages;
     const ln_bulk_smem sm = {.per_vec = (size_t)(2 * stages) * 16 + 4 * (size_t)vec, .extra = 0,
-                             .shift = 0};
+                             .shift = c->shift_bwd_bulk};
     size_t dyn = 0;
+    /* rows of bulk_long_from bytes and more (shift_bulk_long_from for a
+     * shifted row): their own share and threads */
+    const int long_from = n % vec != 0 ? c->shift_bulk_long_from : c->bulk_long_from;
+    const int long_row = long_from > 0 && (long long)n * (long long)es >= long_from;
+    const int chunk = long_row ? c->bulk_long_chunk : c->bulk_chunk;
+    const int ept = long_row ? c->bulk_long_ept : c->bulk_ept;
     if (want && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, c->bulk_chunk, c->bulk_ept, c->bulk_idle, &sm,
-                      ln_arch_block_smem(cc), &tpr, &cl, &dyn)) {
+        ln_bulk_shape(n, es, max_cl, chunk, ept, c->bulk_idle, &sm, ln_arch_block_smem(cc), &tpr,
+                      &cl, &dyn)) {
         p->tpr = tpr;
         p->cl = cl;
         p->bulk = 1;
@@ -913,7 +936,7 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         return;
     }
     if (want)
-        ln_bulk_note(p, "bwd_bulk", c->bulk_chunk, max_cl);
+        ln_bulk_note(p, "bwd_bulk", chunk, max_cl, n % vec != 0 && !c->shift_bwd_bulk);
     /* the register kernels' dgamma/dbeta accumulators (ln_bwd_smem_bytes) */
     p->dyn = 0;
     p->bulk = 0;
@@ -1060,7 +1083,7 @@ static long long ln_same_head_groups(long long groups, int64_t rows, int rpb, in
 static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
                                int affine, int vec, int cc, int rule)
 {
-    if (n % vec == 0 || !p->special || c->shift_bwd_tpr <= 0 ||
+    if (n % vec == 0 || !p->special || p->bulk || c->shift_bwd_tpr <= 0 ||
         (p->cl == 1 && p->tpr <= c->shift_bwd_tpr))
         return;
     jitop__ln_cfg fc = *c;

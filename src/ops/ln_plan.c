@@ -58,6 +58,11 @@ static const struct {
     {"shift_bwd_tpr", offsetof(jitop__ln_cfg, shift_bwd_tpr), LN_INT, 0, 1024, 32},
     {"shift_bwd_pf", offsetof(jitop__ln_cfg, shift_bwd_pf), LN_BOOL, 0, 1, 1},
     {"shift_fwd_stages", offsetof(jitop__ln_cfg, shift_fwd_stages), LN_INT, 2, 4, 1},
+    {"shift_bwd_bulk", offsetof(jitop__ln_cfg, shift_bwd_bulk), LN_BOOL, 0, 1, 1},
+    {"bulk_long_from", offsetof(jitop__ln_cfg, bulk_long_from), LN_INT, 0, 1 << 30, 1},
+    {"bulk_long_chunk", offsetof(jitop__ln_cfg, bulk_long_chunk), LN_INT, 512, 65536, 16},
+    {"bulk_long_ept", offsetof(jitop__ln_cfg, bulk_long_ept), LN_INT, 1, 256, 1},
+    {"shift_bulk_long_from", offsetof(jitop__ln_cfg, shift_bulk_long_from), LN_INT, 0, 1 << 30, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 

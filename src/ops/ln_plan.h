@@ -41,11 +41,11 @@
  *                    register kernel holds them (0: only rows over a cluster)
  *   fwd_bulk         1: forward rows of at least fwd_bulk_bytes take the
  *                    copy-engine kernel (layernorm_fwd_bulk) where it splits
- *                    them (16-byte vectors, N a multiple of 2-8 blocks' vectors,
- *                    each block's share <= fwd_bulk_chunk bytes, threads a
- *                    power of two for <= fwd_bulk_ept elements each); other
- *                    rows (odd or uneven N) keep the register kernels, which
- *                    the plan line says
+ *                    them (16-byte vectors, a shifted row's body for an odd
+ *                    N, over 2-8 blocks whose shares differ by one vector at
+ *                    most, each <= fwd_bulk_chunk bytes, threads a power of
+ *                    two for <= fwd_bulk_ept elements each); other rows keep
+ *                    the register kernels, which the plan line says
  *   fwd_one_sync     1: the forward's cluster kernels (layernorm_fwd_cluster,
  *                    layernorm_fwd_bulk) take a row's mean and variance from
  *                    one cluster exchange of each block's sum and M2 (Chan
@@ -80,6 +80,16 @@
  *                    or the kernel's 8 KiB too), when bwd_pf is auto
  *   shift_fwd_stages layernorm_fwd_bulk's stages (as fwd_bulk_stages) for
  *                    such rows
+ *   shift_bwd_bulk   1: such rows take the copy-engine backward where
+ *                    aligned rows would (bwd_bulk), the grid's row stride
+ *                    made whole 16-byte units; 0: the register kernels
+ *   bulk_long_from, bulk_long_chunk, bulk_long_ept
+ *                    backward rows of at least bulk_long_from bytes (0: no
+ *                    such rows) split for the copy-engine kernel by these
+ *                    instead of bulk_chunk and bulk_ept
+ *   shift_bulk_long_from
+ *                    the same threshold for rows the 16-byte vector does
+ *                    not divide
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -104,7 +114,8 @@ typedef struct jitop__ln_cfg {
     int fwd_bulk, fwd_bulk_bytes, fwd_bulk_chunk, fwd_bulk_ept;
     int fwd_one_sync, fwd_bulk_stages, fwd_bulk_gb;
     int bwd_bulk_stages, bulk_idle;
-    int row_shift, shift_bwd_tpr, shift_bwd_pf, shift_fwd_stages;
+    int row_shift, shift_bwd_tpr, shift_bwd_pf, shift_fwd_stages, shift_bwd_bulk;
+    int bulk_long_from, bulk_long_chunk, bulk_long_ept, shift_bulk_long_from;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

@@ -151,7 +151,8 @@ static void test_power_of_two_rows_unchanged(void **state)
  * row of 96 KiB or more takes the copy-engine forward in 16 KiB blocks of
  * 128 threads (64 elements each), 4 stages, gamma and beta in shared
  * memory, one exchange a row (template arguments that the name, the cache
- * key, carries). */
+ * key, carries); its backward (from 112 KiB, bulk_long_from) 8 blocks of
+ * 256 threads. */
 static void test_default_plan_named(void **state)
 {
     (void)state;
@@ -159,7 +160,7 @@ static void test_default_plan_named(void **state)
     expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 4, 1, 1>: copy-engine "
                 "cluster kernel, 1024 threads per row (over a cluster of 8 blocks), 8 vectors of "
                 "16 B per thread");
-    expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 1024, 4>: copy-engine cluster "
+    expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 256, 8>: copy-engine cluster "
                 "kernel");
     expect(out, "; plan default");
     free(out);
@@ -475,12 +476,19 @@ static void test_forward_bulk(void **state)
     expect(out, "layernorm_fwd_bulk<float, 8192, true, 128, 8>: copy-engine cluster kernel");
     expect(out, "prewarmed");
     free(out);
-    /* 50000 16-bit: 16-byte vectors over 2 blocks only, 50000 B each */
+    /* 50000 16-bit: 6250 vectors, ragged over 4 blocks of <= 32 KiB
+     * (1562 or 1563 each); in blocks of <= 8 KiB it would take more than 8 */
     out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768",
-                                  "layernorm:bf16:50000");
+                     "layernorm:bf16:50000");
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 50000, true, 256, 4, 4, 1, 1>: copy-engine "
+                "cluster kernel, 1024 threads per row (over a cluster of 4 blocks), 7 vectors of "
+                "16 B per thread, 13% of lanes idle in the last pass");
+    free(out);
+    out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=8192",
+                     "layernorm:bf16:50000");
     expect(out, "layernorm_fwd<__nv_bfloat16, 50000, true, 8, 800>: register kernel");
-    expect(out, "fwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, "
-                "register path; plan fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768");
+    expect(out, "fwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 8192 B, "
+                "register path; plan fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=8192");
     free(out);
     /* under fwd_bulk_bytes: the register kernel, nothing said */
     out = prewarm_ok("warps", "fwd_bulk=1", "layernorm:f16:16384");
@@ -645,11 +653,11 @@ static void test_backward_stages(void **state)
     expect(out, "layernorm_bwd_bulk<__half, 32768, false, 512, 4, 3>: copy-engine");
     expect(out, "prewarmed");
     free(out);
-    out = prewarm_ok("warps", "h16_bwd_bulk_stages=4", "layernorm:bf16:65536");
+    out = prewarm_ok("warps", "h16_bwd_bulk_stages=4,bulk_long_from=0", "layernorm:bf16:65536");
     expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 512, 8, 4>: copy-engine cluster "
                 "kernel, 4096 threads per row (over a cluster of 8 blocks), 2 vectors of 16 B per "
                 "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
-                "stages); plan bwd_bulk_stages=4");
+                "stages); plan bwd_bulk_stages=4,bulk_long_from=0");
     expect(out, "prewarmed");
     free(out);
     /* 2 stages named: the default instance, short name, no stage count */
@@ -816,11 +824,23 @@ static void test_plan_parse_row_shift(void **state)
         {"h16_shift_bwd_pf=2", "P: shift_bwd_pf is '2': expected 0 or 1"},
         {"shift_fwd_stages=1", "P: shift_fwd_stages is '1': expected an integer in [2, 4]"},
         {"f32_shift_fwd_stages=5", "P: shift_fwd_stages is '5': expected an integer in [2, 4]"},
+        {"shift_bwd_bulk=2", "P: shift_bwd_bulk is '2': expected 0 or 1"},
+        {"bulk_long_chunk=1000",
+         "P: bulk_long_chunk is '1000': expected a multiple of 16 in [512, 65536]"},
+        {"h16_bulk_long_ept=0", "P: bulk_long_ept is '0': expected an integer in [1, 256]"},
+        {"shift_bulk_long_from=-1",
+         "P: shift_bulk_long_from is '-1': expected an integer in [0, 1073741824]"},
+        {"bulk_long_from=96k", "P: bulk_long_from is '96k': expected an integer in [0, 1073741824]"},
     };
     static const size_t offs[] = {offsetof(jitop__ln_cfg, row_shift),
                                   offsetof(jitop__ln_cfg, shift_bwd_tpr),
                                   offsetof(jitop__ln_cfg, shift_bwd_pf),
-                                  offsetof(jitop__ln_cfg, shift_fwd_stages)};
+                                  offsetof(jitop__ln_cfg, shift_fwd_stages),
+                                  offsetof(jitop__ln_cfg, shift_bwd_bulk),
+                                  offsetof(jitop__ln_cfg, bulk_long_from),
+                                  offsetof(jitop__ln_cfg, bulk_long_chunk),
+                                  offsetof(jitop__ln_cfg, bulk_long_ept),
+                                  offsetof(jitop__ln_cfg, shift_bulk_long_from)};
     expect_refused(bad, sizeof bad / sizeof bad[0], 2, &d, &old, offs,
                    sizeof offs / sizeof offs[0]);
 }
@@ -1054,6 +1074,23 @@ static void test_backward_bulk_whole_warps(void **state)
          "per row (over a cluster of 2 blocks), 4 vectors of 16 B per thread, 0% of lanes idle in "
          "the last pass, rows staged in shared memory; plan bulk_idle=33",
          NULL},
+        /* 16-bit rows from 112 KiB (bulk_long_from): 8 blocks of 16 KiB at
+         * 32 elements a thread, 256 threads; 53248 below it keeps 4 of 1024;
+         * bulk_long_from=0: the one rule for every row */
+        {"warps", "", "layernorm:f16:57344",
+         "layernorm_bwd_bulk<__half, 57344, true, 256, 8>: copy-engine cluster kernel, 2048 "
+         "threads per row (over a cluster of 8 blocks), 4 vectors of 16 B per thread, 12% of "
+         "lanes idle in the last pass, rows staged in shared memory; plan default",
+         NULL},
+        {"warps", "", "layernorm:bf16:53248",
+         "layernorm_bwd_bulk<__nv_bfloat16, 53248, true, 1024, 4>: copy-engine cluster kernel",
+         NULL},
+        {"warps", "bulk_long_from=0", "layernorm:f16:65536",
+         "layernorm_bwd_bulk<__half, 65536, true, 1024, 4>: copy-engine cluster kernel, 4096 "
+         "threads per row (over a cluster of 4 blocks)",
+         NULL},
+        {"warps", "bulk_long_chunk=32768,bulk_long_ept=64", "layernorm:bf16:65536",
+         "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 256, 4>: copy-engine cluster kernel", NULL},
     };
     expect_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -1122,19 +1159,29 @@ static void test_row_shift(void **state)
           "layernorm_fwd<__half, 4097, false, 8, 64>: register kernel",
           "layernorm_bwd<__half, 4097, false, 8, 192>: register kernel"},
          NULL},
-        /* 24 KiB: the copy-engine backward (12288's) cannot take it */
+        /* 24 KiB: the copy-engine backward, as 12288's: 1535 body vectors
+         * over 2 blocks (767 and 768) */
         {"",
          "layernorm:bf16:12289",
          {"layernorm_fwd<__nv_bfloat16, 12289, true, 8, 192>: register kernel, 192 threads per row "
           "(1 row per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
           LN_SHIFTED "; plan default",
-          "layernorm_bwd<__nv_bfloat16, 12289, true, 8, 512>: register kernel, 512 threads per row "
-          "(1 row per block), 3 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
-          "accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched, "
-          "bwd_bulk: N does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, register "
-          "path; plan default",
+          "layernorm_bwd_bulk<__nv_bfloat16, 12289, true, 512, 2>: copy-engine cluster kernel, "
+          "1024 threads per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 25% of "
+          "lanes idle in the last pass, rows staged in shared memory, " LN_SHIFTED "; plan default",
           NULL, NULL},
          NULL},
+        /* shift_bwd_bulk=0: the register kernel, which the copy-engine
+         * kernel's plan names */
+        {"shift_bwd_bulk=0",
+         "layernorm:bf16:12289",
+         {"layernorm_bwd<__nv_bfloat16, 12289, true, 8, 512>: register kernel, 512 threads per row "
+          "(1 row per block), 3 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
+          "accumulators and gamma in shared memory, " LN_SHIFTED ", next rows prefetched, "
+          "bwd_bulk: not for shifted rows (shift_bwd_bulk=0), register path; plan "
+          "shift_bwd_bulk=0",
+          NULL, NULL, NULL},
+         "layernorm_bwd_bulk"},
         /* float32 */
         {"",
          "layernorm:f32:1001",
@@ -1146,19 +1193,17 @@ static void test_row_shift(void **state)
           "accumulators and gamma in shared memory, " LN_SHIFTED "; plan default",
           NULL, NULL},
          NULL},
-        /* a float32 backward over a cluster (the copy-engine kernel,
-         * 10000's, cannot take it): 2498 body vectors at 32 B need 1249
-         * threads, two blocks of 1024 */
+        /* a float32 backward the register kernels would split over a
+         * cluster (2498 body vectors at 32 B need 1249 threads): the
+         * copy-engine kernel, as 10000's, 1249 body vectors a block */
         {"",
          "layernorm:f32:9999",
          {"layernorm_fwd<float, 9999, true, 4, 320>: register kernel, 320 threads per row (1 row "
           "per block), 8 vectors of 16 B per thread, 2% of lanes idle in the last pass, " LN_SHIFTED
           "; plan default",
-          "layernorm_bwd_cluster<float, 9999, true, 4, 1024, 2>: cluster kernel, 2048 threads per "
-          "row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 39% of lanes idle in "
-          "the last pass, accumulators and gamma in shared memory, " LN_SHIFTED ", bwd_bulk: N "
-          "does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, register path; plan "
-          "default",
+          "layernorm_bwd_bulk<float, 9999, true, 512, 2>: copy-engine cluster kernel, 1024 threads "
+          "per row (over a cluster of 2 blocks), 3 vectors of 16 B per thread, 19% of lanes idle "
+          "in the last pass, rows staged in shared memory, " LN_SHIFTED "; plan default",
           NULL, NULL},
          NULL},
         /* even but not a multiple of 8 (8-byte vectors divide it) */
@@ -1173,10 +1218,10 @@ static void test_row_shift(void **state)
           "default",
           NULL, NULL},
          NULL},
-        /* the copy-engine forward for long shifted rows (aligned rows that
-         * long take it): 65535's 8190 body vectors over 8 blocks of 128
-         * threads (1023 or 1024 each), 3 stages (shift_fwd_stages); its
-         * backward cannot take the copy-engine kernel */
+        /* the copy-engine kernels for long shifted rows: 65535's 8190 body
+         * vectors over 8 blocks (1023 or 1024 each), forward at 128
+         * threads, 3 stages (shift_fwd_stages), backward at 256 (from 80
+         * KiB, shift_bulk_long_from: bulk_long_chunk, bulk_long_ept) */
         {"",
          "layernorm:f16:65535",
          {"layernorm_fwd_bulk<__half, 65535, true, 128, 8, 3, 1, 1>: copy-engine cluster kernel, "
@@ -1184,7 +1229,9 @@ static void test_row_shift(void **state)
           "lanes idle in the last pass, rows staged in shared memory (3 stages), gamma and beta in "
           "shared memory, one cluster exchange per row, " LN_SHIFTED "; plan default",
           "layernorm_fwd_bulk<__half, 65535, false, 128, 8, 3, 0, 1>: copy-engine cluster kernel",
-          "layernorm_bwd_cluster<__half, 65535, true, 8, 512, 8>: cluster kernel", NULL},
+          "layernorm_bwd_bulk<__half, 65535, true, 256, 8>: copy-engine cluster kernel, 2048 "
+          "threads per row (over a cluster of 8 blocks), 4 vectors of 16 B per thread, 0% of lanes "
+          "idle in the last pass, rows staged in shared memory, " LN_SHIFTED "; plan default"},
          NULL},
         /* float32 from 144 KiB, a ragged share (9999 body vectors over 8),
          * the stages as the plan says */
@@ -1405,23 +1452,30 @@ static void test_row_shift(void **state)
           "and gamma in shared memory, " LN_SHIFTED "; plan default",
           NULL, NULL, NULL},
          NULL},
-        /* shift_bwd_tpr (16-bit default 512): a shifted backward the plan
-         * would give a block of more threads (704 for 16385) or a cluster
-         * takes fitted register clusters of at most 512 a block; 0: off */
+        /* 16385 by default: the copy-engine backward (2047 body vectors
+         * over 2 blocks) */
         {"",
+         "layernorm:f16:16385",
+         {"layernorm_bwd_bulk<__half, 16385, true, 512, 2>: copy-engine cluster kernel",
+          "layernorm_fwd<__half, 16385, true, 8, 256>: register kernel", NULL, NULL},
+         NULL},
+        /* shift_bwd_tpr (16-bit default 512), for the register backward
+         * (shift_bwd_bulk=0): a shifted backward the plan would give a
+         * block of more threads (704 for 16385) or a cluster takes fitted
+         * register clusters of at most 512 a block; 0: off */
+        {"shift_bwd_bulk=0",
          "layernorm:f16:16385",
          {"layernorm_bwd_cluster<__half, 16385, true, 8, 512, 2>: cluster kernel, 1024 threads "
           "per row (over a cluster of 2 blocks), 2 vectors of 16 B per thread, 0% of lanes idle in "
-          "the last pass, accumulators and gamma in shared memory, " LN_SHIFTED ", bwd_bulk: N "
-          "does not split into 16-byte vectors over 2-8 blocks of <= 32768 B, register path; plan "
-          "default",
+          "the last pass, accumulators and gamma in shared memory, " LN_SHIFTED ", bwd_bulk: not "
+          "for shifted rows (shift_bwd_bulk=0), register path; plan shift_bwd_bulk=0",
           "layernorm_fwd<__half, 16385, true, 8, 256>: register kernel", NULL, NULL},
          NULL},
-        {"shift_bwd_tpr=0",
+        {"shift_bwd_bulk=0,shift_bwd_tpr=0",
          "layernorm:f16:16385",
          {"layernorm_bwd<__half, 16385, true, 8, 704>: register kernel, 704 threads per row (1 "
           "row per block), 3 vectors of 16 B per thread",
-          "; plan shift_bwd_tpr=0\n", NULL, NULL},
+          "; plan shift_bwd_tpr=0,shift_bwd_bulk=0\n", NULL, NULL},
          NULL},
         /* shift_bwd_pf (16-bit default 1): a shifted row one block holds
          * prefetches under 8 KiB too (PF named); 0: the kernel's rule */
@@ -1480,10 +1534,13 @@ static void test_block_smem_by_arch(void **state)
          "layernorm:f16:16383",
          {"layernorm_bwd_generic<__half, true, 1>: generic kernel", "over a block's 101376 B"},
          NULL},
+        /* sm_120's clusters: the shifted row's copy-engine backward (73,728
+         * B of stages and gamma a block) instead of the register plan
+         * over 99 KiB */
         {"sm_120",
          "layernorm:f16:12289",
-         {"layernorm_bwd_generic<__half, true, 1>: generic kernel", "over a block's 101376 B"},
-         NULL},
+         {"layernorm_bwd_bulk<__half, 12289, true, 512, 2>: copy-engine cluster kernel", NULL},
+         "generic"},
         /* sm_120 has clusters and 99 KiB: the copy-engine backward's
          * 2-block share (101,376 B of stages and gamma, and its static
          * bytes) is over, the 4-block one not */

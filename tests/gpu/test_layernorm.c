@@ -615,6 +615,12 @@ static void test_row_length_sweep(void **state)
         {JITOP_FLOAT16, 4864},  {JITOP_BFLOAT16, 7936}, {JITOP_FLOAT16, 11264},
         {JITOP_FLOAT16, 4500},  {JITOP_BFLOAT16, 9000}, {JITOP_FLOAT16, 18432},
         {JITOP_BFLOAT16, 36864}, {JITOP_FLOAT16, 53248},
+        /* aligned rows whose vectors the cluster does not divide: the
+         * copy-engine kernels' ragged shares (40004: 10001 vectors over 8,
+         * 49160: 6145, 24584: 3073 over 2 in the backward); the 16-bit
+         * backward's blocks of 16 KiB from 112 KiB (61448) */
+        {JITOP_FLOAT32, 40004}, {JITOP_FLOAT16, 49160}, {JITOP_BFLOAT16, 24584},
+        {JITOP_BFLOAT16, 61448},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int n = cases[i].n;
@@ -711,12 +717,17 @@ static void test_odd_rows(void **state)
         {JITOP_FLOAT16, 40001, AFF},
         {JITOP_BFLOAT16, 65535, AFF | FULLP | OFFS},
         /* the copy-engine forward's shifted rows (16-bit from 96 KiB,
-         * float32 from 144 KiB): a ragged 8-block share of the body (49157,
-         * 36867), a row of whole shares (65535: 8190 body vectors) */
+         * float32 from 144 KiB): ragged 8-block shares of the body (49157,
+         * 36867, 65535: 8190 vectors), even ones (49161: 6144 vectors, 768
+         * a block of 128 threads, every lane busy; 36869: 9216); their
+         * backward (and 9999's up) the copy-engine kernel too, each
+         * cluster's rows at one head */
         {JITOP_FLOAT32, 36867, AFF | FULLP | INPL},
         {JITOP_FLOAT16, 49157, AFF | INPL | UNAL},
         {JITOP_FLOAT32, 65535, FULLP},
         {JITOP_BFLOAT16, 50001, AFF | OFFS},
+        {JITOP_FLOAT16, 49161, AFF | FULLP},
+        {JITOP_FLOAT32, 36869, INPL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const jitop_dtype dt = cases[i].dt;
@@ -738,13 +749,17 @@ static void test_odd_rows(void **state)
     static const ln_plan_rows plans[] = {
         {"row_shift=0", {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32}, {1001, 3071, 255}},
         /* the shifted copy-engine forward's other template options: two
-         * stages, gamma and beta from L2, two exchanges; a cluster of 4
-         * with a ragged share (16-bit 65535 at 32 KiB a block: 8190 body
-         * vectors over 4) */
-        {"fwd_bulk_stages=2,fwd_bulk_gb=0,fwd_one_sync=0",
+         * and four stages, gamma and beta from L2, two exchanges; a
+         * cluster of 4 with a ragged share (16-bit 65535 at 32 KiB a
+         * block: 8190 body vectors over 4) */
+        {"shift_fwd_stages=2,fwd_bulk_gb=0,fwd_one_sync=0",
          {JITOP_FLOAT16, JITOP_FLOAT32, JITOP_BFLOAT16},
          {49153, 40003, 65533}},
+        {"shift_fwd_stages=4", {JITOP_BFLOAT16, JITOP_FLOAT32}, {57345, 49155}},
         {"fwd_bulk_chunk=32768", {JITOP_FLOAT16, JITOP_BFLOAT16}, {65535, 49155}},
+        /* the register backward the copy-engine kernel took these from
+         * (fitted clusters of 512, a block, clusters of 1024) */
+        {"shift_bwd_bulk=0", {JITOP_FLOAT16, JITOP_FLOAT32, JITOP_BFLOAT16}, {16385, 12345, 40001}},
     };
     run_plans(plans, sizeof plans / sizeof plans[0]);
 }
