@@ -174,8 +174,9 @@ static int ln_threads_rule(int *rule)
  *   (shift_bwd_bulk), the grid's row stride made whole 16-byte units.
  * - 16-bit backward rows of 112 KiB or more (N >= 57344), shifted ones
  *   from 80 KiB: the copy-engine kernel in blocks of 16 KiB of a row (8 a
- *   row) at 32 elements a thread (bulk_long_*): more clusters fit than of
- *   4 blocks of 1024 threads.
+ *   row) at 32 elements a thread (bulk_long_*), so that several blocks
+ *   share an SM and the grid's clusters cover the GPU (a shifted row's
+ *   grid is a multiple of 8 clusters).
  * Everything else as LN_PLAN_LEGACY. */
 static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
 {
@@ -646,7 +647,7 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
                  LN_GENERIC_THREADS, p->note, p->plan);
         return;
     }
-    const long long vb = bulk ? 16 : (long long)vec * (long long)es;
+    const long long vb = (long long)vec * (long long)es; /* 16 B for the copy-engine kernels */
     const long long nvec = ln_row_vecs(n, vec),
                     tt = (long long)p->tpr * p->cl;
     const long long vpt = (nvec + tt - 1) / tt;
