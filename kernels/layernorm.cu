@@ -36,10 +36,11 @@
 //   cuOccupancyMaxActiveClusters says, not SMs / CL), with
 //   ln_bwd_smem_bytes<T, N, VEC, TPR, CL>() bytes of dynamic shared memory
 //   when AFFINE and SACC (the dgamma/dbeta accumulators). With AFFINE it
-//   writes P = G partial rows (float32, part[g][0..N) for dgamma,
-//   part[g][N..2N) for dbeta) that layernorm_bwd_reduce sums in a fixed
-//   order, so the result is deterministic (block 32 x R for any R <= 32,
-//   grid (ceil(N / 32), 2)).
+//   writes P = G partial rows (float32, each ln_part_row(N) floats:
+//   dgamma's N columns, then dbeta's from ln_part_beta(N), N rounded up to
+//   whole 128-byte lines) that layernorm_bwd_reduce sums in a fixed order,
+//   so the result is deterministic (block 32 x R for any R <= 32, grid
+//   (ceil(N / 32), 2)); part 128-byte aligned.
 //   Rows of any alignment (VEC does not divide N, below): P = G * ROWS
 //   partial rows (one per row group), and G * ROWS * N * sizeof(T) a
 //   multiple of 16 unless G * ROWS >= M (the kernel traps otherwise).
@@ -90,6 +91,35 @@ struct __align__(2) __nv_bfloat16 {
 #define LN_LD(p) __ldcs(p)
 #define LN_ST(p, v) __stcs((p), (v))
 #endif
+
+// Programmatic dependent launch (sm_90 and newer): src/ops/layernorm.c
+// launches the backward's kernels with programmatic stream serialization
+// (JITOP_LN_PDL), so that a kernel's launch and its blocks' start are taken
+// while the previous kernel in the stream ends, not after it. Every kernel
+// calls this first, before it touches memory, so that any may be launched
+// so: griddepcontrol.wait returns once the previous grid has completed and
+// its writes are visible (at once when the kernel was launched without the
+// attribute), and the stream's order holds for every byte.
+__device__ __forceinline__ void ln_after_previous_grid()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The backward's partial rows (float32): row p's dgamma columns at
+// part[p * ln_part_row(N)], its dbeta columns ln_part_beta(N) further, each
+// half N rounded up to whole 128-byte lines, so that the reduction's 32
+// columns of a half are one line it can drop from L2 once read
+// (layernorm_bwd_reduce; src/ops/layernorm.c sizes the workspace so).
+__host__ __device__ constexpr long long ln_part_beta(int n)
+{
+    return (n + 31LL) / 32 * 32;
+}
+__host__ __device__ constexpr long long ln_part_row(int n)
+{
+    return 2 * ln_part_beta(n);
+}
 
 // --------------------------------------------------------------- raw vectors
 
@@ -173,8 +203,17 @@ template <> struct ln_conv<__half> {
         } else {
             unsigned w[V / 2];
 #pragma unroll
-            for (int i = 0; i < V / 2; i++)
+            for (int i = 0; i < V / 2; i++) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+                // the paired convert is sm_80's
+                unsigned short lo, hi;
+                asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lo) : "f"(f[2 * i]));
+                asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hi) : "f"(f[2 * i + 1]));
+                w[i] = static_cast<unsigned>(lo) | static_cast<unsigned>(hi) << 16;
+#else
                 asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(f[2 * i + 1]), "f"(f[2 * i]));
+#endif
+            }
             memcpy(raw, w, sizeof w);
         }
     }
@@ -205,6 +244,19 @@ template <> struct ln_conv<__nv_bfloat16> {
     }
     template <int V> static __device__ __forceinline__ void pack(const float (&f)[V], void *raw)
     {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+        // bfloat16 converts are sm_80's: round to nearest even by hand
+        // (a NaN stays a quiet NaN)
+        unsigned short h[V];
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            const unsigned u = __float_as_uint(f[i]);
+            h[i] = (u & 0x7fffffffu) > 0x7f800000u
+                       ? static_cast<unsigned short>((u >> 16) | 0x40u)
+                       : static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        }
+        memcpy(raw, h, sizeof h);
+#else
         if constexpr (V == 1) {
             unsigned short h;
             asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f[0]));
@@ -216,6 +268,7 @@ template <> struct ln_conv<__nv_bfloat16> {
                 asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(f[2 * i + 1]), "f"(f[2 * i]));
             memcpy(raw, w, sizeof w);
         }
+#endif
     }
 };
 
@@ -882,6 +935,7 @@ __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK, MINB)
     layernorm_fwd(const T *x, const T *__restrict__ gamma, const T *__restrict__ beta, T *y,
                   float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M, float eps)
 {
+    ln_after_previous_grid();
     ln_fwd_body<T, N, AFFINE, VEC, TPR, 1>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
 }
 
@@ -892,6 +946,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, MINB)
                           T *y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                           long long M, float eps)
 {
+    ln_after_previous_grid();
     static_assert(ONE == 0 || ONE == 1, "ONE: 0 or 1");
     ln_fwd_body<T, N, AFFINE, VEC, TPR, CL, ONE>(x, gamma, beta, y, mean_out, rstd_out, M, eps);
 }
@@ -1183,7 +1238,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
         // Each row group's columns start at its own h: every group writes
         // its partial row (ROWS per block or cluster), element by element
         // (the body's columns are h off 16 bytes in part too).
-        float *pr = part + (static_cast<long long>(blockIdx.x / CL) * S::ROWS + group) * 2 * N;
+        float *pr = part + (static_cast<long long>(blockIdx.x / CL) * S::ROWS + group) * ln_part_row(N);
 #pragma unroll
         for (int i = 0; i < S::VPT; i++) {
             const int j = i * S::TT + t;
@@ -1192,7 +1247,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                 for (int e = 0; e < VEC; e++) {
                     const int k = i * VEC + e, c = h + j * VEC + e;
                     pr[c] = RACC ? adg[RACC ? k : 0] : sdg[k * S::BLOCK];
-                    pr[N + c] = RACC ? adb[RACC ? k : 0] : sdb[k * S::BLOCK];
+                    pr[ln_part_beta(N) + c] = RACC ? adb[RACC ? k : 0] : sdb[k * S::BLOCK];
                 }
             }
         }
@@ -1202,7 +1257,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
             if (k < nx) {
                 const int c = ln_edge_index<VEC>(k, h, nb);
                 pr[c] = RACC ? adg[RACC ? EPB + q : 0] : sdg[(EPB + q) * S::BLOCK];
-                pr[N + c] = RACC ? adb[RACC ? EPB + q : 0] : sdb[(EPB + q) * S::BLOCK];
+                pr[ln_part_beta(N) + c] = RACC ? adb[RACC ? EPB + q : 0] : sdb[(EPB + q) * S::BLOCK];
             }
         }
     } else if constexpr (AFFINE) {
@@ -1232,7 +1287,7 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
         if constexpr (!RACC && S::ROWS > 1)
             __syncthreads();
         if (group == 0) {
-            float *pr = part + static_cast<long long>(blockIdx.x / CL) * 2 * N;
+            float *pr = part + static_cast<long long>(blockIdx.x / CL) * ln_part_row(N);
 #pragma unroll
             for (int i = 0; i < S::VPT; i++) {
                 const int j = i * S::TT + t;
@@ -1261,14 +1316,14 @@ __device__ __forceinline__ void ln_bwd_body(const T *dy, const T *x, const T *__
                         for (int e = 0; e < VEC; e += 4) {
                             *reinterpret_cast<float4 *>(pr + j * VEC + e) =
                                 make_float4(vg[e], vg[e + 1], vg[e + 2], vg[e + 3]);
-                            *reinterpret_cast<float4 *>(pr + N + j * VEC + e) =
+                            *reinterpret_cast<float4 *>(pr + ln_part_beta(N) + j * VEC + e) =
                                 make_float4(vb[e], vb[e + 1], vb[e + 2], vb[e + 3]);
                         }
                     } else {
 #pragma unroll
                         for (int e = 0; e < VEC; e++) {
                             pr[j * VEC + e] = vg[e];
-                            pr[N + j * VEC + e] = vb[e];
+                            pr[ln_part_beta(N) + j * VEC + e] = vb[e];
                         }
                     }
                 }
@@ -1292,6 +1347,7 @@ __global__ void __launch_bounds__(ln_shape<T, N, VEC, TPR, 1>::BLOCK,
                   const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                   float *__restrict__ part, long long M)
 {
+    ln_after_previous_grid();
     ln_bwd_body<T, N, AFFINE, VEC, TPR, 1, SACC, ln_bwd_pf<T, N, 1, PF>()>(dy, x, gamma, mean, rstd,
                                                                            dx, part, M);
 }
@@ -1304,6 +1360,7 @@ __global__ void LN_CLUSTER_DIMS(CL)
                           const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                           float *__restrict__ part, long long M)
 {
+    ln_after_previous_grid();
     ln_bwd_body<T, N, AFFINE, VEC, TPR, CL, SACC, ln_bwd_pf<T, N, CL, PF>()>(dy, x, gamma, mean,
                                                                              rstd, dx, part, M);
 }
@@ -1378,6 +1435,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
                        const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                        float *__restrict__ part, long long M)
 {
+    ln_after_previous_grid();
     using C = ln_conv<T>;
     using P = ln_bulk_split<T, N, CL>;
     constexpr int VEC = P::VEC;
@@ -1600,7 +1658,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
             }
         }
         __syncthreads();
-        float *pg = part + first * 2 * N + c0, *pb = pg + N;
+        float *pg = part + first * ln_part_row(N) + c0, *pb = pg + ln_part_beta(N);
         if constexpr (SH) {
             // the block's columns from c0, not 16-byte aligned: by element
             const float *af = reinterpret_cast<const float *>(acc);
@@ -1609,8 +1667,8 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
                 pb[q] = af[4 * Q + q];
             }
             if (edge) {
-                part[first * 2 * N + ec] = edg;
-                part[first * 2 * N + N + ec] = edb;
+                part[first * ln_part_row(N) + ec] = edg;
+                part[first * ln_part_row(N) + ln_part_beta(N) + ec] = edb;
             }
         } else {
             for (int q = t; q < cv * G4; q += TPR) {
@@ -1676,6 +1734,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                        float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M,
                        float eps)
 {
+    ln_after_previous_grid();
     using C = ln_conv<T>;
     using P = ln_bulk_split<T, N, CL>;
     constexpr int VEC = P::VEC;
@@ -1941,6 +2000,15 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 #endif
 }
 
+// Drops the 128-byte line at p (128-byte aligned) from L2 without writing
+// it back: its bytes become undefined (sm_80 and newer; elsewhere nothing).
+__device__ __forceinline__ void ln_discard_line(const float *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("discard.L2 [%0], 128;" ::"l"(p) : "memory");
+#endif
+}
+
 // Sums the P partial rows of layernorm_bwd(_cluster/_generic/_bulk) into
 // dgamma (blockIdx.y 0) and dbeta (1), each column in a fixed order. Block
 // 32 x R (R = 1 ... 32, ln_reduce_rows in src/ops/layernorm.c: about P / 16):
@@ -1951,9 +2019,10 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
 // may be NULL.
 template <typename T>
 __global__ void __launch_bounds__(1024)
-    layernorm_bwd_reduce(const float *__restrict__ part, long long P, int N, T *__restrict__ dgamma,
+    layernorm_bwd_reduce(const float *part, long long P, int N, T *__restrict__ dgamma,
                          T *__restrict__ dbeta)
 {
+    ln_after_previous_grid();
     constexpr int U = 8; // loads in flight per thread
     const int R = blockDim.x / 32;
     __shared__ float s[32][33];
@@ -1965,18 +2034,31 @@ __global__ void __launch_bounds__(1024)
         __trap();
     if (out == nullptr)
         return;
+    // The partial rows are scratch, read once here: a warp's 32 columns of
+    // a row's half are one 128-byte line (ln_part_row's padding), which
+    // lane u drops from L2 once the warp has read it (discard: no
+    // write-back), so that the partials, written just before and still in
+    // L2, never cost DRAM bytes (P x ln_part_row(N) x 4 a call: 132-528
+    // partial rows, several percent of a backward's traffic at 64M
+    // elements). Every lane runs the loop (the warp's sync); columns past N
+    // load nothing. part is not __restrict__: a discard is a write, so its
+    // lines must not be read through the read-only (non-coherent) path.
+    const bool drop = (reinterpret_cast<unsigned long long>(part) & 127) == 0;
     float acc = 0.f;
-    if (c < N) {
-        const float *col = part + static_cast<long long>(which) * N + c;
-        const long long stride = 2LL * N;
-        for (long long p = ty; p < P; p += static_cast<long long>(U) * R) {
-            float v[U];
+    const float *col = part + which * ln_part_beta(N) + c;
+    const long long stride = ln_part_row(N);
+    for (long long p = ty; p < P; p += static_cast<long long>(U) * R) {
+        float v[U];
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                v[u] = p + u * R < P ? col[(p + u * R) * stride] : 0.f;
+        for (int u = 0; u < U; u++)
+            v[u] = c < N && p + u * R < P ? col[(p + u * R) * stride] : 0.f;
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                acc += v[u];
+        for (int u = 0; u < U; u++)
+            acc += v[u];
+        if (drop) {
+            __syncwarp(); // every lane's values are in (acc used them)
+            if (tx < U && p + tx * R < P)
+                ln_discard_line(col - tx + (p + tx * R) * stride);
         }
     }
     s[ty][tx] = acc;
@@ -2008,6 +2090,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
                           float *__restrict__ mean_out, float *__restrict__ rstd_out, long long M,
                           int N, float eps)
 {
+    ln_after_previous_grid();
     constexpr int B = VEC * sizeof(T);
     using C = ln_conv<T>;
     __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 1, 1> red;
@@ -2084,6 +2167,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
                           const float *__restrict__ mean, const float *__restrict__ rstd, T *dx,
                           float *__restrict__ part, long long M, int N)
 {
+    ln_after_previous_grid();
     constexpr int B = VEC * sizeof(T);
     using C = ln_conv<T>;
     __shared__ ln_red_smem<LN_GENERIC_THREADS / 32, 2, 1> red;
@@ -2091,12 +2175,13 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
         __trap();
     const int nvec = N / VEC;
     const bool scale = gamma != nullptr;
-    float *pr = AFFINE ? part + static_cast<long long>(blockIdx.x) * 2 * N : nullptr;
+    float *pr = AFFINE ? part + static_cast<long long>(blockIdx.x) * ln_part_row(N) : nullptr;
+    const long long pb = ln_part_beta(N); // dbeta's columns in pr
     if (AFFINE)
         for (int c = threadIdx.x * VEC; c < N; c += LN_GENERIC_THREADS * VEC)
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                pr[c + e] = pr[N + c + e] = 0.f;
+                pr[c + e] = pr[pb + c + e] = 0.f;
     unsigned sums = 0; // ln_row_sum calls
     for (long long row = blockIdx.x; row < M; row += gridDim.x) {
         const T *xr = x + row * N, *dyr = dy + row * N;
@@ -2115,7 +2200,7 @@ __global__ void __launch_bounds__(LN_GENERIC_THREADS)
                 s[1] += gg * xh;
                 if (AFFINE) {
                     pr[j * VEC + e] += fd[e] * xh;
-                    pr[N + j * VEC + e] += fd[e];
+                    pr[pb + j * VEC + e] += fd[e];
                 }
             }
         }

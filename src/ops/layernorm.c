@@ -105,6 +105,31 @@ static int ln_threads_rule(int *rule)
     return JITOP_OK;
 }
 
+/* The passes launched with programmatic dependent launch (sm_90):
+ * JITOP_LN_PDL=bwd (or unset) the backward's two kernels, 1 both passes, fwd
+ * the forward alone, 0 neither. The backward gains about a point of copy
+ * bandwidth at most shapes (its kernel and the dgamma/dbeta reduction
+ * start behind the previous grid's tail); the forward's register kernels
+ * lost up to two at 16-bit 20480-45056, and its copy-engine kernel moved
+ * within noise (bench/layernorm_NOTES.md, run 14). */
+enum { LN_PDL_FWD = 1, LN_PDL_BWD = 2 };
+
+static int ln_pdl_passes(int *passes)
+{
+    const char *v = getenv("JITOP_LN_PDL");
+    if (v == NULL || *v == '\0' || strcmp(v, "bwd") == 0)
+        *passes = LN_PDL_BWD;
+    else if (strcmp(v, "1") == 0)
+        *passes = LN_PDL_FWD | LN_PDL_BWD;
+    else if (strcmp(v, "0") == 0)
+        *passes = 0;
+    else if (strcmp(v, "fwd") == 0)
+        *passes = LN_PDL_FWD;
+    else
+        return jitop__fail(JITOP_EINVAL, "JITOP_LN_PDL is '%s': expected bwd, 1, fwd or 0", v);
+    return JITOP_OK;
+}
+
 /* The constants above as a plan: LN_PLAN_LEGACY, the same for every dtype,
  * is the plan the A/B in bench/layernorm_NOTES.md compared against
  * (JITOP_LN_PLAN=legacy keeps it reachable); the defaults differ from it by
@@ -228,6 +253,55 @@ static int ln_plan_cfg(jitop_dtype dtype, jitop__ln_cfg *out)
                                out);
 }
 
+/* The GPU's compute capability (major * 10 + minor: 90 for sm_90); a plan
+ * takes its shared memory a block where smaller than the arch's
+ * (ln_target). */
+static int ln_ctx_cc(const jitop_ctx *ctx)
+{
+    const jitop__driver *d = jitop__driver_of(ctx);
+    return d->cc_major * 10 + d->cc_minor;
+}
+
+/* Thread-block clusters need sm_90; older GPUs take the generic kernel for
+ * rows one block cannot hold. */
+static int ln_arch_clusters(int cc)
+{
+    return cc >= 90 ? LN_MAX_CLUSTER : 1;
+}
+
+/* A block's shared memory at most, static and dynamic together (the opt-in
+ * limit, CUDA's per-arch figures): a plan over it would fail to launch. */
+static size_t ln_arch_block_smem(int cc)
+{
+    switch (cc) {
+    case 80:
+    case 87:
+        return 163 * 1024;
+    case 86:
+    case 89:
+    case 120:
+    case 121:
+        return 99 * 1024;
+    default:
+        return cc >= 90 ? 227 * 1024 : cc >= 80 ? 99 * 1024 : 64 * 1024;
+    }
+}
+
+/* What a plan is made for: the clusters the kernels are compiled with (the
+ * arch's) and a block's shared memory at most. A prewarm's both from the
+ * arch it names; a call's the smaller of its arch's and its GPU's limit,
+ * since an arch's kernels run on a GPU of another (an sm_80 cubin on an
+ * sm_86 GPU, compute_90 PTX on sm_120) whose blocks can hold less. */
+typedef struct ln_target {
+    int max_cl;
+    size_t block_smem;
+} ln_target;
+
+static ln_target ln_arch_target(int cc)
+{
+    return (ln_target){.max_cl = ln_arch_clusters(cc), .block_smem = ln_arch_block_smem(cc)};
+}
+
 typedef struct ln_inst {
     char name[128];
     jitop_op *op;
@@ -250,9 +324,18 @@ struct jitop__layernorm_state {
     ln_inst *insts;
     ln_ws *ws;
     int threads_rule; /* JITOP_LN_THREADS when the context first used LayerNorm */
+    /* the passes (LN_PDL_FWD, LN_PDL_BWD) launched with programmatic stream
+     * serialization (sm_90 and newer; JITOP_LN_PDL, read then too); every
+     * kernel of kernels/layernorm.cu waits for the previous grid first */
+    int programmatic;
     /* the plans of float32 [0] and 16-bit [1] rows (JITOP_LN_PLAN, read then
      * too) */
     jitop__ln_cfg cfg[2];
+    /* what every plan of a call is made for: the clusters of the arch the
+     * module is compiled for (the context's: a compute_80 context on an
+     * sm_90 GPU runs sm_80's kernels, so takes sm_80's plans), the smaller
+     * of that arch's and the GPU's shared memory a block */
+    ln_target target;
 };
 
 /* ------------------------------------------------------------- state */
@@ -292,6 +375,20 @@ static char *ln_source(const jitop_ctx *ctx)
 static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
                            const jitop__ln_cfg *cfg, jitop__strv *opts);
 
+/* *cc = the compute capability of the arch a context compiles for (what
+ * its calls plan for; called before the driver starts). */
+static int ln_plan_cc(jitop_ctx *ctx, int *cc)
+{
+    const char *arch = NULL;
+    int rc = jitop_ctx_arch(ctx, &arch);
+    if (rc != JITOP_OK)
+        return rc;
+    if ((*cc = jitop__arch_cc(arch)) <= 0)
+        return jitop__fail(JITOP_EINVAL, "the context's arch '%s' is not sm_NN or compute_NN",
+                           arch);
+    return JITOP_OK;
+}
+
 /* The index of dtype's plan in the state's cfg. */
 static int ln_cfg_index(jitop_dtype dtype)
 {
@@ -314,7 +411,10 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     jitop__strv opts = {0};
     int rule = LN_THREADS_WARPS;
     jitop__ln_cfg cfg[2];
+    int pdl = 0;
     int rc = ln_threads_rule(&rule);
+    if (rc == JITOP_OK)
+        rc = ln_pdl_passes(&pdl);
     if (rc == JITOP_OK)
         rc = ln_plan_cfg(JITOP_FLOAT32, &cfg[0]);
     if (rc == JITOP_OK)
@@ -337,6 +437,9 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm: loading kernels/layernorm.cu");
 
+    int cc;
+    if ((rc = ln_plan_cc(ctx, &cc)) != JITOP_OK)
+        return jitop__fail_prefix(rc, "layernorm");
     pthread_mutex_lock(&ctx->lock);
     rc = jitop__ops_state_get(ctx, &ops);
     if (rc == JITOP_OK && ops->layernorm == NULL) {
@@ -355,6 +458,12 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
             s->module = m;
             s->threads_rule = rule;
             memcpy(s->cfg, cfg, sizeof s->cfg);
+            s->target = ln_arch_target(cc);
+            const size_t gpu_smem = ln_arch_block_smem(ln_ctx_cc(ctx));
+            if (gpu_smem < s->target.block_smem)
+                s->target.block_smem = gpu_smem;
+            /* the kernels wait for the previous grid where compiled for sm_90 */
+            s->programmatic = cc >= 90 && jitop__driver_of(ctx)->cc_major >= 9 ? pdl : 0;
             __atomic_store_n(&ops->layernorm, s, __ATOMIC_RELEASE);
         }
     }
@@ -560,40 +669,6 @@ static int ln_shape(int n, size_t es, int vec, int max_bytes, int max_tpr, int c
     return 1;
 }
 
-/* A plan is made for a compute capability (cc, major * 10 + minor: 90 for
- * sm_90): a call's from its GPU, a prewarm's from the arch it names, so
- * that both pick alike. */
-static int ln_ctx_cc(const jitop_ctx *ctx)
-{
-    const jitop__driver *d = jitop__driver_of(ctx);
-    return d->cc_major * 10 + d->cc_minor;
-}
-
-/* Thread-block clusters need sm_90; older GPUs take the generic kernel for
- * rows one block cannot hold. */
-static int ln_arch_clusters(int cc)
-{
-    return cc >= 90 ? LN_MAX_CLUSTER : 1;
-}
-
-/* A block's shared memory at most, static and dynamic together (the opt-in
- * limit, CUDA's per-arch figures): a plan over it would fail to launch. */
-static size_t ln_arch_block_smem(int cc)
-{
-    switch (cc) {
-    case 80:
-    case 87:
-        return 163 * 1024;
-    case 86:
-    case 89:
-    case 120:
-    case 121:
-        return 99 * 1024;
-    default:
-        return cc >= 90 ? 227 * 1024 : cc >= 80 ? 99 * 1024 : 64 * 1024;
-    }
-}
-
 /* The template instance for a shape, as kernels/layernorm.cu names them:
  * KIND_generic<T, AFFINE, VEC> for rows the specialized kernels do not take,
  * KIND<T, N, AFFINE, VEC, TPR> for one block per row group, and
@@ -768,10 +843,10 @@ static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl, i
 }
 
 static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
-                        int vec, int cc, int rule)
+                        int vec, const ln_target *tg, int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
-    const int max_cl = ln_arch_clusters(cc);
+    const int max_cl = tg->max_cl;
     p->plan = c->text;
     p->note[0] = '\0';
     p->pf = 0;
@@ -792,7 +867,7 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         size_t dyn = 0;
         if ((size_t)vec * es == 16 &&
             ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, &sm,
-                          ln_arch_block_smem(cc), &tpr, &cl, &dyn)) {
+                          tg->block_smem, &tpr, &cl, &dyn)) {
             p->special = 1;
             p->tpr = tpr;
             p->cl = cl;
@@ -874,10 +949,10 @@ static long long ln_bwd_pf_warps_off(const jitop__ln_cfg *c, int tpr)
 }
 
 static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
-                        int vec, int cc, int rule)
+                        int vec, const ln_target *tg, int rule)
 {
     const size_t es = jitop_dtype_size(dtype);
-    const int max_cl = ln_arch_clusters(cc);
+    const int max_cl = tg->max_cl;
     const int bwd_bytes = es == 4 && (long long)n * (long long)es > LN_BWD_LONG_ROW_BYTES
                               ? c->bwd_long_bytes
                               : c->bwd_bytes;
@@ -921,7 +996,7 @@ static void ln_bwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     const int chunk = long_row ? c->bulk_long_chunk : c->bulk_chunk;
     const int ept = long_row ? c->bulk_long_ept : c->bulk_ept;
     if (want && (size_t)vec * es == 16 &&
-        ln_bulk_shape(n, es, max_cl, chunk, ept, c->bulk_idle, &sm, ln_arch_block_smem(cc), &tpr,
+        ln_bulk_shape(n, es, max_cl, chunk, ept, c->bulk_idle, &sm, tg->block_smem, &tpr,
                       &cl, &dyn)) {
         p->tpr = tpr;
         p->cl = cl;
@@ -1046,7 +1121,16 @@ static int ln_bwd_groups(jitop_ctx *ctx, ln_inst *inst, int block, size_t dyn, i
             int rc = jitop_occupancy_clusters(inst->op, block, dyn, clusters, &fit);
             if (rc != JITOP_OK)
                 return rc;
-            atomic_store_explicit(&inst->clusters, fit, memory_order_relaxed);
+            /* said once, by the thread that stores it: the persistent grid
+             * at most (a group count that does not divide the rows leaves
+             * part of the last pass's clusters idle) */
+            int unset = 0;
+            if (atomic_compare_exchange_strong_explicit(&inst->clusters, &unset, fit,
+                                                        memory_order_relaxed,
+                                                        memory_order_relaxed))
+                jitop__log(ctx, "layernorm %s: %d clusters of %d blocks fit at once (the persistent "
+                                "grid's groups at most)",
+                           inst->name, fit, clusters);
         }
         groups = fit;
     } else {
@@ -1082,7 +1166,7 @@ static long long ln_same_head_groups(long long groups, int64_t rows, int rpb, in
  * cluster or a block of more than shift_bwd_tpr threads: fitted clusters
  * of at most that many, where they hold the row (else the plan stays). */
 static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
-                               int affine, int vec, int cc, int rule)
+                               int affine, int vec, const ln_target *tg, int rule)
 {
     if (n % vec == 0 || !p->special || p->bulk || c->shift_bwd_tpr <= 0 ||
         (p->cl == 1 && p->tpr <= c->shift_bwd_tpr))
@@ -1091,7 +1175,7 @@ static void ln_bwd_fit_shifted(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype d
     fc.bwd_max_tpr = fc.bwd_cluster_tpr = c->shift_bwd_tpr;
     fc.bwd_fit = 1;
     ln_plan fitted;
-    ln_bwd_plan(&fitted, &fc, dtype, n, affine, vec, cc, rule);
+    ln_bwd_plan(&fitted, &fc, dtype, n, affine, vec, tg, rule);
     if (fitted.special) {
         *p = fitted;
         p->plan = c->text; /* not the copy's */
@@ -1140,20 +1224,21 @@ static void ln_bwd_generic(ln_plan *p, jitop_dtype dtype, int n, int affine, int
  * generic kernel. */
 static int ln_choose(int bwd, ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n,
                      int affine, const void *const *rows, size_t nr, const void *const *params,
-                     size_t np, int cc, int rule)
+                     size_t np, const ln_target *tg, int rule)
 {
-    void (*plan)(ln_plan *, const jitop__ln_cfg *, jitop_dtype, int, int, int, int, int) =
+    void (*plan)(ln_plan *, const jitop__ln_cfg *, jitop_dtype, int, int, int, const ln_target *,
+                 int) =
         bwd ? ln_bwd_plan : ln_fwd_plan;
-    const size_t es = jitop_dtype_size(dtype), limit = ln_arch_block_smem(cc);
+    const size_t es = jitop_dtype_size(dtype), limit = tg->block_smem;
     int vec = ln_vec(c->row_shift, n, es, rows, nr, params, np);
-    plan(p, c, dtype, n, affine, vec, cc, rule);
+    plan(p, c, dtype, n, affine, vec, tg, rule);
     if (bwd)
-        ln_bwd_fit_shifted(p, c, dtype, n, affine, vec, cc, rule);
+        ln_bwd_fit_shifted(p, c, dtype, n, affine, vec, tg, rule);
     if (n % vec != 0 &&
         (!p->special || (bwd && (ln_edge_slots(n, vec, (long long)p->tpr * p->cl) > 1 ||
                                  ln_bwd_over_block(p, limit))))) {
         vec = ln_vec(0, n, es, rows, nr, params, np);
-        plan(p, c, dtype, n, affine, vec, cc, rule);
+        plan(p, c, dtype, n, affine, vec, tg, rule);
     }
     if (bwd && ln_bwd_over_block(p, limit))
         ln_bwd_generic(p, dtype, n, affine, vec, limit);
@@ -1161,6 +1246,20 @@ static int ln_choose(int bwd, ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dt
 }
 
 /* ------------------------------------------------------------- forward */
+
+/* Launches inst of pass (LN_PDL_FWD or LN_PDL_BWD; its cluster shape is
+ * compiled in), with programmatic stream serialization where the state
+ * says so for that pass. */
+static int ln_launch(const struct jitop__layernorm_state *s, int pass, const ln_inst *inst,
+                     jitop_dim3 grid, jitop_dim3 block, size_t dyn, void *stream, void **args,
+                     const size_t *sizes, size_t nargs)
+{
+    if (!(s->programmatic & pass))
+        return jitop_launch(inst->op, grid, block, dyn, stream, args, sizes, nargs);
+    jitop_launch_config lc = {
+        .grid = grid, .block = block, .shared_bytes = dyn, .stream = stream, .programmatic = 1};
+    return jitop_launch_ex(inst->op, &lc, args, sizes, nargs);
+}
 
 int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int64_t cols,
                             float eps, const void *x, const void *gamma, const void *beta, void *y,
@@ -1185,7 +1284,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
     const void *rows_p[2] = {x, y}, *params[2] = {gamma, beta};
     ln_plan plan;
     const int vec = ln_choose(0, &plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, rows_p, 2,
-                              params, 2, ln_ctx_cc(ctx), s->threads_rule);
+                              params, 2, &s->target, s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst;
     int fresh;
@@ -1199,7 +1298,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
     if (plan.bulk) {
         /* a persistent grid, as the backward's */
         long long groups = 0;
-        const size_t limit = ln_arch_block_smem(ln_ctx_cc(ctx));
+        const size_t limit = s->target.block_smem;
         if (inst->smem + plan.dyn > limit)
             return jitop__fail(JITOP_EINVAL,
                                "%s: %s needs %zu bytes of shared memory, over a block's %zu (plan "
@@ -1211,7 +1310,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
         block = (jitop_dim3){(unsigned)tpr, 1, 1};
         void *args[] = {&x, &gamma, &beta, &y, &mean, &rstd, &m, &eps};
         size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 4};
-        rc = jitop_launch(inst->op, grid, block, plan.dyn, stream, args, sizes, 8);
+        rc = ln_launch(s, LN_PDL_FWD, inst, grid, block, plan.dyn, stream, args, sizes, 8);
     } else if (!special) {
         if (rows > 0x7fffffffLL)
             return jitop__fail(JITOP_EINVAL, "%s: rows %lld over the grid limit", fn, m);
@@ -1219,7 +1318,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
         block = (jitop_dim3){LN_GENERIC_THREADS, 1, 1};
         void *args[] = {&x, &gamma, &beta, &y, &mean, &rstd, &m, (void *)&n, &eps};
         size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 4, 4};
-        rc = jitop_launch(inst->op, grid, block, 0, stream, args, sizes, 9);
+        rc = ln_launch(s, LN_PDL_FWD, inst, grid, block, 0, stream, args, sizes, 9);
     } else {
         const int rpb = ln_rows_per_block(tpr, cl);
         const long long blocks = (m + rpb - 1) / rpb * cl;
@@ -1229,7 +1328,7 @@ int jitop_layernorm_forward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, int
         block = (jitop_dim3){(unsigned)(tpr * rpb), 1, 1};
         void *args[] = {&x, &gamma, &beta, &y, &mean, &rstd, &m, &eps};
         size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 4};
-        rc = jitop_launch(inst->op, grid, block, 0, stream, args, sizes, 8);
+        rc = ln_launch(s, LN_PDL_FWD, inst, grid, block, 0, stream, args, sizes, 8);
     }
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
@@ -1273,7 +1372,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     const void *rows_p[3] = {dy, x, dx}, *params[1] = {gamma};
     ln_plan plan;
     const int vec = ln_choose(1, &plan, &s->cfg[ln_cfg_index(dtype)], dtype, n, affine, rows_p, 3,
-                              params, 1, ln_ctx_cc(ctx), s->threads_rule);
+                              params, 1, &s->target, s->threads_rule);
     const int special = plan.special, tpr = plan.tpr, cl = plan.cl;
     ln_inst *inst, *red = NULL;
     int fresh;
@@ -1284,7 +1383,7 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     /* a plan's accumulators can outgrow a block (ln_choose keeps the
      * register plans under LN_STATIC_SMEM's bound: a JITOP_LN_PLAN's
      * copy-engine stages can still) */
-    const size_t limit = ln_arch_block_smem(ln_ctx_cc(ctx));
+    const size_t limit = s->target.block_smem;
     if (special && inst->smem + plan.dyn > limit)
         return jitop__fail(JITOP_EINVAL,
                            "%s: %s needs %zu bytes of shared memory, over a block's %zu (plan %s: "
@@ -1313,7 +1412,10 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
         groups = ln_same_head_groups(groups, rows, rpb, n, es);
     const long long parts = shift ? groups * rpb : groups;
     CUdeviceptr ws = 0;
-    if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)parts * 2 * (size_t)n * sizeof(float),
+    /* partial rows of dgamma's and dbeta's columns, each rounded up to
+     * whole 128-byte lines (ln_part_row in kernels/layernorm.cu) */
+    const size_t part_row = 2 * (((size_t)n + 31) / 32 * 32);
+    if (affine && (rc = ln_workspace(ctx, s, stream, (size_t)parts * part_row * sizeof(float),
                                      &ws)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     float *part = (float *)(uintptr_t)ws;
@@ -1322,18 +1424,18 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
     if (!special) {
         void *args[] = {&dy, &x, &gamma, &mean, &rstd, &dx, &part, &m, (void *)&n};
         size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 8, 4};
-        rc = jitop_launch(inst->op, grid, blk, 0, stream, args, sizes, 9);
+        rc = ln_launch(s, LN_PDL_BWD, inst, grid, blk, 0, stream, args, sizes, 9);
     } else {
         void *args[] = {&dy, &x, &gamma, &mean, &rstd, &dx, &part, &m};
         size_t sizes[] = {8, 8, 8, 8, 8, 8, 8, 8};
-        rc = jitop_launch(inst->op, grid, blk, dyn, stream, args, sizes, 8);
+        rc = ln_launch(s, LN_PDL_BWD, inst, grid, blk, dyn, stream, args, sizes, 8);
     }
     if (rc == JITOP_OK && affine && (dgamma != NULL || dbeta != NULL)) {
         long long p = parts;
         jitop_dim3 rgrid = {(unsigned)((n + 31) / 32), 2, 1}, rblk = {32 * (unsigned)ln_reduce_rows(p), 1, 1};
         void *args[] = {&part, &p, (void *)&n, &dgamma, &dbeta};
         size_t sizes[] = {8, 8, 4, 8, 8};
-        rc = jitop_launch(red->op, rgrid, rblk, 0, stream, args, sizes, 5);
+        rc = ln_launch(s, LN_PDL_BWD, red, rgrid, rblk, 0, stream, args, sizes, 5);
     }
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
@@ -1347,16 +1449,19 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
 static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
                            const jitop__ln_cfg *cfg, jitop__strv *opts)
 {
-    const char *arch = NULL;
-    int rc = jitop_ctx_arch(ctx, &arch);
+    int cc;
+    int rc = ln_plan_cc(ctx, &cc);
     if (rc != JITOP_OK)
         return rc;
-    const int cc = jitop__arch_cc(arch);
+    /* the arch's target: the GPU's limit is not asked before the load
+     * (which starts the driver); where it is smaller, the call plans
+     * another instance, compiled at its first use */
+    const ln_target tg = ln_arch_target(cc);
     ln_plan plan;
     char red[64];
-    ln_choose(0, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
+    ln_choose(0, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, &tg, rule);
     rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
-    ln_choose(1, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
+    ln_choose(1, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, &tg, rule);
     if (rc == JITOP_OK)
         rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
     ln_reduce_name(red, sizeof red, dtype);
@@ -1380,20 +1485,23 @@ int jitop_layernorm_prewarm(jitop_ctx *ctx, const char *arch, jitop_dtype dtype,
     const int cc = jitop__arch_cc(arch);
     if (cc < 0)
         return jitop__fail(JITOP_EINVAL, "%s: arch '%s' is not sm_NN or compute_NN", fn, arch);
+    const ln_target tg = ln_arch_target(cc);
     /* What a call on a GPU of this arch picks for buffers from cuMemAlloc
      * (aligned for the widest vector), with and without gamma/beta. */
     const int n = (int)cols;
     int rule;
     jitop__ln_cfg cfg;
-    if ((rc = ln_threads_rule(&rule)) != JITOP_OK || (rc = ln_plan_cfg(dtype, &cfg)) != JITOP_OK)
+    int pdl; /* launches nothing, but a bad setting fails here as at a call */
+    if ((rc = ln_threads_rule(&rule)) != JITOP_OK || (rc = ln_pdl_passes(&pdl)) != JITOP_OK ||
+        (rc = ln_plan_cfg(dtype, &cfg)) != JITOP_OK)
         return jitop__fail_prefix(rc, "%s", fn);
     ln_plan plan;
     char names[5][sizeof plan.name];
     for (int affine = 0; affine <= 1; affine++) {
-        int vec = ln_choose(0, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
+        int vec = ln_choose(0, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, &tg, rule);
         memcpy(names[affine * 2], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "forward", dtype, n, vec, &plan);
-        vec = ln_choose(1, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, cc, rule);
+        vec = ln_choose(1, &plan, &cfg, dtype, n, affine, NULL, 0, NULL, 0, &tg, rule);
         memcpy(names[affine * 2 + 1], plan.name, sizeof plan.name);
         ln_log_plan(ctx, "backward", dtype, n, vec, &plan);
     }

@@ -1509,6 +1509,52 @@ static void test_bad_rule_is_refused(void **state)
     free(out);
 }
 
+/* JITOP_LN_PDL is checked by a prewarm as by a call's first use, though a
+ * prewarm launches nothing: a typo fails `jitop build` in CI, not the first
+ * backward on a GPU. The accepted values pass. */
+static char *pdl_before; /* JITOP_LN_PDL as the program found it */
+static int pdl_had;
+
+static int save_pdl(void **state)
+{
+    (void)state;
+    const char *v = getenv("JITOP_LN_PDL");
+    pdl_had = v != NULL;
+    pdl_before = v != NULL ? strdup(v) : NULL;
+    return pdl_had && pdl_before == NULL ? -1 : 0;
+}
+
+/* The teardown: JITOP_LN_PDL back as it was, also after a failed check, so
+ * that the prewarms of the tests after it do not inherit a bad value. */
+static int restore_pdl(void **state)
+{
+    (void)state;
+    if (pdl_had)
+        (void)setenv("JITOP_LN_PDL", pdl_before, 1);
+    else
+        (void)unsetenv("JITOP_LN_PDL");
+    free(pdl_before);
+    pdl_before = NULL;
+    return 0;
+}
+
+static void test_bad_pdl_setting_is_refused(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"bwd", "1", "fwd", "0"};
+    char *out = NULL;
+    setenv("JITOP_LN_PDL", "sometimes", 1);
+    assert_int_not_equal(prewarm("warps", "layernorm:f32:1024", &out), 0);
+    expect(out, "JITOP_LN_PDL is 'sometimes': expected bwd, 1, fwd or 0");
+    free(out);
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("JITOP_LN_PDL", good[i], 1);
+        out = prewarm_ok("warps", NULL, "layernorm:f32:1024");
+        expect(out, "op layernorm:f32:1024 sm_90 prewarmed");
+        free(out);
+    }
+}
+
 /* A backward register plan keeps its dgamma/dbeta accumulators (and a
  * shifted row's gamma) in shared memory, 8 bytes a column and more: on an
  * arch whose block holds less than the plan needs (99 KiB on sm_86,
@@ -1573,20 +1619,44 @@ static void test_block_smem_by_arch(void **state)
         expect_case(cases[i].arch, NULL, cases[i].spec, cases[i].want, 2, cases[i].absent);
 }
 
+/* 16-bit rows for sm_75 (real NVRTC, ptxas included): the paired
+ * float -> half and float -> bfloat16 converts (cvt.rn.f16x2.f32,
+ * cvt.rn.bf16x2.f32, and bfloat16 converts at all) are sm_80's, so below
+ * sm_80 the kernels convert element by element (bfloat16 rounded by hand);
+ * before, ptxas refused these for sm_75. Register kernels and the generic
+ * backward (no clusters, 64 KiB a block on sm_75), rows the 16-byte vector
+ * divides and rows it does not (1001, 24577), up to 65536 (a row a block
+ * of 1024 threads). A failed compile fails with the CLI's output. */
+static void test_sm75_16bit_rows(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"layernorm:f16:8192", "layernorm:bf16:1001",
+                                        "layernorm:bf16:65536", "layernorm:f16:24577"};
+    char want[128];
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char *out = prewarm_arch_ok("sm_75", "warps", NULL, specs[i]);
+        snprintf(want, sizeof want, "op %s sm_75 prewarmed", specs[i]);
+        expect(out, want);
+        free(out);
+    }
+}
+
 /* Row lengths nobody picked: eight drawn each run (log-uniform over
  * 1-70000, so every residue and every plan's range comes up; the first two
  * under 160, where the small-row rules sit), each dtype, prewarmed in one
- * `jitop build` for sm_90 and one other arch drawn (no clusters on sm_80,
- * smaller blocks on sm_86 and sm_120): every instance the plans name for
- * them compiles (real NVRTC) and each plan line names the N asked. The seed
- * is printed: JITOP_TEST_SEED=S draws the same again. */
+ * `jitop build` for sm_90 and one other arch drawn (no clusters and 64 KiB
+ * blocks on sm_75, element-by-element 16-bit converts there too; no
+ * clusters on sm_80, smaller blocks on sm_86 and sm_120): every instance
+ * the plans name for them compiles (real NVRTC) and each plan line names
+ * the N asked. The seed is printed: JITOP_TEST_SEED=S draws the same
+ * again. */
 static void test_random_row_lengths(void **state)
 {
     (void)state;
     static const char *const dtypes[3][2] = {
         {"f32", "float"}, {"f16", "__half"}, {"bf16", "__nv_bfloat16"}};
-    static const char *const others[] = {"sm_80", "sm_86", "sm_100", "sm_120"};
-    const char *other = others[jt_random_u64() % 4];
+    static const char *const others[] = {"sm_75", "sm_80", "sm_86", "sm_100", "sm_120"};
+    const char *other = others[jt_random_u64() % (sizeof others / sizeof others[0])];
     char archs[32];
     snprintf(archs, sizeof archs, "sm_90,%s", other);
     enum { DRAWS = 8 };
@@ -1651,6 +1721,8 @@ int main(void)
         cmocka_unit_test(test_plan_parse_row_shift),
         cmocka_unit_test(test_row_shift),
         cmocka_unit_test(test_block_smem_by_arch),
+        cmocka_unit_test(test_sm75_16bit_rows),
+        cmocka_unit_test_setup_teardown(test_bad_pdl_setting_is_refused, save_pdl, restore_pdl),
         cmocka_unit_test(test_random_row_lengths),
     };
     /* JITOP_TEST_FILTER: only the tests whose names match (cmocka's

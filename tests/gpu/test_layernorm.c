@@ -6,8 +6,12 @@
  * in place, unaligned pointers, rows the 16-byte vector does not divide
  * at every offset within 16 bytes (test_odd_rows); outputs poisoned with
  * NaN before each run. The backward is also checked against float64 finite
- * differences of the reference loss, and for determinism. Device memory goes
- * through jitop's driver table, so without libcuda.so.1 every test SKIPs.
+ * differences of the reference loss, and for determinism; calls chained
+ * without synchronization under programmatic dependent launch, the same
+ * bits under every JITOP_LN_PDL, contexts of an arch below the device's
+ * (compute_75, compute_80), and the backward's partial rows reused after
+ * their L2 discard. Device memory goes through jitop's driver table, so
+ * without libcuda.so.1 every test SKIPs (those that need no GPU run).
  * The context reads JITOP_LN_THREADS and JITOP_LN_PLAN when it first uses
  * LayerNorm, so the whole program checks the plan they name:
  *   JITOP_LN_PLAN=fwd_cluster_tpr=256,fwd_fit=1 \
@@ -377,6 +381,188 @@ static void check_case_at(jitop_dtype dt, int64_t m, int n, int affine, int mode
 static void check_case(jitop_dtype dt, int64_t m, int n, int affine, int mode)
 {
     check_case_at(dt, m, n, affine, mode, 0);
+}
+
+/* ------------------------------------------- contexts and the environment */
+
+/* The program's context while a test runs on one of its own (ctx, which
+ * check_case_at uses, is then that one); restore_state puts it back, also
+ * when the test fails, so that the tests after it run on the program's. */
+static jitop_ctx *outer_ctx;
+
+/* JITOP_LN_PDL as the program found it while a test sets its own (a
+ * context reads it at its first LayerNorm call); restore_state puts it
+ * back, also when the test fails. */
+static int pdl_env_saved;
+static char *pdl_env;
+
+static void set_pdl_env(const char *value)
+{
+    if (!pdl_env_saved) {
+        const char *was = getenv("JITOP_LN_PDL");
+        pdl_env = was != NULL ? strdup(was) : NULL;
+        assert_true(was == NULL || pdl_env != NULL);
+        pdl_env_saved = 1;
+    }
+    assert_int_equal(setenv("JITOP_LN_PDL", value, 1), 0);
+}
+
+static void restore_pdl_env(void)
+{
+    if (!pdl_env_saved)
+        return;
+    if (pdl_env != NULL)
+        (void)setenv("JITOP_LN_PDL", pdl_env, 1);
+    else
+        (void)unsetenv("JITOP_LN_PDL");
+    free(pdl_env);
+    pdl_env = NULL;
+    pdl_env_saved = 0;
+}
+
+/* A fresh context of the driver (its LayerNorm reads JITOP_LN_* anew),
+ * compiling for arch (cfg.arch; NULL: the device's), in the program
+ * context's cache (instances compiled once for both). */
+static jitop_ctx *new_ctx(const char *arch)
+{
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.cache_dir = jitop_cache_dir(outer_ctx != NULL ? outer_ctx : ctx);
+    cfg.arch = arch;
+    jitop_ctx *c = NULL;
+    const int st = jitop_ctx_create(&cfg, &c);
+    if (st != JITOP_OK)
+        fail_msg("jitop_ctx_create (arch %s): %s: %s", arch ? arch : "the device's",
+                 jitop_strerror(st), jitop_errmsg(NULL));
+    return c;
+}
+
+/* Makes c the context the checks use (ctx), destroying the one a test
+ * swapped in before, never the program's; opens c's driver. */
+static void use_ctx(jitop_ctx *c)
+{
+    if (outer_ctx == NULL)
+        outer_ctx = ctx;
+    else if (ctx != outer_ctx)
+        jitop_ctx_destroy(ctx);
+    ctx = c;
+    OK(jitop_ctx_cuda(ctx, NULL, NULL));
+}
+
+static void restore_ctx(void)
+{
+    if (outer_ctx == NULL)
+        return;
+    if (ctx != outer_ctx)
+        jitop_ctx_destroy(ctx);
+    ctx = outer_ctx;
+    outer_ctx = NULL;
+}
+
+/* The teardown of the tests that swap the context or set JITOP_LN_PDL. */
+static int restore_state(void **state)
+{
+    (void)state;
+    restore_pdl_env();
+    restore_ctx();
+    return 0;
+}
+
+/* ------------------------------------------------- shared by the tests below */
+
+/* count values uniform in [lo, hi) stored as dt into h; v: the values
+ * stored (rounded to dt). */
+static void draw(jitop_dtype dt, void *h, double *v, size_t count, float lo, float hi)
+{
+    float *tmp = malloc(count * sizeof *tmp);
+    assert_non_null(tmp);
+    jt_random_floats(tmp, count, lo, hi);
+    for (size_t i = 0; i < count; i++)
+        v[i] = store(dt, h, i, tmp[i]);
+    free(tmp);
+}
+
+/* Rows as check_case_at draws them: a random shift and scale. */
+static void draw_x(jitop_dtype dt, void *h, double *v, size_t count)
+{
+    float shift = 0, scale = 0;
+    jt_random_floats(&shift, 1, -3.0f, 3.0f);
+    jt_random_floats(&scale, 1, 0.5f, 4.0f);
+    draw(dt, h, v, count, shift - scale, shift + scale);
+}
+
+/* A device copy of bytes at h (cuMemAlloc's alignment). */
+static dbuf upload(const void *h, size_t bytes)
+{
+    dbuf b = dalloc(bytes, 0);
+    CU(cu->cuMemcpyHtoD(b.p, h, bytes));
+    return b;
+}
+
+/* count values of dt from the device, as float64. */
+static void fetch(jitop_dtype dt, dbuf b, size_t count, double *out)
+{
+    const size_t es = jitop_dtype_size(dt);
+    void *h = malloc(count * es);
+    assert_non_null(h);
+    CU(cu->cuMemcpyDtoH(h, b.p, count * es));
+    for (size_t i = 0; i < count; i++)
+        out[i] = load(dt, h, i);
+    free(h);
+}
+
+/* The forward in float64: the row statistics and y (g, b NULL: 1, 0). */
+static void ref_forward(const double *x, const double *g, const double *b, int64_t m, int n,
+                        double *mu, double *rs, double *y)
+{
+    ref_stats(x, m, n, mu, rs);
+    for (int64_t r = 0; r < m; r++)
+        for (int c = 0; c < n; c++)
+            y[r * n + c] = (x[r * n + c] - mu[r]) * rs[r] * (g ? g[c] : 1.0) + (b ? b[c] : 0.0);
+}
+
+/* The backward in float64 from dy, x, the float64 statistics and gamma
+ * (NULL: 1): dx, and dgamma and dbeta where not NULL (as check_case_at). */
+static void ref_backward(const double *dy, const double *x, const double *g, const double *mu,
+                         const double *rs, int64_t m, int n, double *dx, double *dg, double *db)
+{
+    for (int c = 0; c < n; c++) {
+        if (dg != NULL)
+            dg[c] = 0;
+        if (db != NULL)
+            db[c] = 0;
+    }
+    for (int64_t r = 0; r < m; r++) {
+        const double *d = dy + r * n, *xr = x + r * n;
+        double a = 0, bb = 0;
+        for (int c = 0; c < n; c++) {
+            const double xh = (xr[c] - mu[r]) * rs[r], gy = d[c] * (g ? g[c] : 1.0);
+            a += gy;
+            bb += gy * xh;
+            if (dg != NULL)
+                dg[c] += d[c] * xh;
+            if (db != NULL)
+                db[c] += d[c];
+        }
+        a /= n;
+        bb /= n;
+        for (int c = 0; c < n; c++) {
+            const double xh = (xr[c] - mu[r]) * rs[r], gy = d[c] * (g ? g[c] : 1.0);
+            dx[r * n + c] = rs[r] * (gy - a - xh * bb);
+        }
+    }
+}
+
+/* The mean's error against the rows' scale, as check_case_at measures it. */
+static double mean_error(const double *got, const double *mu, const double *x, int64_t m, int n)
+{
+    double e = 0, msq = 0;
+    for (int64_t r = 0; r < m; r++) {
+        e += (got[r] - mu[r]) * (got[r] - mu[r]);
+        for (int c = 0; c < n; c++)
+            msq += x[r * n + c] * x[r * n + c] / n;
+    }
+    return isnan(e) ? INFINITY : sqrt(e / msq);
 }
 
 static const int NS[] = {1, 7, 32, 33, 768, 1000, 1024, 4096, 8192, 12288, 32768, 65536};
@@ -907,18 +1093,29 @@ static void test_backward_deterministic(void **state)
     free(r2);
 }
 
+/* A compile-only context (no driver) in a cache of its own (*dir, to free
+ * after the context), compiling for arch (NULL: none named): for the
+ * checks made before any launch, which need no GPU. */
+static jitop_ctx *compile_only_ctx(const char *arch, char **dir)
+{
+    jitop_config cfg;
+    jitop_config_init(&cfg);
+    cfg.compile_only = 1;
+    cfg.arch = arch;
+    *dir = jt_tmpdir();
+    cfg.cache_dir = *dir;
+    jitop_ctx *c = NULL;
+    OK(jitop_ctx_create(&cfg, &c));
+    return c;
+}
+
 /* Bad arguments fail with JITOP_EINVAL naming the argument, before any
  * launch (these need no GPU: they are checked first). */
 static void test_argument_errors(void **state)
 {
     (void)state;
-    jitop_config cfg;
-    jitop_config_init(&cfg);
-    cfg.compile_only = 1;
-    char *dir = jt_tmpdir();
-    cfg.cache_dir = dir;
-    jitop_ctx *c = NULL;
-    OK(jitop_ctx_create(&cfg, &c));
+    char *dir = NULL;
+    jitop_ctx *c = compile_only_ctx(NULL, &dir);
     float dummy[4];
     struct {
         int rc;
@@ -969,10 +1166,615 @@ static void test_argument_errors(void **state)
     free(dir);
 }
 
+/* A backward's dx, dgamma and dbeta on the device (ddx, ddg, ddb) against
+ * float64 from dy, x, gamma and the statistics: their relative errors in
+ * e[0..2]; dx read back into got; want, wg, wb, gg, gb: scratch (total,
+ * n, n, n, n values). */
+static void backward_errors(jitop_dtype dt, const double *dy, const double *x, const double *g,
+                            const double *mu, const double *rs, int64_t m, int n, dbuf ddx,
+                            dbuf ddg, dbuf ddb, double *got, double *want, double *wg, double *wb,
+                            double *gg, double *gb, double e[3])
+{
+    const size_t total = (size_t)m * (size_t)n;
+    ref_backward(dy, x, g, mu, rs, m, n, want, wg, wb);
+    fetch(dt, ddx, total, got);
+    fetch(dt, ddg, (size_t)n, gg);
+    fetch(dt, ddb, (size_t)n, gb);
+    e[0] = jt_rel_error(got, want, total);
+    e[1] = jt_rel_error(gg, wg, (size_t)n);
+    e[2] = jt_rel_error(gb, wb, (size_t)n);
+}
+
+/* One forward and two backwards chained through device memory on stream,
+ * with no synchronization between the calls: backward #1 takes the
+ * forward's y as dy, backward #2 takes backward #1's dx, written two grids
+ * before it (the backward's kernel, then its dgamma/dbeta reduction).
+ * Under programmatic dependent launch (sm_90: the backward's kernels by
+ * default) a grid starts while the one before it ends, and must wait for
+ * its writes before it reads; a read too early sees the NaN poison or a
+ * partial row. Checked once, after one synchronization at the end: each
+ * stage against float64 from that stage's actual inputs as the device
+ * holds them (y, then dx1, rounded to dt), so that 16-bit rounding of one
+ * stage does not carry into the next one's check. Affine. */
+static void check_chain(jitop_dtype dt, int64_t m, int n, CUstream stream)
+{
+    const size_t es = jitop_dtype_size(dt), total = (size_t)m * (size_t)n;
+    void *hx = malloc(total * es), *hg = malloc(n * es), *hb = malloc(n * es);
+    double *x = malloc(total * sizeof *x), *y = malloc(total * sizeof *y),
+           *dx1 = malloc(total * sizeof *dx1), *want = malloc(total * sizeof *want),
+           *g = malloc(n * sizeof *g), *b = malloc(n * sizeof *b), *wg = malloc(n * sizeof *wg),
+           *wb = malloc(n * sizeof *wb), *gg = malloc(n * sizeof *gg),
+           *gb = malloc(n * sizeof *gb), *mu = malloc(m * sizeof *mu),
+           *rs = malloc(m * sizeof *rs), *fm = malloc(m * sizeof *fm),
+           *fr = malloc(m * sizeof *fr);
+    assert_true(hx && hg && hb && x && y && dx1 && want && g && b && wg && wb && gg && gb && mu &&
+                rs && fm && fr);
+    draw_x(dt, hx, x, total);
+    draw(dt, hg, g, n, 0.5f, 1.5f);
+    draw(dt, hb, b, n, -1.0f, 1.0f);
+    dbuf dX = upload(hx, total * es), dG = upload(hg, n * es), dB = upload(hb, n * es);
+    dbuf out[9] = {dalloc(total * es, 0), dalloc(m * 4, 0),   dalloc(m * 4, 0),
+                   dalloc(total * es, 0), dalloc(n * es, 0),  dalloc(n * es, 0),
+                   dalloc(total * es, 0), dalloc(n * es, 0),  dalloc(n * es, 0)};
+    const dbuf dY = out[0], dmean = out[1], drstd = out[2], ddx1 = out[3], ddg1 = out[4],
+               ddb1 = out[5], ddx2 = out[6], ddg2 = out[7], ddb2 = out[8];
+    for (int i = 0; i < 9; i++)
+        poison(out[i]);
+    /* the copies and the poison went to the legacy stream, which a
+     * non-blocking stream does not wait for */
+    CU(cu->cuCtxSynchronize());
+    OK(jitop_layernorm_forward(ctx, dt, m, n, EPS, ptr(dX), ptr(dG), ptr(dB), ptr(dY),
+                               (float *)ptr(dmean), (float *)ptr(drstd), stream));
+    OK(jitop_layernorm_backward(ctx, dt, m, n, ptr(dY), ptr(dX), ptr(dG), (const float *)ptr(dmean),
+                                (const float *)ptr(drstd), ptr(ddx1), ptr(ddg1), ptr(ddb1),
+                                stream));
+    OK(jitop_layernorm_backward(ctx, dt, m, n, ptr(ddx1), ptr(dX), ptr(dG),
+                                (const float *)ptr(dmean), (const float *)ptr(drstd), ptr(ddx2),
+                                ptr(ddg2), ptr(ddb2), stream));
+    CU(cu->cuCtxSynchronize());
+
+    /* the forward */
+    ref_forward(x, g, b, m, n, mu, rs, want);
+    fetch(dt, dY, total, y);
+    fetch(JITOP_FLOAT32, dmean, (size_t)m, fm);
+    fetch(JITOP_FLOAT32, drstd, (size_t)m, fr);
+    const double e_y = jt_rel_error(y, want, total), e_mu = mean_error(fm, mu, x, m, n),
+                 e_rs = jt_rel_error(fr, rs, (size_t)m);
+    /* backward #1, dy = y as stored */
+    double e1[3], e2[3];
+    backward_errors(dt, y, x, g, mu, rs, m, n, ddx1, ddg1, ddb1, dx1, want, wg, wb, gg, gb, e1);
+    /* backward #2, dy = dx1 as stored (y's buffer takes dx2) */
+    backward_errors(dt, dx1, x, g, mu, rs, m, n, ddx2, ddg2, ddb2, y, want, wg, wb, gg, gb, e2);
+    const double t = tol(dt);
+    if (!(e_y < t && e_mu < 1e-5 && e_rs < 1e-5 && e1[0] < t && e1[1] < t && e1[2] < t &&
+          e2[0] < t && e2[1] < t && e2[2] < t))
+        fail_msg("chain %s M=%lld N=%d on %s stream: rel err y %.2e mean %.2e rstd %.2e; "
+                 "backward #1 (dy = y) dx %.2e dgamma %.2e dbeta %.2e; backward #2 (dy = dx1) "
+                 "dx %.2e dgamma %.2e dbeta %.2e (tolerance %.0e)",
+                 dname(dt), (long long)m, n, stream ? "a created" : "the legacy", e_y, e_mu, e_rs,
+                 e1[0], e1[1], e1[2], e2[0], e2[1], e2[2], t);
+    for (int i = 0; i < 9; i++)
+        dfree(&out[i]);
+    dfree(&dX);
+    dfree(&dG);
+    dfree(&dB);
+    free(hx), free(hg), free(hb), free(x), free(y), free(dx1), free(want), free(g), free(b);
+    free(wg), free(wb), free(gg), free(gb), free(mu), free(rs), free(fm), free(fr);
+}
+
+/* The programmatic-launch tests' shapes: float32 N=1024 (register
+ * kernel), float16 N=65536 (sm_90: the copy-engine cluster kernels),
+ * bfloat16 N=6145 (rows the 16-byte vector does not divide). */
+static const struct {
+    jitop_dtype dt;
+    int64_t m;
+    int n;
+} PDL_CASES[] = {
+    {JITOP_FLOAT32, 1030, 1024},
+    {JITOP_FLOAT16, 64, 65536},
+    {JITOP_BFLOAT16, 601, 6145},
+};
+
+/* check_chain on the program's context (JITOP_LN_PDL unset: the backward's
+ * two kernels under programmatic dependent launch), on the legacy stream
+ * and on a stream of its own: float32 N=1024 (register kernel), float16
+ * N=65536 (sm_90: the copy-engine cluster kernels), bfloat16 N=6145 (rows
+ * the 16-byte vector does not divide). */
+static void test_programmatic_chain(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    CUstream stream = NULL;
+    CU(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (size_t i = 0; i < sizeof PDL_CASES / sizeof PDL_CASES[0]; i++) {
+        check_chain(PDL_CASES[i].dt, PDL_CASES[i].m, PDL_CASES[i].n, NULL);
+        check_chain(PDL_CASES[i].dt, PDL_CASES[i].m, PDL_CASES[i].n, stream);
+    }
+    CU(cu->cuStreamDestroy(stream));
+}
+
+/* A producer that lets the grid behind it start at once
+ * (griddepcontrol.launch_dependents first), then spins ~200 us before it
+ * copies src to dst: a LayerNorm pass launched behind it with programmatic
+ * launch has its blocks scheduled while it spins, so it reads dst's NaN
+ * poison unless its kernels wait for the producer's grid before they read
+ * (test_programmatic_chain cannot tell: without an early trigger a
+ * dependent grid starts only after every block of the one before has
+ * ended, so only the memory flush would be left to race). */
+static const char LATE_COPY_SRC[] =
+    "extern \"C\" __global__ void ln_test_late_copy(const unsigned char *src, unsigned char *dst,\n"
+    "                                               long long n)\n"
+    "{\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "    unsigned long long t0, t;\n"
+    "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "    do\n"
+    "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "    while (t - t0 < 200000);\n"
+    "    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (long long)gridDim.x * blockDim.x)\n"
+    "        dst[i] = src[i];\n"
+    "}\n";
+
+/* The producer's op on ctx. */
+static jitop_op *late_copy_op(void)
+{
+    char *dir = jt_tmpdir();
+    char *path = jt_write(dir, "late_copy.cu", LATE_COPY_SRC);
+    const char *srcs[1] = {path};
+    jitop_module *m = NULL;
+    jitop_op *op = NULL;
+    OK(jitop_load(ctx, "ln_test_late", srcs, 1, NULL, 0, &m));
+    OK(jitop_op_get(m, "ln_test_late_copy", &op));
+    free(path);
+    free(dir);
+    return op;
+}
+
+/* One pass of dt rows (affine) whose input (dy for the backward, x for the
+ * forward) the late producer writes just before it, on one stream with no
+ * synchronization between: checked against float64 from the staged
+ * values (the backward's mean and rstd from a forward before, synchronized). */
+static void check_late_input(jitop_dtype dt, int64_t m, int n, int bwd, CUstream stream)
+{
+    const size_t es = jitop_dtype_size(dt), total = (size_t)m * (size_t)n;
+    void *hx = malloc(total * es), *hdy = malloc(total * es), *hg = malloc(n * es),
+         *hb = malloc(n * es);
+    double *x = malloc(total * sizeof *x), *dy = malloc(total * sizeof *dy),
+           *want = malloc(total * sizeof *want), *got = malloc(total * sizeof *got),
+           *g = malloc(n * sizeof *g), *b = malloc(n * sizeof *b), *wg = malloc(n * sizeof *wg),
+           *wb = malloc(n * sizeof *wb), *gg = malloc(n * sizeof *gg), *gb = malloc(n * sizeof *gb),
+           *mu = malloc(m * sizeof *mu), *rs = malloc(m * sizeof *rs);
+    assert_true(hx && hdy && hg && hb && x && dy && want && got && g && b && wg && wb && gg && gb &&
+                mu && rs);
+    draw_x(dt, hx, x, total);
+    draw(dt, hdy, dy, total, -1.0f, 1.0f);
+    draw(dt, hg, g, n, 0.5f, 1.5f);
+    draw(dt, hb, b, n, -1.0f, 1.0f);
+    /* the late input's staging copy; its real buffer starts as NaN */
+    dbuf stage = upload(bwd ? hdy : hx, total * es), late = dalloc(total * es, 0);
+    dbuf dX = bwd ? upload(hx, total * es) : late, dDY = bwd ? late : stage;
+    dbuf dG = upload(hg, n * es), dB = upload(hb, n * es), dY = dalloc(total * es, 0),
+         dmean = dalloc(m * 4, 0), drstd = dalloc(m * 4, 0), ddx = dalloc(total * es, 0),
+         ddg = dalloc(n * es, 0), ddb = dalloc(n * es, 0);
+    dbuf poisoned[] = {late, dY, ddx, ddg, ddb};
+    for (size_t i = 0; i < sizeof poisoned / sizeof poisoned[0]; i++)
+        poison(poisoned[i]);
+    CU(cu->cuCtxSynchronize());
+    if (bwd) /* mean and rstd; y is not checked here */
+        OK(jitop_layernorm_forward(ctx, dt, m, n, EPS, ptr(dX), ptr(dG), ptr(dB), ptr(dY),
+                                   (float *)ptr(dmean), (float *)ptr(drstd), stream));
+    CU(cu->cuCtxSynchronize());
+    jitop_op *copy = late_copy_op();
+    long long count = (long long)(total * es);
+    void *args[] = {&stage.p, &late.p, &count};
+    size_t sizes[] = {8, 8, 8};
+    OK(jitop_launch(copy, (jitop_dim3){8, 1, 1}, (jitop_dim3){256, 1, 1}, 0, stream, args, sizes,
+                    3));
+    if (bwd)
+        OK(jitop_layernorm_backward(ctx, dt, m, n, ptr(dDY), ptr(dX), ptr(dG),
+                                    (const float *)ptr(dmean), (const float *)ptr(drstd),
+                                    ptr(ddx), ptr(ddg), ptr(ddb), stream));
+    else
+        OK(jitop_layernorm_forward(ctx, dt, m, n, EPS, ptr(dX), ptr(dG), ptr(dB), ptr(dY),
+                                   (float *)ptr(dmean), (float *)ptr(drstd), stream));
+    CU(cu->cuCtxSynchronize());
+    ref_stats(x, m, n, mu, rs);
+    double e[3] = {0, 0, 0};
+    if (bwd) {
+        backward_errors(dt, dy, x, g, mu, rs, m, n, ddx, ddg, ddb, got, want, wg, wb, gg, gb, e);
+    } else {
+        ref_forward(x, g, b, m, n, mu, rs, want);
+        fetch(dt, dY, total, got);
+        e[0] = jt_rel_error(got, want, total);
+    }
+    const double t = tol(dt);
+    if (!(e[0] < t && e[1] < t && e[2] < t))
+        fail_msg("%s %s M=%lld N=%d behind a producer that released it early: rel err %s %.2e "
+                 "dgamma %.2e dbeta %.2e (tolerance %.0e; NaN: read before the producer wrote)",
+                 bwd ? "backward" : "forward", dname(dt), (long long)m, n, bwd ? "dx" : "y", e[0],
+                 e[1], e[2], t);
+    dbuf all[] = {stage, late, dG, dB, dY, dmean, drstd, ddx, ddg, ddb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dfree(&all[i]);
+    if (bwd)
+        dfree(&dX);
+    free(hx), free(hdy), free(hg), free(hb), free(x), free(dy), free(want), free(got), free(g);
+    free(b), free(wg), free(wb), free(gg), free(gb), free(mu), free(rs);
+}
+
+/* Each pass under programmatic launch, behind a producer that releases it
+ * early: the default (the backward's kernels) on the program's context, and
+ * the forward on a context with JITOP_LN_PDL=1. The register kernels, a
+ * copy-engine cluster shape and rows the 16-byte vector does not divide. */
+static void test_programmatic_early_release(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    CUstream stream = NULL;
+    CU(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (size_t i = 0; i < sizeof PDL_CASES / sizeof PDL_CASES[0]; i++)
+        check_late_input(PDL_CASES[i].dt, PDL_CASES[i].m, PDL_CASES[i].n, 1, stream);
+    set_pdl_env("1");
+    use_ctx(new_ctx(NULL));
+    for (size_t i = 0; i < sizeof PDL_CASES / sizeof PDL_CASES[0]; i++)
+        check_late_input(PDL_CASES[i].dt, PDL_CASES[i].m, PDL_CASES[i].n, 0, stream);
+    restore_ctx();
+    restore_pdl_env();
+    CU(cu->cuStreamDestroy(stream));
+}
+
+/* test_programmatic_settings_agree's shapes: the inputs and outputs on the
+ * device, and the program context's outputs as read back. */
+typedef struct pdl_case {
+    jitop_dtype dt;
+    int64_t m;
+    int n;
+    dbuf x, dy, g, b, y, mean, rstd, dx, dg, db;
+    void *hy, *hdx, *hdg, *hdb;
+    float *hmean, *hrstd;
+} pdl_case;
+
+/* Forward + backward (affine) of k on ctx, the outputs poisoned first, read
+ * back into hy ... hrstd. */
+static void run_pdl_case(const pdl_case *k, void *hy, void *hdx, void *hdg, void *hdb,
+                         float *hmean, float *hrstd)
+{
+    const size_t es = jitop_dtype_size(k->dt), total = (size_t)k->m * (size_t)k->n;
+    const dbuf outs[] = {k->y, k->mean, k->rstd, k->dx, k->dg, k->db};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        poison(outs[i]);
+    OK(jitop_layernorm_forward(ctx, k->dt, k->m, k->n, EPS, ptr(k->x), ptr(k->g), ptr(k->b),
+                               ptr(k->y), (float *)ptr(k->mean), (float *)ptr(k->rstd), NULL));
+    OK(jitop_layernorm_backward(ctx, k->dt, k->m, k->n, ptr(k->dy), ptr(k->x), ptr(k->g),
+                                (const float *)ptr(k->mean), (const float *)ptr(k->rstd),
+                                ptr(k->dx), ptr(k->dg), ptr(k->db), NULL));
+    CU(cu->cuCtxSynchronize());
+    CU(cu->cuMemcpyDtoH(hy, k->y.p, total * es));
+    CU(cu->cuMemcpyDtoH(hdx, k->dx.p, total * es));
+    CU(cu->cuMemcpyDtoH(hdg, k->dg.p, (size_t)k->n * es));
+    CU(cu->cuMemcpyDtoH(hdb, k->db.p, (size_t)k->n * es));
+    CU(cu->cuMemcpyDtoH(hmean, k->mean.p, (size_t)k->m * 4));
+    CU(cu->cuMemcpyDtoH(hrstd, k->rstd.p, (size_t)k->m * 4));
+}
+
+/* Fails unless got holds want's bytes, naming the first element that
+ * differs. */
+static void expect_same(const char *setting, const pdl_case *k, const char *what, const void *want,
+                        const void *got, size_t count, size_t es)
+{
+    if (memcmp(want, got, count * es) == 0)
+        return;
+    size_t i = 0;
+    while (memcmp((const char *)want + i * es, (const char *)got + i * es, es) == 0)
+        i++;
+    fail_msg("JITOP_LN_PDL=%s: %s M=%lld N=%d: %s differs from the program context's at element "
+             "%zu of %zu",
+             setting, dname(k->dt), (long long)k->m, k->n, what, i, count);
+}
+
+/* Fails where any of count values of dt at h is NaN (the poison left). */
+static void expect_written(const pdl_case *k, const char *what, jitop_dtype dt, const void *h,
+                           size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (isnan(load(dt, h, i)))
+            fail_msg("%s M=%lld N=%d: %s[%zu] is NaN", dname(k->dt), (long long)k->m, k->n, what,
+                     i);
+}
+
+/* Programmatic dependent launch changes when a kernel starts, never what
+ * it computes: under each JITOP_LN_PDL (0 none, 1 both passes, fwd, bwd;
+ * each in a fresh context, which reads it at its first LayerNorm call)
+ * forward + backward (affine) of the same inputs give the program
+ * context's outputs bit for bit (y, mean, rstd, dx, dgamma, dbeta; the
+ * dgamma/dbeta reduction has a fixed order). float16 N=4096 (register
+ * kernels), float32 N=49152 (sm_90: the copy-engine cluster kernels). */
+static void test_programmatic_settings_agree(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    pdl_case cases[2] = {{.dt = JITOP_FLOAT16, .m = 2000, .n = 4096},
+                         {.dt = JITOP_FLOAT32, .m = 200, .n = 49152}};
+    enum { NCASES = sizeof cases / sizeof cases[0] };
+    size_t most = 0, most_n = 0, most_m = 0;
+    for (int c = 0; c < NCASES; c++) {
+        pdl_case *k = &cases[c];
+        const size_t es = jitop_dtype_size(k->dt), total = (size_t)k->m * (size_t)k->n,
+                     n = (size_t)k->n, m = (size_t)k->m;
+        most = total * es > most ? total * es : most;
+        most_n = n * es > most_n ? n * es : most_n;
+        most_m = m > most_m ? m : most_m;
+        void *h = malloc(total * es);
+        double *v = malloc(total * sizeof *v);
+        assert_true(h && v);
+        draw_x(k->dt, h, v, total);
+        k->x = upload(h, total * es);
+        draw(k->dt, h, v, total, -1.0f, 1.0f);
+        k->dy = upload(h, total * es);
+        draw(k->dt, h, v, n, 0.5f, 1.5f);
+        k->g = upload(h, n * es);
+        draw(k->dt, h, v, n, -1.0f, 1.0f);
+        k->b = upload(h, n * es);
+        free(h);
+        free(v);
+        k->y = dalloc(total * es, 0);
+        k->dx = dalloc(total * es, 0);
+        k->dg = dalloc(n * es, 0);
+        k->db = dalloc(n * es, 0);
+        k->mean = dalloc(m * 4, 0);
+        k->rstd = dalloc(m * 4, 0);
+        k->hy = malloc(total * es);
+        k->hdx = malloc(total * es);
+        k->hdg = malloc(n * es);
+        k->hdb = malloc(n * es);
+        k->hmean = malloc(m * 4);
+        k->hrstd = malloc(m * 4);
+        assert_true(k->hy && k->hdx && k->hdg && k->hdb && k->hmean && k->hrstd);
+        run_pdl_case(k, k->hy, k->hdx, k->hdg, k->hdb, k->hmean, k->hrstd);
+        /* every output written: identical poison would agree too */
+        expect_written(k, "y", k->dt, k->hy, total);
+        expect_written(k, "dx", k->dt, k->hdx, total);
+        expect_written(k, "dgamma", k->dt, k->hdg, n);
+        expect_written(k, "dbeta", k->dt, k->hdb, n);
+        expect_written(k, "mean", JITOP_FLOAT32, k->hmean, m);
+        expect_written(k, "rstd", JITOP_FLOAT32, k->hrstd, m);
+    }
+    void *hy = malloc(most), *hdx = malloc(most), *hdg = malloc(most_n), *hdb = malloc(most_n);
+    float *hmean = malloc(most_m * 4), *hrstd = malloc(most_m * 4);
+    assert_true(hy && hdx && hdg && hdb && hmean && hrstd);
+    static const char *const settings[] = {"0", "1", "fwd", "bwd"};
+    for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        set_pdl_env(settings[s]);
+        use_ctx(new_ctx(NULL));
+        for (int c = 0; c < NCASES; c++) {
+            const pdl_case *k = &cases[c];
+            const size_t es = jitop_dtype_size(k->dt), total = (size_t)k->m * (size_t)k->n;
+            run_pdl_case(k, hy, hdx, hdg, hdb, hmean, hrstd);
+            expect_same(settings[s], k, "y", k->hy, hy, total, es);
+            expect_same(settings[s], k, "mean", k->hmean, hmean, (size_t)k->m, 4);
+            expect_same(settings[s], k, "rstd", k->hrstd, hrstd, (size_t)k->m, 4);
+            expect_same(settings[s], k, "dx", k->hdx, hdx, total, es);
+            expect_same(settings[s], k, "dgamma", k->hdg, hdg, (size_t)k->n, es);
+            expect_same(settings[s], k, "dbeta", k->hdb, hdb, (size_t)k->n, es);
+        }
+    }
+    restore_ctx();
+    restore_pdl_env();
+    for (int c = 0; c < NCASES; c++) {
+        pdl_case *k = &cases[c];
+        dbuf *all[] = {&k->x, &k->dy, &k->g, &k->b, &k->y, &k->mean, &k->rstd, &k->dx, &k->dg,
+                       &k->db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            dfree(all[i]);
+        free(k->hy), free(k->hdx), free(k->hdg), free(k->hdb), free(k->hmean), free(k->hrstd);
+    }
+    free(hy), free(hdx), free(hdg), free(hdb), free(hmean), free(hrstd);
+}
+
+/* A context whose arch is below the device's (cfg.arch compute_75 and
+ * compute_80 on an sm_90 GPU) loads PTX for that arch, which the driver
+ * compiles (__CUDA_ARCH__ 750 and 800 in the kernels: sm_75's
+ * element-by-element 16-bit converts, bfloat16 rounded by hand), and
+ * takes that arch's plans (no clusters or copy-engine kernels, 64 KiB and
+ * 163 KiB of shared memory a block); before, it took sm_90's cluster plans,
+ * which its kernels cannot run. Every dtype, affine on and off, rows the
+ * 16-byte vector divides and rows it does not (1001, 12289), up to 65536
+ * (without clusters: a block a row, or the generic kernel), each prewarmed
+ * first (one compile for its five instances). A driver that refuses the
+ * PTX fails the test. */
+static void test_ctx_arch_below_device(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    static const char *const archs[] = {"compute_75", "compute_80"};
+    static const int ns[] = {1000, 1001, 4096, 12289, 65536};
+    const jitop_dtype dts[3] = {JITOP_FLOAT16, JITOP_BFLOAT16, JITOP_FLOAT32};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        use_ctx(new_ctx(archs[a]));
+        const char *arch = NULL;
+        OK(jitop_ctx_arch(ctx, &arch));
+        assert_string_equal(arch, archs[a]);
+        print_message("context arch %s\n", arch);
+        for (int d = 0; d < 3; d++)
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+                OK(jitop_layernorm_prewarm(ctx, NULL, dts[d], ns[i]));
+                for (int affine = 1; affine >= 0; affine--)
+                    check_case(dts[d], ns[i] == 65536 ? 8 : 64, ns[i], affine, PLAIN);
+            }
+    }
+    restore_ctx();
+}
+
+/* A JITOP_LN_PDL that is none of bwd, 1, fwd and 0 fails a context's first
+ * LayerNorm call (forward or backward) with JITOP_EINVAL naming it, before
+ * any use of the driver (so this needs no GPU); nothing of the failed call
+ * stays: under a good value the next call goes on (to the driver, which
+ * this context may not open). */
+static void test_bad_pdl_setting(void **state)
+{
+    (void)state;
+    char *dir = NULL;
+    jitop_ctx *c = compile_only_ctx(NULL, &dir);
+    float dummy[16];
+    set_pdl_env("sometimes");
+    int rc = jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, EPS, dummy, NULL, NULL, dummy, NULL,
+                                     NULL, NULL);
+    assert_int_equal(rc, JITOP_EINVAL);
+    const char *want = "JITOP_LN_PDL is 'sometimes': expected bwd, 1, fwd or 0";
+    if (strstr(jitop_errmsg(NULL), want) == NULL)
+        fail_msg("forward: the message: %s", jitop_errmsg(NULL));
+    rc = jitop_layernorm_backward(c, JITOP_FLOAT32, 4, 4, dummy, dummy, NULL, dummy, dummy, dummy,
+                                  NULL, NULL, NULL);
+    assert_int_equal(rc, JITOP_EINVAL);
+    if (strstr(jitop_errmsg(NULL), "JITOP_LN_PDL is 'sometimes'") == NULL)
+        fail_msg("backward: the message: %s", jitop_errmsg(NULL));
+    set_pdl_env("bwd");
+    rc = jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, EPS, dummy, NULL, NULL, dummy, NULL, NULL,
+                                 NULL);
+    assert_int_equal(rc, JITOP_ENODRIVER);
+    restore_pdl_env();
+    jitop_ctx_destroy(c);
+    free(dir);
+}
+
+/* A context whose arch does not parse as sm_NN or compute_NN: its first
+ * LayerNorm call fails with JITOP_EINVAL naming the arch, before any
+ * driver is asked (the plans are made for the arch's capability). Needs
+ * no GPU. */
+static void test_bad_arch_setting(void **state)
+{
+    (void)state;
+    char *dir = NULL;
+    jitop_ctx *c = compile_only_ctx("gfx90a", &dir);
+    float dummy[16];
+    int rc = jitop_layernorm_forward(c, JITOP_FLOAT32, 4, 4, EPS, dummy, NULL, NULL, dummy, NULL,
+                                     NULL, NULL);
+    assert_int_equal(rc, JITOP_EINVAL);
+    if (strstr(jitop_errmsg(NULL), "arch 'gfx90a' is not sm_NN or compute_NN") == NULL)
+        fail_msg("forward: the message: %s", jitop_errmsg(NULL));
+    jitop_ctx_destroy(c);
+    free(dir);
+}
+
+/* The backward's partial dgamma/dbeta rows live in a workspace per context
+ * and stream, whose 128-byte lines the reduction drops from L2 once read,
+ * without writing them back (discard.L2: their bytes become undefined):
+ * every call must write its partials anew and its reduction see only
+ * those. One context and stream, M = 3000, float32 and float16, N = 2048
+ * (whole lines of 32 columns) and 1000 (the last line of each half
+ * partial): the backward with dgamma only (the reduction reads and drops
+ * dgamma's half, dbeta's stays), dbeta only, then both, each on fresh dy
+ * and checked (dx too) against float64, the outputs poisoned first; once
+ * synchronizing after each call, once the three back to back. */
+static void test_backward_partials_reused(void **state)
+{
+    (void)state;
+    JT_REQUIRE_GPU();
+    setup_ctx();
+    static const struct {
+        jitop_dtype dt;
+        int n;
+    } cases[] = {
+        {JITOP_FLOAT32, 2048},
+        {JITOP_FLOAT32, 1000},
+        {JITOP_FLOAT16, 2048},
+        {JITOP_FLOAT16, 1000},
+    };
+    static const char *const what[3] = {"dgamma only", "dbeta only", "dgamma and dbeta"};
+    const int64_t m = 3000;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const jitop_dtype dt = cases[i].dt;
+        const int n = cases[i].n;
+        const size_t es = jitop_dtype_size(dt), total = (size_t)m * (size_t)n;
+        void *hx = malloc(total * es), *hg = malloc(n * es), *hb = malloc(n * es),
+             *hdy[3] = {malloc(total * es), malloc(total * es), malloc(total * es)};
+        double *x = malloc(total * sizeof *x), *dy = malloc(total * sizeof *dy),
+               *want = malloc(total * sizeof *want), *got = malloc(total * sizeof *got),
+               *g = malloc(n * sizeof *g), *b = malloc(n * sizeof *b),
+               *wg = malloc(n * sizeof *wg), *wb = malloc(n * sizeof *wb),
+               *gg = malloc(n * sizeof *gg), *gb = malloc(n * sizeof *gb),
+               *mu = malloc(m * sizeof *mu), *rs = malloc(m * sizeof *rs);
+        assert_true(hx && hg && hb && hdy[0] && hdy[1] && hdy[2] && x && dy && want && got && g &&
+                    b && wg && wb && gg && gb && mu && rs);
+        draw_x(dt, hx, x, total);
+        draw(dt, hg, g, n, 0.5f, 1.5f);
+        draw(dt, hb, b, n, -1.0f, 1.0f);
+        ref_stats(x, m, n, mu, rs);
+        dbuf dX = upload(hx, total * es), dG = upload(hg, n * es), dB = upload(hb, n * es);
+        dbuf dY = dalloc(total * es, 0), dmean = dalloc(m * 4, 0), drstd = dalloc(m * 4, 0);
+        dbuf ddy[3], ddx[3], dgg[3], dgb[3];
+        for (int k = 0; k < 3; k++) {
+            ddy[k] = dalloc(total * es, 0);
+            ddx[k] = dalloc(total * es, 0);
+            dgg[k] = dalloc(n * es, 0);
+            dgb[k] = dalloc(n * es, 0);
+        }
+        OK(jitop_layernorm_forward(ctx, dt, m, n, EPS, ptr(dX), ptr(dG), ptr(dB), ptr(dY),
+                                   (float *)ptr(dmean), (float *)ptr(drstd), NULL));
+        for (int round = 0; round < 2; round++) {
+            for (int k = 0; k < 3; k++) {
+                draw(dt, hdy[k], dy, total, -1.0f, 1.0f);
+                CU(cu->cuMemcpyHtoD(ddy[k].p, hdy[k], total * es));
+                poison(ddx[k]);
+                poison(dgg[k]);
+                poison(dgb[k]);
+            }
+            for (int k = 0; k < 3; k++) {
+                OK(jitop_layernorm_backward(ctx, dt, m, n, ptr(ddy[k]), ptr(dX), ptr(dG),
+                                            (const float *)ptr(dmean), (const float *)ptr(drstd),
+                                            ptr(ddx[k]), k != 1 ? ptr(dgg[k]) : NULL,
+                                            k != 0 ? ptr(dgb[k]) : NULL, NULL));
+                if (round == 0 || k == 2)
+                    CU(cu->cuCtxSynchronize());
+            }
+            for (int k = 0; k < 3; k++) {
+                for (size_t j = 0; j < total; j++)
+                    dy[j] = load(dt, hdy[k], j);
+                ref_backward(dy, x, g, mu, rs, m, n, want, wg, wb);
+                fetch(dt, ddx[k], total, got);
+                const double e_dx = jt_rel_error(got, want, total);
+                double e_dg = 0, e_db = 0;
+                if (k != 1) {
+                    fetch(dt, dgg[k], (size_t)n, gg);
+                    e_dg = jt_rel_error(gg, wg, (size_t)n);
+                }
+                if (k != 0) {
+                    fetch(dt, dgb[k], (size_t)n, gb);
+                    e_db = jt_rel_error(gb, wb, (size_t)n);
+                }
+                const double t = tol(dt);
+                if (!(e_dx < t && e_dg < t && e_db < t))
+                    fail_msg("%s M=%lld N=%d, backward %d of 3 (%s), %s: rel err dx %.2e dgamma "
+                             "%.2e dbeta %.2e (tolerance %.0e)",
+                             dname(dt), (long long)m, n, k + 1, what[k],
+                             round == 0 ? "synchronized after each" : "back to back", e_dx, e_dg,
+                             e_db, t);
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            dfree(&ddy[k]);
+            dfree(&ddx[k]);
+            dfree(&dgg[k]);
+            dfree(&dgb[k]);
+            free(hdy[k]);
+        }
+        dfree(&dX), dfree(&dG), dfree(&dB), dfree(&dY), dfree(&dmean), dfree(&drstd);
+        free(hx), free(hg), free(hb), free(x), free(dy), free(want), free(got), free(g), free(b);
+        free(wg), free(wb), free(gg), free(gb), free(mu), free(rs);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_argument_errors),
+        cmocka_unit_test_teardown(test_bad_pdl_setting, restore_state),
+        cmocka_unit_test(test_bad_arch_setting),
         cmocka_unit_test(test_backward_finite_differences),
         cmocka_unit_test(test_backward_deterministic),
         cmocka_unit_test(test_f32),
@@ -985,6 +1787,11 @@ int main(void)
         cmocka_unit_test(test_odd_rows),
         cmocka_unit_test(test_forward_long_row_plans),
         cmocka_unit_test(test_backward_stage_plans),
+        cmocka_unit_test(test_programmatic_chain),
+        cmocka_unit_test_teardown(test_programmatic_early_release, restore_state),
+        cmocka_unit_test_teardown(test_programmatic_settings_agree, restore_state),
+        cmocka_unit_test_teardown(test_ctx_arch_below_device, restore_state),
+        cmocka_unit_test(test_backward_partials_reused),
     };
     const char *filter = getenv("JITOP_TEST_FILTER");
     if (filter != NULL && *filter != '\0')
