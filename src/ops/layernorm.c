@@ -107,11 +107,10 @@ static int ln_threads_rule(int *rule)
 
 /* The passes launched with programmatic dependent launch (sm_90):
  * JITOP_LN_PDL=bwd (or unset) the backward's two kernels, 1 both passes, fwd
- * the forward alone, 0 neither. The backward gains about a point of copy
- * bandwidth at most shapes (its kernel and the dgamma/dbeta reduction
- * start behind the previous grid's tail); the forward's register kernels
- * lost up to two at 16-bit 20480-45056, and its copy-engine kernel moved
- * within noise (bench/layernorm_NOTES.md, run 14). */
+ * the forward alone, 0 neither. The backward is two grids a call (its
+ * kernel, then the dgamma/dbeta reduction), each started behind the
+ * previous grid's tail; the forward's register kernels were slower so
+ * launched, so it is not by default (bench/layernorm_NOTES.md). */
 enum { LN_PDL_FWD = 1, LN_PDL_BWD = 2 };
 
 static int ln_pdl_passes(int *passes)
@@ -372,7 +371,7 @@ static char *ln_source(const jitop_ctx *ctx)
     return jitop__sprintf("%s/layernorm.cu", ctx->kernel_dir ? ctx->kernel_dir : ".");
 }
 
-static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
+static int ln_load_options(int cc, jitop_dtype dtype, int n, int affine, int rule,
                            const jitop__ln_cfg *cfg, jitop__strv *opts);
 
 /* *cc = the compute capability of the arch a context compiles for (what
@@ -411,16 +410,18 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     jitop__strv opts = {0};
     int rule = LN_THREADS_WARPS;
     jitop__ln_cfg cfg[2];
-    int pdl = 0;
+    int pdl = 0, cc = 0;
     int rc = ln_threads_rule(&rule);
     if (rc == JITOP_OK)
         rc = ln_pdl_passes(&pdl);
+    if (rc == JITOP_OK)
+        rc = ln_plan_cc(ctx, &cc);
     if (rc == JITOP_OK)
         rc = ln_plan_cfg(JITOP_FLOAT32, &cfg[0]);
     if (rc == JITOP_OK)
         rc = ln_plan_cfg(JITOP_FLOAT16, &cfg[1]);
     if (rc == JITOP_OK)
-        rc = ln_load_options(ctx, dtype, n, affine, rule, &cfg[ln_cfg_index(dtype)], &opts);
+        rc = ln_load_options(cc, dtype, n, affine, rule, &cfg[ln_cfg_index(dtype)], &opts);
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm");
     char *path = ln_source(ctx);
@@ -437,9 +438,6 @@ static int ln_state(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     if (rc != JITOP_OK)
         return jitop__fail_prefix(rc, "layernorm: loading kernels/layernorm.cu");
 
-    int cc;
-    if ((rc = ln_plan_cc(ctx, &cc)) != JITOP_OK)
-        return jitop__fail_prefix(rc, "layernorm");
     pthread_mutex_lock(&ctx->lock);
     rc = jitop__ops_state_get(ctx, &ops);
     if (rc == JITOP_OK && ops->layernorm == NULL) {
@@ -1443,16 +1441,13 @@ int jitop_layernorm_backward(jitop_ctx *ctx, jitop_dtype dtype, int64_t rows, in
 }
 
 /* -instance= options for the instances a forward and a backward of rows of
- * n elements ask (the reduction too when affine), on buffers aligned as
+ * n elements ask on the arch of capability cc (the reduction too when
+ * affine), on buffers aligned as
  * cuMemAlloc aligns them (the prewarm's rule): a call on other pointers
  * may pick a narrower vector, whose instance is then compiled at its get. */
-static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine, int rule,
+static int ln_load_options(int cc, jitop_dtype dtype, int n, int affine, int rule,
                            const jitop__ln_cfg *cfg, jitop__strv *opts)
 {
-    int cc;
-    int rc = ln_plan_cc(ctx, &cc);
-    if (rc != JITOP_OK)
-        return rc;
     /* the arch's target: the GPU's limit is not asked before the load
      * (which starts the driver); where it is smaller, the call plans
      * another instance, compiled at its first use */
@@ -1460,7 +1455,7 @@ static int ln_load_options(jitop_ctx *ctx, jitop_dtype dtype, int n, int affine,
     ln_plan plan;
     char red[64];
     ln_choose(0, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, &tg, rule);
-    rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
+    int rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
     ln_choose(1, &plan, cfg, dtype, n, affine, NULL, 0, NULL, 0, &tg, rule);
     if (rc == JITOP_OK)
         rc = jitop__strv_pushf(opts, "-instance=%s", plan.name);
