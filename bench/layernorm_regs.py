@@ -59,10 +59,11 @@ def shape_of(name, why, dt, n):
         stages = int(args[5]) if len(args) > 5 else 2
         return tpr, (n // cl) * (2 * stages * es + 4)
     if name.startswith("layernorm_fwd_bulk<"):
-        # S stages of x, then with GB (affine) gamma's and beta's shares
+        # S stages of x, then with GB 1 (affine) gamma's and beta's shares
+        # (GB 2 holds them in registers)
         tpr, cl = int(args[3]), int(args[4])
         stages = int(args[5]) if len(args) > 5 else 2
-        gb = int(args[6]) if len(args) > 6 and args[2] == "true" else 0
+        gb = int(args[6]) == 1 if len(args) > 6 and args[2] == "true" else 0
         return tpr, (stages + 2 * gb) * (n // cl) * es
     vec, tpr = int(args[3]), int(args[4])
     cl = int(args[5]) if "_cluster<" in name else 1
@@ -163,7 +164,7 @@ def main():
         if dt not in ES:
             raise SystemExit(f"shape {s}: dtype is f32, f16 or bf16")
         shapes.append((dt, int(n)))
-    src_path = os.path.join(ROOT, "kernels", "layernorm.cu")
+    src_path = os.path.join(os.environ.get("JITOP_KERNEL_DIR") or os.path.join(ROOT, "kernels"), "layernorm.cu")
     src = open(src_path).read()
     nv = Nvrtc(args.nvrtc)
     rows = ["| variant | shape | pass | instance | block | regs | spill st/ld B | smem B (static+dyn) "

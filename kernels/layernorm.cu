@@ -680,15 +680,17 @@ __device__ __forceinline__ void ln_cluster_stats(float sum_b, float m2_b, R &s, 
 {
     const unsigned rank = ln_cluster_rank();
     const int p = use & 1;
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         ln_mbar_expect(&s.peer_in[p], (CL - 1) * 2 * 4);
-#pragma unroll
-        for (unsigned r = 0; r < CL; r++)
-            if (r != rank) {
-                const unsigned bar = ln_cluster_addr(&s.peer_in[p], r);
-                ln_st_async(ln_cluster_addr(&s.peer[p][rank][0], r), sum_b, bar);
-                ln_st_async(ln_cluster_addr(&s.peer[p][rank][1], r), m2_b, bar);
-            }
+    // thread r sends to block r: the CL - 1 sends leave together, not one
+    // after another from thread 0, which also issues the copy engine's loads
+    // (ln_row_sum keeps thread 0's sends: in the backward the same change
+    // won at some row lengths and lost at others; bench/layernorm_NOTES.md,
+    // run 15)
+    if (threadIdx.x < CL && threadIdx.x != rank) {
+        const unsigned r = threadIdx.x, bar = ln_cluster_addr(&s.peer_in[p], r);
+        ln_st_async(ln_cluster_addr(&s.peer[p][rank][0], r), sum_b, bar);
+        ln_st_async(ln_cluster_addr(&s.peer[p][rank][1], r), m2_b, bar);
     }
     ln_mbar_wait<true>(&s.peer_in[p], (use >> 1) & 1);
     static_assert(CL == 2 || CL == 4 || CL == 8, "CL: 2, 4 or 8 (a power of two)");
@@ -1706,6 +1708,9 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 //   GB   1 (with AFFINE): the block's chunk of gamma and beta brought once
 //        by the copy engine into shared memory (as T, 2 x the chunk more)
 //        and read from there for every row instead of from L2
+//        2 (with AFFINE, rows of whole vectors): each thread's gamma and
+//        beta vectors loaded once into registers (2 x its x registers
+//        more) instead: no shared memory, so that more blocks fit an SM
 //   ONE  1: the row's statistics by one cluster exchange (ln_cluster_stats)
 //        instead of two
 //
@@ -1722,10 +1727,10 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 template <typename T, int N, int CL, int S = 2, int GB = 0>
 __host__ __device__ constexpr int ln_fwd_bulk_smem_bytes()
 {
-    // S stages of x, then with GB gamma's and beta's shares (SHIFT: and the
-    // vector after them, which the last body vector's shift reads)
+    // S stages of x, then with GB 1 gamma's and beta's shares (SHIFT: and
+    // the vector after them, which the last body vector's shift reads)
     using P = ln_bulk_split<T, N, CL>;
-    return (S * P::CVEC + (GB ? 2 * (P::CVEC + P::SHIFT) : 0)) * 16;
+    return (S * P::CVEC + (GB == 1 ? 2 * (P::CVEC + P::SHIFT) : 0)) * 16;
 }
 
 template <typename T, int N, bool AFFINE, int TPR, int CL, int S = 2, int GB = 0, int ONE = 0>
@@ -1750,8 +1755,9 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
     static_assert(TPR >= 32 && TPR <= 1024 && TPR % 32 == 0, "TPR: whole warps, 32 to 1024");
     static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "CL: 1, 2, 4 or 8");
     static_assert(S >= 2 && S <= 4, "S: 2 to 4 stages");
-    static_assert((GB == 0 || GB == 1) && (ONE == 0 || ONE == 1), "GB, ONE: 0 or 1");
-    constexpr bool GB_ = GB != 0 && AFFINE;
+    static_assert(GB >= 0 && GB <= 2 && (ONE == 0 || ONE == 1), "GB: 0, 1 or 2; ONE: 0 or 1");
+    static_assert(!(GB == 2 && SH), "GB 2: rows of whole vectors (a shifted row's pairs differ by row)");
+    constexpr bool GB_ = GB == 1 && AFFINE, GBR = GB == 2 && AFFINE;
     static_assert(ln_fwd_bulk_smem_bytes<T, N, CL, S, GB_>() <= 227 * 1024,
                   "the stages do not fit a block");
     // [x stage 0 .. x stage S-1] then with GB_ [gamma's share, beta's share]
@@ -1851,6 +1857,17 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
         else
             return ln_load_ro<16>(p + (v0 + v) * VEC);
     };
+    // GBR: this thread's gamma and beta vectors, held for every row
+    ln_raw<16> gr[GBR ? VPT : 1], br[GBR ? VPT : 1];
+    if constexpr (GBR) {
+#pragma unroll
+        for (int i = 0; i < VPT; i++) {
+            const int v = i * TPR + t;
+            const bool in = FULL || v < cv;
+            gr[i] = in && has_g ? param_vec(gamma, sgb, v, 0) : ln_zero<16>();
+            br[i] = in && has_b ? param_vec(beta, sgb, v, 0) : ln_zero<16>();
+        }
+    }
     // rows done (use), their stage s = use % S and its phase parity
     // ph = (use / S) & 1, kept as counters (no division per row)
     unsigned use = 0, ph = 0;
@@ -1859,6 +1876,12 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
         const unsigned char *st = ln_stage + s * CB;
         const int h = head(row);
         const ln_raw<ES> xsn = edge_load(row + step);
+        if constexpr (GBR) // held as raw T bits, converted where used (ln_opaque)
+#pragma unroll
+            for (int i = 0; i < VPT; i++) {
+                ln_opaque(gr[i]);
+                ln_opaque(br[i]);
+            }
         ln_mbar_wait(&bar[s], ph);
         ln_raw<16> xv[VPT];
 #pragma unroll
@@ -1954,7 +1977,11 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                 for (int e = 0; e < VEC; e++)
                     f[e] = (f[e] - mu) * rs;
                 if (has_g) {
-                    const ln_raw<16> gv = param_vec(gamma, sgb, v, h);
+                    ln_raw<16> gv;
+                    if constexpr (GBR)
+                        gv = gr[i];
+                    else
+                        gv = param_vec(gamma, sgb, v, h);
                     float g[VEC];
                     C::unpack(&gv, g);
 #pragma unroll
@@ -1962,7 +1989,11 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR)
                         f[e] *= g[e];
                 }
                 if (has_b) {
-                    const ln_raw<16> bv = param_vec(beta, sgb + GW * 16, v, h);
+                    ln_raw<16> bv;
+                    if constexpr (GBR)
+                        bv = br[i];
+                    else
+                        bv = param_vec(beta, sgb + GW * 16, v, h);
                     float b[VEC];
                     C::unpack(&bv, b);
 #pragma unroll

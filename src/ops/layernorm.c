@@ -151,6 +151,7 @@ static int ln_pdl_passes(int *passes)
         .bulk_idle = 100, .row_shift = 0, .shift_bwd_tpr = 0, .shift_bwd_pf = 0,                  \
         .shift_fwd_stages = 2, .shift_bwd_bulk = 0, .bulk_long_from = 0, .shift_bulk_long_from = 0,\
         .bulk_long_chunk = LN_BULK_CHUNK_BYTES, .bulk_long_ept = LN_BULK_ELEMS_PER_THREAD,         \
+        .shift_fwd_bulk_bytes = 0,                                                                 \
         .text = "default",                                                                         \
     }
 
@@ -167,16 +168,23 @@ static int ln_pdl_passes(int *passes)
  * - 16-bit copy-engine backward: whole warps where the power of two would
  *   leave a third or more of its element slots idle (N 18432, 20480,
  *   36864, 40960 at 1024 threads); with fewer idle, the power of two.
- * - 16-bit forward rows of 96 KiB or more (N >= 49152): the copy-engine
+ * - 16-bit forward rows of 72 KiB or more (N >= 36864): the copy-engine
  *   forward kernel, blocks of 16 KiB of a row (8 per row), 64 elements a
- *   thread (128 threads), 4 stages of
- *   rows in flight a block (the loads of the next rows hide each row's
- *   exchange), its gamma and beta in shared memory (read once, not from
- *   L2 every row) and one cluster exchange a row; below 96 KiB the
- *   register and cluster kernels.
- * - float32 forward rows of 144 KiB or more (N >= 36864): the same kernel
- *   in blocks of at most 32 KiB of a row (8 per row up to N 65536), 4
- *   stages, gamma and beta in shared memory, one exchange.
+ *   thread (128 threads), 4 stages of rows in flight a block (the loads of
+ *   the next rows hide each row's exchange), its gamma and beta in each
+ *   thread's registers (read once, not from L2 every row, and no shared
+ *   memory: 3 blocks an SM instead of the 2 that shared-memory copies
+ *   left) and one cluster exchange a row; below 72 KiB the register and
+ *   cluster kernels. Shifted rows (below) from 56 KiB (N >= 28672, where
+ *   the register kernels are slower for them), gamma and beta in shared
+ *   memory (their pairs move with each row's head).
+ * - float32 forward rows over 128 KiB (N > 32768, which one block of
+ *   1024 threads no longer holds; the register clusters there are
+ *   slower): the same kernel in blocks of at most 32 KiB of a row
+ *   (8 per row up to N 65536), 4 stages, gamma and beta in registers, one
+ *   exchange; shifted rows from 112 KiB (N >= 28672).
+ * - float32 backward rows of 64 KiB or more that one register block would
+ *   hold (shifted rows just over N 16384): the copy-engine kernel.
  * - One cluster exchange a row in the forward's register clusters too
  *   (one barrier less a row).
  * - float32 backward rows of 16-32 KiB (N 4096-8192, one block): the
@@ -207,7 +215,7 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
     static const jitop__ln_cfg legacy = LN_PLAN_LEGACY;
     *out = legacy;
     out->fwd_one_sync = 1;
-    out->fwd_bulk_gb = 1;
+    out->fwd_bulk_gb = 2;
     out->row_shift = 1;
     out->shift_fwd_stages = 3;
     out->shift_bwd_bulk = 1;
@@ -215,17 +223,20 @@ static void ln_plan_defaults(size_t es, jitop__ln_cfg *out)
         out->fwd_cluster_tpr = 256;
         out->fwd_fit = 1;
         out->fwd_bulk = 1;
-        out->fwd_bulk_bytes = 147456;
+        out->fwd_bulk_bytes = 131076;
         out->fwd_bulk_chunk = 32768;
         out->fwd_bulk_stages = 4;
+        out->shift_fwd_bulk_bytes = 114688;
         out->bwd_pf_from = 16384;
+        out->bwd_bulk_bytes = 65536;
     } else {
         out->fwd_min_blocks = 2;
         out->fwd_min_blocks_from = 320;
         out->fwd_min_blocks_to = 384;
         out->bwd_bulk_bytes = 24576;
         out->fwd_bulk = 1;
-        out->fwd_bulk_bytes = 98304;
+        out->fwd_bulk_bytes = 73728;
+        out->shift_fwd_bulk_bytes = 57344;
         out->fwd_bulk_chunk = 16384;
         out->fwd_bulk_stages = 4;
         out->fwd_bulk_ept = 64;
@@ -708,6 +719,10 @@ static int ln_rows_per_block(int tpr, int cl)
     return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
 }
 
+/* The plan line's words for a copy-engine forward's gamma and beta (gb). */
+static const char *const ln_gb_words[3] = {"", ", gamma and beta in shared memory",
+                                           ", gamma and beta in registers"};
+
 /* One line on a plan, for JITOP_VERBOSE: which kernel, how the row is split
  * (vectors per thread, idle lanes in the last pass), rows per block, what
  * the plan asks of the launch bounds, and which JITOP_LN_PLAN made it. */
@@ -737,10 +752,10 @@ static void ln_plan_describe(const ln_plan *p, int n, int vec, size_t es, char *
      * when not the kernels' 2, fwd_bulk_gb, fwd_one_sync) */
     if (bulk && p->stages > 2)
         snprintf(fwd, sizeof fwd, ", rows staged in shared memory (%d stages)%s", p->stages,
-                 p->gb ? ", gamma and beta in shared memory" : "");
+                 ln_gb_words[p->gb]);
     else if (bulk)
         snprintf(fwd, sizeof fwd, ", rows staged in shared memory%s",
-                 p->gb ? ", gamma and beta in shared memory" : "");
+                 ln_gb_words[p->gb]);
     else if (p->dyn)
         snprintf(fwd, sizeof fwd, ", accumulators%s in shared memory",
                  n % vec != 0 ? " and gamma" : "");
@@ -852,15 +867,20 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
     p->one = 0;
     p->stages = 0;
     p->gb = 0;
-    if (c->fwd_bulk && (long long)n * (long long)es >= c->fwd_bulk_bytes) {
+    const int from = n % vec != 0 && c->shift_fwd_bulk_bytes > 0 ? c->shift_fwd_bulk_bytes
+                                                                  : c->fwd_bulk_bytes;
+    if (c->fwd_bulk && (long long)n * (long long)es >= from) {
         int tpr, cl;
-        /* gamma and beta in shared memory only where the kernel reads them */
-        const int gb = c->fwd_bulk_gb && affine;
+        /* gamma and beta held only where the kernel reads them; a shifted
+         * row shifts them by its own head, so it keeps them in shared
+         * memory (gb 1) where registers are asked for (gb 2) */
+        const int gb = !affine ? 0 : c->fwd_bulk_gb == 2 && n % vec != 0 ? 1 : c->fwd_bulk_gb;
+        const int gbs = gb == 1; /* in shared memory */
         const int stages = n % vec != 0 ? c->shift_fwd_stages : c->fwd_bulk_stages;
         /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and beta's
-         * shares with gb (a shifted row's: a vector more each) */
-        const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gb) * 16,
-                                 .extra = n % vec != 0 ? (size_t)(2 * gb) * 16 : 0,
+         * shares with gb 1 (a shifted row's: a vector more each) */
+        const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gbs) * 16,
+                                 .extra = n % vec != 0 ? (size_t)(2 * gbs) * 16 : 0,
                                  .shift = 1};
         size_t dyn = 0;
         if ((size_t)vec * es == 16 &&

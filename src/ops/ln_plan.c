@@ -51,7 +51,7 @@ static const struct {
     {"fwd_bulk_ept", offsetof(jitop__ln_cfg, fwd_bulk_ept), LN_INT, 1, 256, 1},
     {"fwd_one_sync", offsetof(jitop__ln_cfg, fwd_one_sync), LN_BOOL, 0, 1, 1},
     {"fwd_bulk_stages", offsetof(jitop__ln_cfg, fwd_bulk_stages), LN_INT, 2, 4, 1},
-    {"fwd_bulk_gb", offsetof(jitop__ln_cfg, fwd_bulk_gb), LN_BOOL, 0, 1, 1},
+    {"fwd_bulk_gb", offsetof(jitop__ln_cfg, fwd_bulk_gb), LN_INT, 0, 2, 1},
     {"bwd_bulk_stages", offsetof(jitop__ln_cfg, bwd_bulk_stages), LN_INT, 2, 4, 1},
     {"bulk_idle", offsetof(jitop__ln_cfg, bulk_idle), LN_INT, 0, 100, 1},
     {"row_shift", offsetof(jitop__ln_cfg, row_shift), LN_BOOL, 0, 1, 1},
@@ -63,6 +63,7 @@ static const struct {
     {"bulk_long_chunk", offsetof(jitop__ln_cfg, bulk_long_chunk), LN_INT, 512, 65536, 16},
     {"bulk_long_ept", offsetof(jitop__ln_cfg, bulk_long_ept), LN_INT, 1, 256, 1},
     {"shift_bulk_long_from", offsetof(jitop__ln_cfg, shift_bulk_long_from), LN_INT, 0, 1 << 30, 1},
+    {"shift_fwd_bulk_bytes", offsetof(jitop__ln_cfg, shift_fwd_bulk_bytes), LN_INT, 0, 1 << 30, 1},
 };
 #define LN_NFIELDS (sizeof LN_FIELDS / sizeof LN_FIELDS[0])
 

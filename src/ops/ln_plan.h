@@ -55,7 +55,9 @@
  *                    (each a stage of its share of a row in shared memory)
  *   fwd_bulk_gb      1: layernorm_fwd_bulk keeps its share of gamma and beta
  *                    in shared memory (2 more shares' bytes), loaded once,
- *                    instead of reading them from L2 for every row
+ *                    instead of reading them from L2 for every row; 2: in
+ *                    each thread's registers (no shared memory; a shifted
+ *                    row takes 1)
  *   bwd_bulk_stages  layernorm_bwd_bulk's rows in flight per block, 2 to 4
  *                    (each a stage of its share of a row's x and dy in
  *                    shared memory)
@@ -90,6 +92,8 @@
  *   shift_bulk_long_from
  *                    the same threshold for rows the 16-byte vector does
  *                    not divide
+ *   shift_fwd_bulk_bytes
+ *                    fwd_bulk_bytes for such rows (0: fwd_bulk_bytes)
  * Any field may carry a dtype prefix, f32_ or h16_ (float16 and bfloat16),
  * to apply to that dtype only. The defaults differ by dtype
  * (src/ops/layernorm.c, chosen by the A/B in bench/layernorm_NOTES.md);
@@ -116,6 +120,7 @@ typedef struct jitop__ln_cfg {
     int bwd_bulk_stages, bulk_idle;
     int row_shift, shift_bwd_tpr, shift_bwd_pf, shift_fwd_stages, shift_bwd_bulk;
     int bulk_long_from, bulk_long_chunk, bulk_long_ept, shift_bulk_long_from;
+    int shift_fwd_bulk_bytes;
     /* the fields set for this dtype, canonical (table order, "name=value"
      * joined by ',', unprefixed), after "legacy" when the spec starts so,
      * or "default" when none: what JITOP_VERBOSE prints as the plan */

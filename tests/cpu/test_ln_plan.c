@@ -148,16 +148,16 @@ static void test_power_of_two_rows_unchanged(void **state)
 }
 
 /* No JITOP_LN_PLAN, or an empty one: the default plan, said so; a 16-bit
- * row of 96 KiB or more takes the copy-engine forward in 16 KiB blocks of
- * 128 threads (64 elements each), 4 stages, gamma and beta in shared
- * memory, one exchange a row (template arguments that the name, the cache
+ * row of 72 KiB or more takes the copy-engine forward in 16 KiB blocks of
+ * 128 threads (64 elements each), 4 stages, gamma and beta in registers,
+ * one exchange a row (template arguments that the name, the cache
  * key, carries); its backward (from 112 KiB, bulk_long_from) 8 blocks of
  * 256 threads. */
 static void test_default_plan_named(void **state)
 {
     (void)state;
     char *out = prewarm_ok("warps", "", "layernorm:bf16:65536");
-    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 4, 1, 1>: copy-engine "
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 65536, true, 128, 8, 4, 2, 1>: copy-engine "
                 "cluster kernel, 1024 threads per row (over a cluster of 8 blocks), 8 vectors of "
                 "16 B per thread");
     expect(out, "layernorm_bwd_bulk<__nv_bfloat16, 65536, true, 256, 8>: copy-engine cluster "
@@ -377,11 +377,23 @@ static void test_defaults_by_dtype(void **state)
          "threads per row (over a cluster of 4 blocks)",
          "layernorm_fwd_cluster<float, 131072, true, 4, 1024, 4>: cluster kernel"},
         {"layernorm:f32:36864",
-         "layernorm_fwd_bulk<float, 36864, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "layernorm_fwd_bulk<float, 36864, true, 256, 8, 4, 2, 1>: copy-engine cluster kernel, "
          "2048 threads per row (over a cluster of 8 blocks), 5 vectors of 16 B per thread, 10% of "
          "lanes idle in the last pass, rows staged in shared memory (4 stages), gamma and beta in "
-         "shared memory, one cluster exchange per row; plan default",
+         "registers, one cluster exchange per row; plan default",
          "layernorm_fwd_cluster<float, 36864, true, 4, 1024, 2>: cluster kernel"},
+        /* float32 rows one block of 1024 threads no longer holds: the
+         * copy-engine forward; 32768, which it holds, the register kernel */
+        {"layernorm:f32:33792",
+         "layernorm_fwd_bulk<float, 33792, true, 256, 8, 4, 2, 1>: copy-engine cluster kernel",
+         "layernorm_fwd_cluster<float, 33792, true, 4, 1024, 2>: cluster kernel"},
+        {"layernorm:f32:32768", "layernorm_fwd<float, 32768, true, 4, 1024>: register kernel",
+         "layernorm_fwd<float, 32768, true, 4, 1024>: register kernel"},
+        /* a shifted float32 row of 64 KiB and more that one register
+         * block would hold (bwd_bulk_bytes): the copy-engine backward */
+        {"layernorm:f32:16385",
+         "layernorm_bwd_bulk<float, 16385, true, 512, 2>: copy-engine cluster kernel",
+         "layernorm_bwd_cluster<float, 16385, true, 1, 1024, 2>: cluster kernel"},
         {"layernorm:f16:24576",
          "layernorm_fwd<__half, 24576, true, 8, 384, 2>: register kernel, 384 threads per row (1 "
          "row per block), 8 vectors of 16 B per thread, 0% of lanes idle in the last pass, launch "
@@ -417,14 +429,17 @@ static void test_defaults_by_dtype(void **state)
          "layernorm_bwd<float, 4352, true, 4, 544>: register kernel, 544 threads per row (1 row "
          "per block), 2 vectors of 16 B per thread, 0% of lanes idle in the last pass, "
          "accumulators in shared memory; plan legacy"},
-        /* 16-bit rows of 96 KiB or more: the copy-engine forward (6656
+        /* 16-bit rows of 72 KiB or more: the copy-engine forward (6656
          * elements a block: 128 threads of up to 64); below, the register
          * kernel */
         {"layernorm:f16:53248",
-         "layernorm_fwd_bulk<__half, 53248, true, 128, 8, 4, 1, 1>: copy-engine cluster kernel",
+         "layernorm_fwd_bulk<__half, 53248, true, 128, 8, 4, 2, 1>: copy-engine cluster kernel",
          "layernorm_fwd<__half, 53248, true, 8, 832>: register kernel"},
-        {"layernorm:f16:45056", "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel",
-         "layernorm_fwd<__half, 45056, true, 8, 704>: register kernel"},
+        {"layernorm:f16:36864",
+         "layernorm_fwd_bulk<__half, 36864, true, 128, 8, 4, 2, 1>: copy-engine cluster kernel",
+         "layernorm_fwd<__half, 36864, true, 8, 576>: register kernel"},
+        {"layernorm:f16:36352", "layernorm_fwd<__half, 36352, true, 8, 576>: register kernel",
+         "layernorm_fwd<__half, 36352, true, 8, 576>: register kernel"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char *out = prewarm_ok("warps", "", rows[i].spec);
@@ -460,10 +475,10 @@ static void test_forward_bulk(void **state)
     char *out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_chunk=32768", "layernorm:f16:65536");
     /* 32 KiB shares: 4 blocks, 256 threads at the 16-bit default's 64
      * elements a thread */
-    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 4, 4, 1, 1>: copy-engine cluster "
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 256, 4, 4, 2, 1>: copy-engine cluster "
                 "kernel, 1024 threads per row (over a cluster of 4 blocks), 8 vectors of 16 B per "
                 "thread, 0% of lanes idle in the last pass, rows staged in shared memory (4 "
-                "stages), gamma and beta in shared memory, one cluster exchange per row; plan "
+                "stages), gamma and beta in registers, one cluster exchange per row; plan "
                 "fwd_bulk=1,fwd_bulk_chunk=32768");
     expect(out, "prewarmed");
     free(out);
@@ -480,7 +495,7 @@ static void test_forward_bulk(void **state)
      * (1562 or 1563 each); in blocks of <= 8 KiB it would take more than 8 */
     out = prewarm_ok("warps", "fwd_bulk=1,fwd_bulk_bytes=65536,fwd_bulk_chunk=32768",
                      "layernorm:bf16:50000");
-    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 50000, true, 256, 4, 4, 1, 1>: copy-engine "
+    expect(out, "layernorm_fwd_bulk<__nv_bfloat16, 50000, true, 256, 4, 4, 2, 1>: copy-engine "
                 "cluster kernel, 1024 threads per row (over a cluster of 4 blocks), 7 vectors of "
                 "16 B per thread, 13% of lanes idle in the last pass");
     free(out);
@@ -526,7 +541,8 @@ static void test_plan_parse_forward_options(void **state)
         {"fwd_bulk_stages=1", "P: fwd_bulk_stages is '1': expected an integer in [2, 4]"},
         {"fwd_bulk_stages=5", "P: fwd_bulk_stages is '5': expected an integer in [2, 4]"},
         {"fwd_one_sync=2", "P: fwd_one_sync is '2': expected 0 or 1"},
-        {"fwd_bulk_gb=yes", "P: fwd_bulk_gb is 'yes': expected 0 or 1"},
+        {"fwd_bulk_gb=yes", "P: fwd_bulk_gb is 'yes': expected an integer in [0, 2]"},
+        {"fwd_bulk_gb=3", "P: fwd_bulk_gb is '3': expected an integer in [0, 2]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(jitop__ln_cfg_parse("P", bad[i].spec, 2, &d, &d, &c), JITOP_EINVAL);
@@ -600,6 +616,24 @@ static void test_forward_long_row_options(void **state)
     expect(out, "rows staged in shared memory, gamma and beta in shared memory; plan "
                 "fwd_one_sync=0,fwd_bulk_stages=2,fwd_bulk_gb=1");
     expect(out, "layernorm_fwd_bulk<__half, 65536, false, 128, 8>: copy-engine");
+    expect(out, "prewarmed");
+    free(out);
+    /* gamma and beta in registers: no shared memory for them, so float32
+     * 65536's 32 KiB shares at 3 stages are 96 KiB a block; a shifted row
+     * keeps them in shared memory (its pairs move with each row's head) */
+    out = prewarm_ok("warps", "fwd_bulk_gb=2,f32_fwd_bulk_stages=3", "layernorm:f32:65536");
+    expect(out, "layernorm_fwd_bulk<float, 65536, true, 256, 8, 3, 2, 1>: copy-engine cluster "
+                "kernel, 2048 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per "
+                "thread, 0% of lanes idle in the last pass, rows staged in shared memory (3 "
+                "stages), gamma and beta in registers, one cluster exchange per row; plan");
+    expect(out, "layernorm_fwd_bulk<float, 65536, false, 256, 8, 3, 0, 1>");
+    expect(out, "prewarmed");
+    free(out);
+    out = prewarm_ok("warps", "fwd_bulk_gb=2", "layernorm:f16:65535");
+    expect(out, "layernorm_fwd_bulk<__half, 65535, true, 128, 8, 3, 1, 1>: copy-engine cluster "
+                "kernel");
+    expect(out, "gamma and beta in shared memory");
+    expect_none(out, "in registers");
     expect(out, "prewarmed");
     free(out);
 }
@@ -1061,7 +1095,7 @@ static void test_backward_bulk_whole_warps(void **state)
         /* the forward's 6144-element shares: 128 threads of 64, not 96 */
         {"warps", "bulk_idle=0", "layernorm:f16:49152",
          "layernorm_bwd_bulk<__half, 49152, true, 768, 4>: copy-engine cluster kernel",
-         "layernorm_fwd_bulk<__half, 49152, true, 128, 8, 4, 1, 1>: copy-engine cluster kernel"},
+         "layernorm_fwd_bulk<__half, 49152, true, 128, 8, 4, 2, 1>: copy-engine cluster kernel"},
         /* float32: the power of two by default (4608 elements a block of
          * 512 threads of 16: 44% by the rule's measure), 288 threads of 16
          * when asked */
@@ -1103,17 +1137,17 @@ static void test_forward_bulk_ept(void **state)
     (void)state;
     static const plan_case cases[] = {
         {"warps", "", "layernorm:f16:65536",
-         "layernorm_fwd_bulk<__half, 65536, true, 128, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "layernorm_fwd_bulk<__half, 65536, true, 128, 8, 4, 2, 1>: copy-engine cluster kernel, "
          "1024 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread, 0% of "
          "lanes idle in the last pass, rows staged in shared memory (4 stages), gamma and beta in "
-         "shared memory, one cluster exchange per row; plan default",
+         "registers, one cluster exchange per row; plan default",
          NULL},
         {"warps", "h16_fwd_bulk_ept=32", "layernorm:f16:65536",
-         "layernorm_fwd_bulk<__half, 65536, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "layernorm_fwd_bulk<__half, 65536, true, 256, 8, 4, 2, 1>: copy-engine cluster kernel, "
          "2048 threads per row (over a cluster of 8 blocks), 4 vectors of 16 B per thread",
          NULL},
         {"warps", "", "layernorm:f32:65536",
-         "layernorm_fwd_bulk<float, 65536, true, 256, 8, 4, 1, 1>: copy-engine cluster kernel, "
+         "layernorm_fwd_bulk<float, 65536, true, 256, 8, 4, 2, 1>: copy-engine cluster kernel, "
          "2048 threads per row (over a cluster of 8 blocks), 8 vectors of 16 B per thread",
          NULL},
     };
@@ -1243,10 +1277,17 @@ static void test_row_shift(void **state)
           "memory, one cluster exchange per row, " LN_SHIFTED "; plan shift_fwd_stages=2",
           NULL, NULL, NULL},
          NULL},
-        /* under the copy-engine threshold: the register kernels */
+        /* shifted 16-bit rows from 56 KiB (shift_fwd_bulk_bytes) on the
+         * copy-engine forward, gamma and beta in shared memory; under it
+         * the register kernels */
         {"",
-         "layernorm:f16:40001",
-         {"layernorm_fwd<__half, 40001, true, 8, 640>: register kernel", NULL, NULL, NULL},
+         "layernorm:f16:28673",
+         {"layernorm_fwd_bulk<__half, 28673, true, 128, 4, 3, 1, 1>: copy-engine cluster kernel",
+          NULL, NULL, NULL},
+         NULL},
+        {"",
+         "layernorm:f16:28671",
+         {"layernorm_fwd<__half, 28671, true, 8, 448>: register kernel", NULL, NULL, NULL},
          "layernorm_fwd_bulk"},
         /* row_shift=0: the names before, nothing shifted */
         {"row_shift=0",

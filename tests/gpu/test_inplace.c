@@ -1,5 +1,5 @@
-/* jitop_square_matmul_inplace and jitop_softmax_inplace on a GPU against a
- * float64 CPU reference on fresh random inputs.
+/* jitop_square_matmul_inplace on a GPU against a float64 CPU reference on
+ * fresh random inputs.
  *
  * Square product: every dtype, W and W^T, m in {1, 7, 1000, 65536}, n in
  * {1, 17, 64, 768, 1024, 4096, 12288}. A is filled on the GPU (a hash of a
@@ -27,17 +27,10 @@
  * A or W off 16-byte alignment, n = 1000 or 4352, float32 and
  * JITOP_INPLACE_MM_PANEL=0 never take it. The copy-back variants run with the panel path off.
  *
- * Softmax: every dtype, N from 1 to 140000 (powers of two and not: one block,
- * a cluster and the long-row kernel), scale 1
- * and not (2 and -1.5 on rows near the dtype's top, 0), causal mask, unaligned
- * rows, rows of equal values, of very large values, spread over +-the top,
- * with -inf elements and all -inf, with +inf elements; no NaN, and guards
- * around x. The split kernel (JITOP_INPLACE_SOFTMAX=split, split256, split128,
- * and its lean arithmetic lean, lean256, leanblock for one block, in contexts
- * of their own) over its row lengths (16 KiB to 512 KiB, odd and
- * not splitting into whole vectors per block), with the same options and
- * rows; the one-exponential arithmetic (lean2, lean2_256, lean2_128,
- * lean2block) the same way, with rows over and under its one-FFMA limit. */
+ * The in-place ops' GPU tests are two programs, which make test-gpu runs
+ * side by side: test_inplace.c (the square product) and
+ * test_inplace_softmax.c; their helpers are tests/support/iptest.c's. A
+ * cmocka test-name pattern as the first argument runs the tests it names. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,191 +47,17 @@
 #include "jitop.h"
 #include "ops/ip_plan.h"
 #include "gputest.h"
+#include "iptest.h"
 #include "testutil.h"
 
-static const jitop__cuda_api *cu;
-static jitop_ctx *ctx;
-/* the context matmul_case runs in: ctx, or one with a copy-back variant */
+/* the context matmul_case runs in: ipt_ctx, or one with a copy-back variant */
 static jitop_ctx *mm_ctx;
-/* the context softmax_case runs in: ctx, or one with a softmax path forced */
-static jitop_ctx *sm_ctx;
-/* contexts forcing split, split256, split128, lean, lean256, leanblock,
- * lean2, lean2_256, lean2_128, lean2block */
-#define SPLIT_PATHS 10
-static jitop_ctx *split_ctx[SPLIT_PATHS];
-static jitop_module *fill_mod;
-static jitop_op *fill_op[3];
-
-#define GUARD 4096 /* bytes each side of A */
-#define POISON 0xA5
-
-static const char *dname(jitop_dtype dt)
-{
-    return dt == JITOP_FLOAT32 ? "f32" : dt == JITOP_FLOAT16 ? "f16" : "bf16";
-}
-
-static int dindex(jitop_dtype dt)
-{
-    return dt == JITOP_FLOAT32 ? 0 : dt == JITOP_FLOAT16 ? 1 : 2;
-}
-
-/* ---------------------------------------------- host storage of 16-bit types */
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static void store(jitop_dtype dt, void *buf, size_t i, float v)
-{
-    if (dt == JITOP_FLOAT32) {
-        ((float *)buf)[i] = v;
-    } else if (dt == JITOP_FLOAT16) {
-        _Float16 h = (_Float16)v;
-        memcpy((char *)buf + 2 * i, &h, 2);
-    } else {
-        uint16_t b = f32_to_bf16(v);
-        memcpy((char *)buf + 2 * i, &b, 2);
-    }
-}
-
-static float load(jitop_dtype dt, const void *buf, size_t i)
-{
-    if (dt == JITOP_FLOAT32)
-        return ((const float *)buf)[i];
-    uint16_t b;
-    memcpy(&b, (const char *)buf + 2 * i, 2);
-    if (dt == JITOP_BFLOAT16)
-        return bf16_to_f32(b);
-    _Float16 h;
-    memcpy(&h, &b, 2);
-    return (float)h;
-}
-
-/* ------------------------------------------------------------- setup */
-
-/* Uniform values in [-1, 1) from a hash of (seed, index), made on the GPU so
- * that gigabyte inputs cost no host time. */
-static const char *FILL_SRC =
-    "#include <cuda_fp16.h>\n"
-    "#include <cuda_bf16.h>\n"
-    "__device__ float u(unsigned long long s, long long i) {\n"
-    "  unsigned long long z = s + (unsigned long long)i * 0x9E3779B97F4A7C15ull;\n"
-    "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;\n"
-    "  z ^= z >> 31; return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f; }\n"
-    "extern \"C\" __global__ void fill_f32(float *p, long long n, unsigned long long s) {\n"
-    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
-    "       i += (long long)gridDim.x * blockDim.x) p[i] = u(s, i); }\n"
-    "extern \"C\" __global__ void fill_f16(__half *p, long long n, unsigned long long s) {\n"
-    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
-    "       i += (long long)gridDim.x * blockDim.x) p[i] = __float2half(u(s, i)); }\n"
-    "extern \"C\" __global__ void fill_bf16(__nv_bfloat16 *p, long long n, unsigned long long s) {\n"
-    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
-    "       i += (long long)gridDim.x * blockDim.x) p[i] = __float2bfloat16(u(s, i)); }\n";
-
-static void setup_ctx(void)
-{
-    if (ctx != NULL)
-        return;
-    char *dir = jt_tmpdir();
-    char *cache = jt_path(dir, "cache");
-    ctx = jt_ctx_driver(cache);
-    OK(jitop_ctx_cuda(ctx, NULL, NULL));
-    cu = jitop__cuda();
-    assert_non_null(cu);
-    OK(jitop_load_inline(ctx, "fill", FILL_SRC, NULL, 0, &fill_mod));
-    OK(jitop_op_get(fill_mod, "fill_f32", &fill_op[0]));
-    OK(jitop_op_get(fill_mod, "fill_f16", &fill_op[1]));
-    OK(jitop_op_get(fill_mod, "fill_bf16", &fill_op[2]));
-    free(dir);
-    free(cache);
-}
 
 static int teardown_all(void **state)
 {
-    (void)state;
-    for (int i = 0; i < SPLIT_PATHS; i++) {
-        jitop_ctx_destroy(split_ctx[i]);
-        split_ctx[i] = NULL;
-    }
     jitop_ctx_destroy(mm_ctx); /* left by a variant case that failed */
     mm_ctx = NULL;
-    jitop_ctx_destroy(ctx);
-    ctx = NULL;
-    jt_cleanup();
-    return 0;
-}
-
-static unsigned long long fresh_seed(void)
-{
-    unsigned long long s;
-    double r[2];
-    jt_random_doubles(r, 2, 0, 4294967296.0);
-    s = ((unsigned long long)r[0] << 32) ^ (unsigned long long)r[1];
-    return s;
-}
-
-static void fill(jitop_dtype dt, CUdeviceptr p, long long n)
-{
-    unsigned long long s = fresh_seed();
-    void *ptr = (void *)(uintptr_t)p;
-    void *args[] = {&ptr, &n, &s};
-    long long blocks = (n + 255) / 256;
-    if (blocks > 132 * 32)
-        blocks = 132 * 32;
-    OK(jitop_launch(fill_op[dindex(dt)], (jitop_dim3){(unsigned)blocks, 1, 1},
-                    (jitop_dim3){256, 1, 1}, 0, NULL, args, NULL, 3));
-}
-
-/* A buffer of bytes between two guards, all filled with the poison pattern. */
-typedef struct guarded {
-    CUdeviceptr base, p;
-    size_t bytes;
-} guarded;
-
-static guarded galloc(size_t bytes, size_t offset)
-{
-    guarded g = {0, 0, bytes};
-    CU(cu->cuMemAlloc(&g.base, bytes + 2 * GUARD + offset));
-    CU(cu->cuMemsetD8(g.base, POISON, bytes + 2 * GUARD + offset));
-    g.p = g.base + GUARD + offset;
-    return g;
-}
-
-/* Every guard byte still holds the poison. */
-static void check_guards(const guarded *g, size_t offset, const char *what)
-{
-    unsigned char buf[GUARD + 64];
-    size_t lo = GUARD + offset;
-    assert_true(lo <= sizeof buf);
-    CU(cu->cuMemcpyDtoH(buf, g->base, lo));
-    for (size_t i = 0; i < lo; i++)
-        if (buf[i] != POISON)
-            fail_msg("%s: byte %zu before the tensor was written", what, lo - i);
-    CU(cu->cuMemcpyDtoH(buf, g->p + g->bytes, GUARD));
-    for (size_t i = 0; i < GUARD; i++)
-        if (buf[i] != POISON)
-            fail_msg("%s: byte %zu after the tensor was written", what, i);
-}
-
-static void gfree(guarded *g)
-{
-    if (g->base)
-        CU(cu->cuMemFree(g->base));
-    g->base = g->p = 0;
+    return ipt_teardown_all(state);
 }
 
 /* ---------------------------------------------------------- square matmul */
@@ -305,17 +124,17 @@ static void put_large(jitop_dtype dt, CUdeviceptr a, int64_t m, CUdeviceptr w, i
     for (int64_t r = 0; r < m; r += 2) {
         jt_random_floats(v, (size_t)n, 96.f, 100.f);
         for (int64_t k = 0; k < n; k++)
-            store(dt, h, (size_t)k, v[k]);
-        CU(cu->cuMemcpyHtoD(a + (size_t)r * n * es, h, (size_t)n * es));
+            jt_dstore(dt, h, (size_t)k, v[k]);
+        CU(ipt_cu->cuMemcpyHtoD(a + (size_t)r * n * es, h, (size_t)n * es));
     }
     for (int64_t i = 0; i < n; i++) {
         jt_random_floats(v, (size_t)n, 0.5f, 1.f);
         for (int64_t j = 0; j < n; j++) {
             const int64_t k = trans ? j : i;
-            store(dt, h, (size_t)i * n + j, k < n / 2 ? v[j] : -v[j]);
+            jt_dstore(dt, h, (size_t)i * n + j, k < n / 2 ? v[j] : -v[j]);
         }
     }
-    CU(cu->cuMemcpyHtoD(w, h, (size_t)n * n * es));
+    CU(ipt_cu->cuMemcpyHtoD(w, h, (size_t)n * n * es));
     free(v);
     free(h);
 }
@@ -325,13 +144,13 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
                            size_t offset)
 {
     const size_t es = jitop_dtype_size(dt);
-    jitop_ctx *c = mm_ctx != NULL ? mm_ctx : ctx;
-    guarded a = galloc((size_t)m * n * es, offset);
-    guarded wg = galloc((size_t)n * n * es, mm_woff);
+    jitop_ctx *c = mm_ctx != NULL ? mm_ctx : ipt_ctx;
+    guarded a = ipt_galloc((size_t)m * n * es, offset);
+    guarded wg = ipt_galloc((size_t)n * n * es, mm_woff);
     const CUdeviceptr w = wg.p;
-    fill(dt, a.p, m * n);
-    fill(dt, w, n * n);
-    CU(cu->cuCtxSynchronize());
+    ipt_fill(dt, a.p, m * n);
+    ipt_fill(dt, w, n * n);
+    CU(ipt_cu->cuCtxSynchronize());
     if (mm_large)
         put_large(dt, a.p, m, w, n, trans);
 
@@ -342,25 +161,25 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     void *ah = malloc((size_t)nr * n * es), *oh = malloc((size_t)nr * n * es);
     double *acc = malloc((size_t)n * sizeof(double)), *ad = malloc((size_t)n * sizeof(double));
     assert_true(wh && wf && ah && oh && acc && ad);
-    CU(cu->cuMemcpyDtoH(wh, w, (size_t)n * n * es));
+    CU(ipt_cu->cuMemcpyDtoH(wh, w, (size_t)n * n * es));
     for (size_t i = 0; i < (size_t)n * n; i++)
-        wf[i] = load(dt, wh, i);
+        wf[i] = jt_dload(dt, wh, i);
     for (size_t i = 0; i < nr; i++)
-        CU(cu->cuMemcpyDtoH((char *)ah + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
+        CU(ipt_cu->cuMemcpyDtoH((char *)ah + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
 
     for (int rep = 0; rep < mm_reps; rep++)
         OK(jitop_square_matmul_inplace(c, dt, m, n, (void *)(uintptr_t)a.p,
                                        (void *)(uintptr_t)w, trans, flags, NULL));
-    CU(cu->cuCtxSynchronize());
+    CU(ipt_cu->cuCtxSynchronize());
     for (size_t i = 0; i < nr; i++)
-        CU(cu->cuMemcpyDtoH((char *)oh + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
+        CU(ipt_cu->cuMemcpyDtoH((char *)oh + i * n * es, a.p + (size_t)rows[i] * n * es, n * es));
     /* W is read only (the panel path reads a transposed copy of its own) */
     {
         void *wa = malloc((size_t)n * n * es);
         assert_non_null(wa);
-        CU(cu->cuMemcpyDtoH(wa, w, (size_t)n * n * es));
+        CU(ipt_cu->cuMemcpyDtoH(wa, w, (size_t)n * n * es));
         if (memcmp(wa, wh, (size_t)n * n * es) != 0)
-            fail_msg("%s trans=%d m=%lld n=%lld: w was written", dname(dt), trans, (long long)m,
+            fail_msg("%s trans=%d m=%lld n=%lld: w was written", jt_dname(dt), trans, (long long)m,
                      (long long)n);
         free(wa);
     }
@@ -371,7 +190,7 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
         tol = 5e-3;
     for (size_t i = 0; i < nr; i++) {
         for (int64_t k = 0; k < n; k++)
-            ad[k] = load(dt, (const char *)ah + i * n * es, (size_t)k);
+            ad[k] = jt_dload(dt, (const char *)ah + i * n * es, (size_t)k);
         double num = 0, den = 0;
         for (int rep = 0; rep < mm_reps; rep++) {
             if (rep > 0) /* the next product's input (unrounded: within the tolerance) */
@@ -396,25 +215,26 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
             }
         }
         for (int64_t j = 0; j < n; j++) {
-            const double o = load(dt, (const char *)oh + i * n * es, (size_t)j);
+            const double o = jt_dload(dt, (const char *)oh + i * n * es, (size_t)j);
             if (!isfinite(o))
-                fail_msg("%s trans=%d m=%lld n=%lld: row %lld col %lld is %g", dname(dt), trans,
+                fail_msg("%s trans=%d m=%lld n=%lld: row %lld col %lld is %g", jt_dname(dt), trans,
                          (long long)m, (long long)n, (long long)rows[i], (long long)j, o);
             num += (o - acc[j]) * (o - acc[j]);
             den += acc[j] * acc[j];
         }
         const double err = den > 0 ? sqrt(num / den) : sqrt(num);
         if (!(err <= tol))
-            fail_msg("%s trans=%d m=%lld n=%lld: row %lld relative error %.3g > %.1g", dname(dt),
-                     trans, (long long)m, (long long)n, (long long)rows[i], err, tol);
+            fail_msg("%s trans=%d m=%lld n=%lld: row %lld relative error %.3g > %.1g",
+                     jt_dname(dt), trans, (long long)m, (long long)n, (long long)rows[i], err,
+                     tol);
     }
     char what[96];
-    snprintf(what, sizeof what, "matmul %s trans=%d m=%lld n=%lld off=%zu", dname(dt), trans,
+    snprintf(what, sizeof what, "matmul %s trans=%d m=%lld n=%lld off=%zu", jt_dname(dt), trans,
              (long long)m, (long long)n, offset);
-    check_guards(&a, offset, what);
+    ipt_check_guards(&a, offset, what);
     char wwhat[112];
     snprintf(wwhat, sizeof wwhat, "%s: w", what);
-    check_guards(&wg, mm_woff, wwhat);
+    ipt_check_guards(&wg, mm_woff, wwhat);
     size_t bound = jitop_square_matmul_scratch_bound(dt, n);
     if (bound > max_bound)
         max_bound = bound;
@@ -427,8 +247,8 @@ static void matmul_case_at(jitop_dtype dt, int trans, int64_t m, int64_t n, unsi
     free(oh);
     free(acc);
     free(ad);
-    gfree(&wg);
-    gfree(&a);
+    ipt_gfree(&wg);
+    ipt_gfree(&a);
 }
 
 static void matmul_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsigned flags)
@@ -450,7 +270,7 @@ static void test_matmul_f32(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
+    ipt_setup_ctx();
     matmul_dtype(JITOP_FLOAT32);
 }
 
@@ -458,7 +278,7 @@ static void test_matmul_f16(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
+    ipt_setup_ctx();
     matmul_dtype(JITOP_FLOAT16);
 }
 
@@ -466,7 +286,7 @@ static void test_matmul_bf16(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
+    ipt_setup_ctx();
     matmul_dtype(JITOP_BFLOAT16);
 }
 
@@ -476,29 +296,29 @@ static void test_matmul_scratch_and_tf32(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
-    OK(jitop_inplace_release(ctx));
-    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
+    ipt_setup_ctx();
+    OK(jitop_inplace_release(ipt_ctx));
+    assert_int_equal(jitop_inplace_scratch_bytes(ipt_ctx), 0);
     const int64_t n = 1024, m = 300000; /* 1.2 GB of float32: many chunks */
-    guarded a = galloc((size_t)m * n * 4, 0);
+    guarded a = ipt_galloc((size_t)m * n * 4, 0);
     CUdeviceptr w;
-    CU(cu->cuMemAlloc(&w, (size_t)n * n * 4));
-    fill(JITOP_FLOAT32, a.p, m * n);
-    fill(JITOP_FLOAT32, w, n * n);
-    OK(jitop_square_matmul_inplace(ctx, JITOP_FLOAT32, m, n, (void *)(uintptr_t)a.p,
+    CU(ipt_cu->cuMemAlloc(&w, (size_t)n * n * 4));
+    ipt_fill(JITOP_FLOAT32, a.p, m * n);
+    ipt_fill(JITOP_FLOAT32, w, n * n);
+    OK(jitop_square_matmul_inplace(ipt_ctx, JITOP_FLOAT32, m, n, (void *)(uintptr_t)a.p,
                                    (void *)(uintptr_t)w, 0, JITOP_MATMUL_TF32, NULL));
-    CU(cu->cuCtxSynchronize());
-    size_t held = jitop_inplace_scratch_bytes(ctx);
+    CU(ipt_cu->cuCtxSynchronize());
+    size_t held = jitop_inplace_scratch_bytes(ipt_ctx);
     print_message("scratch for m=%lld n=%lld f32: %zu bytes (bound %zu, A is %zu)\n",
                   (long long)m, (long long)n, held, jitop_square_matmul_scratch_bound(JITOP_FLOAT32, n),
                   (size_t)m * n * 4);
     assert_true(held > 0);
     assert_true(held <= jitop_square_matmul_scratch_bound(JITOP_FLOAT32, n));
-    check_guards(&a, 0, "tf32");
-    OK(jitop_inplace_release(ctx));
-    assert_int_equal(jitop_inplace_scratch_bytes(ctx), 0);
-    CU(cu->cuMemFree(w));
-    gfree(&a);
+    ipt_check_guards(&a, 0, "tf32");
+    OK(jitop_inplace_release(ipt_ctx));
+    assert_int_equal(jitop_inplace_scratch_bytes(ipt_ctx), 0);
+    CU(ipt_cu->cuMemFree(w));
+    ipt_gfree(&a);
     matmul_case(JITOP_FLOAT32, 0, 1000, 768, JITOP_MATMUL_TF32);
     matmul_case(JITOP_FLOAT32, 1, 4096, 1024, JITOP_MATMUL_TF32);
 }
@@ -526,13 +346,13 @@ static void variant_begin_panel(const char *chunk_mb, const char *overlap, const
         assert_true(was == NULL || mm_saved[i] != NULL);
         assert_int_equal(v[i] != NULL ? setenv(MM_VARS[i], v[i], 1) : unsetenv(MM_VARS[i]), 0);
     }
-    mm_ctx = jt_ctx_driver(jitop_cache_dir(ctx)); /* the same cache: no second compile */
+    mm_ctx = jt_ctx_driver(jitop_cache_dir(ipt_ctx)); /* the same cache: no second compile */
     OK(jitop_ctx_cuda(mm_ctx, NULL, NULL));
     /* the state (and its settings) made now, by a one-element softmax */
-    guarded one = galloc(sizeof(float), 0);
+    guarded one = ipt_galloc(sizeof(float), 0);
     OK(jitop_softmax_inplace(mm_ctx, JITOP_FLOAT32, 1, 1, (void *)(uintptr_t)one.p, 1.f, 0, NULL));
-    CU(cu->cuCtxSynchronize());
-    gfree(&one);
+    CU(ipt_cu->cuCtxSynchronize());
+    ipt_gfree(&one);
     mm_saved_bound = max_bound;
     max_bound = 0;
 }
@@ -569,7 +389,7 @@ static void variant_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsign
 {
     int dev = 0, sms = 0;
     OK(jitop_ctx_cuda(mm_ctx, NULL, &dev));
-    CU(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CU(ipt_cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     jitop__ip_mm_cfg cfg;
     jitop__ip_mm_cfg_env(&cfg);
     assert_int_equal(cfg.bad, 0);
@@ -584,12 +404,12 @@ static void variant_case(jitop_dtype dt, int trans, int64_t m, int64_t n, unsign
                   getenv(MM_VARS[0]) ? getenv(MM_VARS[0]) : "-",
                   getenv(MM_VARS[2]) ? getenv(MM_VARS[2]) : "-",
                   getenv(MM_VARS[3]) ? getenv(MM_VARS[3]) : "-",
-                  getenv(MM_VARS[1]) ? getenv(MM_VARS[1]) : "-", dname(dt), trans, (long long)m,
+                  getenv(MM_VARS[1]) ? getenv(MM_VARS[1]) : "-", jt_dname(dt), trans, (long long)m,
                   (long long)n, offset, (long long)p.chunks, (long long)p.rows,
                   ran ? "partitioned" : "driver copy");
     if (ran != (p.partition ? 1u : 0u))
         fail_msg("%s trans=%d m=%lld n=%lld: the SM partition ran %zu times, the plan says %d",
-                 dname(dt), trans, (long long)m, (long long)n, ran, p.partition);
+                 jt_dname(dt), trans, (long long)m, (long long)n, ran, p.partition);
 }
 
 static void variant_dtype(jitop_dtype dt, unsigned flags)
@@ -633,7 +453,7 @@ static void test_matmul_variants(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
+    ipt_setup_ctx();
     variant_dtype(JITOP_FLOAT16, 0);
     variant_dtype(JITOP_BFLOAT16, 0);
     variant_dtype(JITOP_FLOAT32, 0);
@@ -642,14 +462,14 @@ static void test_matmul_variants(void **state)
 
 /* ------------------------------------------------------ the panel path */
 
-/* The device of ctx has compute capability 9.0 exactly (sm_90a's kernels run
+/* The device of ipt_ctx has compute capability 9.0 exactly (sm_90a's kernels run
  * on it and on no other). */
 static int is_sm90(void)
 {
     int dev = 0, major = 0, minor = 0;
-    OK(jitop_ctx_cuda(ctx, NULL, &dev));
-    CU(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
-    CU(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    OK(jitop_ctx_cuda(ipt_ctx, NULL, &dev));
+    CU(ipt_cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CU(ipt_cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
     return major == 9 && minor == 0;
 }
 
@@ -678,7 +498,7 @@ static void panel_case(jitop_dtype dt, int trans, int64_t m, int64_t n, size_t o
         fail_msg("panel %s: %s trans=%d m=%lld n=%lld off=%zu reps=%d: the panel path ran %zu "
                  "times, want %zu",
                  getenv("JITOP_INPLACE_MM_PANEL") ? getenv("JITOP_INPLACE_MM_PANEL") : "-",
-                 dname(dt), trans, (long long)m, (long long)n, offset, mm_reps, ran, want);
+                 jt_dname(dt), trans, (long long)m, (long long)n, offset, mm_reps, ran, want);
 }
 
 static void panel_dtype(jitop_dtype dt)
@@ -726,24 +546,24 @@ static void panel_race_case(jitop_dtype dt, int trans, int64_t m, int64_t n, uns
     const size_t es = jitop_dtype_size(dt), bytes = (size_t)m * n * es;
     OK(jitop__cuda_more()); /* cuMemcpyDtoDAsync is in the table's second part */
     CUdeviceptr a0 = 0, a = 0, w = 0;
-    CU(cu->cuMemAlloc(&a0, bytes));
-    CU(cu->cuMemAlloc(&a, bytes));
-    CU(cu->cuMemAlloc(&w, (size_t)n * n * es));
-    fill(dt, a0, m * n);
-    fill(dt, w, n * n);
+    CU(ipt_cu->cuMemAlloc(&a0, bytes));
+    CU(ipt_cu->cuMemAlloc(&a, bytes));
+    CU(ipt_cu->cuMemAlloc(&w, (size_t)n * n * es));
+    ipt_fill(dt, a0, m * n);
+    ipt_fill(dt, w, n * n);
     void *ref = malloc(bytes), *out = malloc(bytes);
     assert_true(ref && out);
     /* the reference: the chunked path */
     variant_begin_panel(NULL, NULL, NULL, NULL, "0");
-    CU(cu->cuMemcpyDtoDAsync(a, a0, bytes, NULL));
+    CU(ipt_cu->cuMemcpyDtoDAsync(a, a0, bytes, NULL));
     OK(jitop_square_matmul_inplace(mm_ctx, dt, m, n, (void *)(uintptr_t)a, (void *)(uintptr_t)w,
                                    trans, flags, NULL));
-    CU(cu->cuCtxSynchronize());
-    CU(cu->cuMemcpyDtoH(ref, a, bytes));
+    CU(ipt_cu->cuCtxSynchronize());
+    CU(ipt_cu->cuMemcpyDtoH(ref, a, bytes));
     variant_end();
     double top = 0;
     for (size_t i = 0; i < (size_t)m * n; i++)
-        top = fmax(top, fabs(load(dt, ref, i)));
+        top = fmax(top, fabs(jt_dload(dt, ref, i)));
     assert_true(top > 0 && isfinite(top));
     /* TF32: cuBLAS rounds the inputs to TF32, the panel's tensor cores
      * drop their low bits */
@@ -751,35 +571,35 @@ static void panel_race_case(jitop_dtype dt, int trans, int64_t m, int64_t n, uns
     variant_begin_panel(NULL, NULL, NULL, NULL, "1");
     for (int r = 0; r < reps; r++) {
         const size_t before = jitop__inplace_panel_calls(mm_ctx);
-        CU(cu->cuMemcpyDtoDAsync(a, a0, bytes, NULL));
+        CU(ipt_cu->cuMemcpyDtoDAsync(a, a0, bytes, NULL));
         OK(jitop_square_matmul_inplace(mm_ctx, dt, m, n, (void *)(uintptr_t)a,
                                        (void *)(uintptr_t)w, trans, flags, NULL));
-        CU(cu->cuCtxSynchronize());
+        CU(ipt_cu->cuCtxSynchronize());
         assert_int_equal(jitop__inplace_panel_calls(mm_ctx) - before, is_sm90() ? 1 : 0);
-        CU(cu->cuMemcpyDtoH(out, a, bytes));
+        CU(ipt_cu->cuMemcpyDtoH(out, a, bytes));
         size_t bad = 0, first = 0;
         for (size_t i = 0; i < (size_t)m * n; i++)
-            if (!(fabs(load(dt, out, i) - load(dt, ref, i)) <= tol) && bad++ == 0)
+            if (!(fabs(jt_dload(dt, out, i) - jt_dload(dt, ref, i)) <= tol) && bad++ == 0)
                 first = i;
         if (bad != 0)
             fail_msg("panel race %s trans=%d m=%lld n=%lld rep %d: %zu elements off the chunked "
                      "path's product (first: row %zu col %zu, %g against %g)",
-                     dname(dt), trans, (long long)m, (long long)n, r, bad, first / (size_t)n,
-                     first % (size_t)n, load(dt, out, first), load(dt, ref, first));
+                     jt_dname(dt), trans, (long long)m, (long long)n, r, bad, first / (size_t)n,
+                     first % (size_t)n, jt_dload(dt, out, first), jt_dload(dt, ref, first));
     }
     variant_end();
     free(ref);
     free(out);
-    CU(cu->cuMemFree(a0));
-    CU(cu->cuMemFree(a));
-    CU(cu->cuMemFree(w));
+    CU(ipt_cu->cuMemFree(a0));
+    CU(ipt_cu->cuMemFree(a));
+    CU(ipt_cu->cuMemFree(w));
 }
 
 static void test_matmul_panel(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
+    ipt_setup_ctx();
     print_message("panel path: device %s compute capability 9.0\n", is_sm90() ? "of" : "not of");
     variant_begin_panel(NULL, NULL, NULL, NULL, "1");
     panel_dtype(JITOP_FLOAT16);
@@ -845,7 +665,7 @@ static void test_matmul_panel_race(void **state)
 {
     (void)state;
     JT_REQUIRE_GPU();
-    setup_ctx();
+    ipt_setup_ctx();
     panel_race_case(JITOP_FLOAT32, 0, 1000, 4096, JITOP_MATMUL_TF32, 6);
     panel_race_case(JITOP_FLOAT32, 1, 4097, 2048, JITOP_MATMUL_TF32, 3);
     panel_race_case(JITOP_FLOAT16, 0, 4097, 4096, 0, 3);
@@ -854,317 +674,12 @@ static void test_matmul_panel_race(void **state)
     panel_race_case(JITOP_BFLOAT16, 1, 4097, 1024, 0, 3);
 }
 
-/* ------------------------------------------------------------- softmax */
-
-/* Row kinds: random, all equal, very large (near the dtype's top), with some
- * -inf, all -inf, spread over +-the dtype's top (x - max overflows float32;
- * scale * x too for |scale| > 1), with some +inf among such values (each +inf
- * gets an equal share: softmax's limit as they grow). */
-enum { ROW_RANDOM, ROW_EQUAL, ROW_LARGE, ROW_SOMEINF, ROW_ALLINF, ROW_SPREAD, ROW_PINF, ROW_KINDS };
-
-static float big_value(jitop_dtype dt)
-{
-    return dt == JITOP_FLOAT16 ? 60000.f : 1e30f;
-}
-
-static float top_value(jitop_dtype dt)
-{
-    return dt == JITOP_FLOAT16 ? 60000.f : 3e38f;
-}
-
-static void softmax_case(jitop_dtype dt, int64_t rows, int64_t n, float scale, int64_t q,
-                         size_t offset_elems)
-{
-    const size_t es = jitop_dtype_size(dt), total = (size_t)rows * n;
-    guarded x = galloc(total * es, offset_elems * es);
-    void *h = malloc(total * es), *o = malloc(total * es);
-    float *v = malloc((size_t)n * sizeof(float));
-    double *ref = malloc((size_t)n * sizeof(double));
-    assert_true(h && o && v && ref);
-    for (int64_t r = 0; r < rows; r++) {
-        int kind = rows >= ROW_KINDS ? (int)(r % ROW_KINDS) : ROW_RANDOM;
-        if (kind == ROW_ALLINF && q > 0)
-            kind = ROW_RANDOM; /* the mask may keep none of a row's -inf */
-        jt_random_floats(v, (size_t)n, -8.f, 8.f);
-        for (int64_t j = 0; j < n; j++) {
-            float e = v[j];
-            if (kind == ROW_EQUAL)
-                e = 3.25f;
-            else if (kind == ROW_LARGE)
-                e = big_value(dt) * (j % 3 == 0 ? 1.f : (j % 3 == 1 ? 0.999f : -1.f));
-            else if (kind == ROW_SOMEINF && j % 4 == 1)
-                e = -INFINITY;
-            else if (kind == ROW_ALLINF)
-                e = -INFINITY;
-            else if (kind == ROW_SPREAD || kind == ROW_PINF)
-                e = top_value(dt) * (v[j] / 8.f);
-            if (kind == ROW_PINF && j % 5 == 2)
-                e = INFINITY;
-            else if (kind == ROW_PINF && j % 5 == 4)
-                e = -INFINITY;
-            store(dt, h, (size_t)r * n + j, e);
-        }
-    }
-    CU(cu->cuMemcpyHtoD(x.p, h, total * es));
-    OK(jitop_softmax_inplace(sm_ctx != NULL ? sm_ctx : ctx, dt, rows, n, (void *)(uintptr_t)x.p,
-                             scale, q, NULL));
-    CU(cu->cuCtxSynchronize());
-    CU(cu->cuMemcpyDtoH(o, x.p, total * es));
-    const double rtol = dt == JITOP_FLOAT32 ? 1e-5 : dt == JITOP_FLOAT16 ? 2e-3 : 1e-2;
-    const double atol = dt == JITOP_FLOAT32 ? 1e-7 : 1e-5;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t keep = q > 0 ? (r % q) + n - q + 1 : n;
-        if (keep > n)
-            keep = n;
-        double mx = -INFINITY, s = 0;
-        for (int64_t j = 0; j < keep; j++)
-            mx = fmax(mx, (double)scale * load(dt, h, (size_t)r * n + j));
-        for (int64_t j = 0; j < n; j++) {
-            double xv = (double)scale * load(dt, h, (size_t)r * n + j);
-            if (j >= keep || mx == -INFINITY)
-                ref[j] = 0.0;
-            else if (mx == INFINITY) /* the +inf elements share the row */
-                ref[j] = xv == INFINITY ? 1.0 : 0.0;
-            else
-                ref[j] = exp(xv - mx);
-            s += ref[j];
-        }
-        for (int64_t j = 0; j < n; j++) {
-            const double want = s > 0 ? ref[j] / s : 0.0;
-            const double got = load(dt, o, (size_t)r * n + j);
-            if (!(fabs(got - want) <= atol + rtol * want))
-                fail_msg("softmax %s rows=%lld n=%lld scale=%g q=%lld off=%zu: row %lld col %lld "
-                         "is %.8g, want %.8g",
-                         dname(dt), (long long)rows, (long long)n, (double)scale, (long long)q,
-                         offset_elems, (long long)r, (long long)j, got, want);
-        }
-    }
-    char what[128];
-    snprintf(what, sizeof what, "softmax %s n=%lld", dname(dt), (long long)n);
-    check_guards(&x, offset_elems * es, what);
-    free(h);
-    free(o);
-    free(v);
-    free(ref);
-    gfree(&x);
-}
-
-/* Each (n, alignment, mask) is one more instance to compile (~0.3 s): the
- * lists are chosen to cover each kernel shape (1 thread per row to 1024,
- * partial vectors, the long-row kernel) rather than every n. */
-static void softmax_dtype(jitop_dtype dt)
-{
-    static const int64_t ns[] = {1,    3,     5,     7,     32,    100,    256,
-                                 1000, 1025,  4096,  5000,  12288, 32768,  32769,
-                                 50000, 65536, 131072, 140000};
-    static const int64_t odd[] = {7, 1000, 5000, 32769};
-    static const int64_t masked[] = {100, 1024, 5000, 65536};
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-        const int64_t n = ns[i];
-        int64_t rows = (int64_t)(1500000 / n);
-        if (rows < 6)
-            rows = 6;
-        if (rows > 1031)
-            rows = 1031;
-        softmax_case(dt, rows, n, 1.0f, 0, 0);
-    }
-    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
-        softmax_case(dt, 7, odd[i], 0.125f, 0, 1); /* unaligned rows: scalar loads */
-    for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++)
-        softmax_case(dt, 128, masked[i], 0.5f, 64, 0); /* causal, 64 queries per matrix */
-    /* huge rows under a scale that overflows scale * x (and flips the sign),
-     * per kernel shape: one thread per row, blocks, a cluster, the long one */
-    static const int64_t big[] = {5, 1000, 4096, 50000, 140000};
-    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
-        softmax_case(dt, 2 * ROW_KINDS, big[i], 2.0f, 0, 0);
-        softmax_case(dt, 2 * ROW_KINDS, big[i], -1.5f, 0, 0);
-    }
-    softmax_case(dt, 3, 1000, 0.0f, 0, 0); /* scale 0: uniform (random rows only) */
-}
-
-static void test_softmax_f32(void **state)
-{
-    (void)state;
-    JT_REQUIRE_GPU();
-    setup_ctx();
-    softmax_dtype(JITOP_FLOAT32);
-}
-
-static void test_softmax_f16(void **state)
-{
-    (void)state;
-    JT_REQUIRE_GPU();
-    setup_ctx();
-    softmax_dtype(JITOP_FLOAT16);
-}
-
-static void test_softmax_bf16(void **state)
-{
-    (void)state;
-    JT_REQUIRE_GPU();
-    setup_ctx();
-    softmax_dtype(JITOP_BFLOAT16);
-}
-
-/* A context whose softmax path is forced: $JITOP_INPLACE_SOFTMAX is read
- * when a context's first in-place op makes its state, so it is set around a
- * first call (one row of one element) and restored. */
-static jitop_ctx *path_ctx(const char *path)
-{
-    char *dir = jt_tmpdir();
-    char *cache = jt_path(dir, "cache");
-    jitop_ctx *c = jt_ctx_driver(cache);
-    free(cache);
-    OK(jitop_ctx_cuda(c, NULL, NULL));
-    const char *was = getenv("JITOP_INPLACE_SOFTMAX");
-    char *saved = was != NULL ? strdup(was) : NULL;
-    assert_true(was == NULL || saved != NULL);
-    assert_int_equal(setenv("JITOP_INPLACE_SOFTMAX", path, 1), 0);
-    guarded one = galloc(sizeof(float), 0);
-    const int rc =
-        jitop_softmax_inplace(c, JITOP_FLOAT32, 1, 1, (void *)(uintptr_t)one.p, 1.f, 0, NULL);
-    assert_int_equal(saved != NULL ? setenv("JITOP_INPLACE_SOFTMAX", saved, 1)
-                                   : unsetenv("JITOP_INPLACE_SOFTMAX"),
-                     0);
-    free(saved);
-    OK(rc);
-    CU(cu->cuCtxSynchronize());
-    gfree(&one);
-    free(dir);
-    return c;
-}
-
-/* softmax_split over its row lengths: 16 KiB rows (cluster of 2) to 512 KiB
- * (float32 131072, 16-bit 262144: 8 blocks of 128 bytes per thread),
- * lengths whose slices end mid-block (40000, 24576 in 256-thread blocks),
- * odd lengths (one element per vector; 131071: the cluster's last slice
- * shorter), unaligned rows, the causal mask, the special rows under scales
- * that overflow scale * x. */
-static void split_dtype(jitop_dtype dt)
-{
-    static const int64_t ns[] = {16384, 40000, 65536, 131072, 131071};
-    sm_ctx = split_ctx[0];
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        softmax_case(dt, ns[i] >= 131071 ? 9 : 23, ns[i], 1.0f, 0, 0);
-    softmax_case(dt, 7, 50001, 0.125f, 0, 1); /* odd and unaligned */
-    softmax_case(dt, 64, 40000, 0.5f, 64, 0); /* causal, 64 queries per matrix */
-    if (dt != JITOP_FLOAT32)
-        softmax_case(dt, 5, 262144, 1.0f, 0, 0); /* 16-bit: 128 bytes a thread */
-    softmax_case(dt, 2 * ROW_KINDS, 65536, 2.0f, 0, 0);
-    softmax_case(dt, 2 * ROW_KINDS, 65536, -1.5f, 0, 0);
-    sm_ctx = split_ctx[1];
-    softmax_case(dt, 2 * ROW_KINDS, 24576, -1.5f, 0, 0);
-    softmax_case(dt, 11, 65536, 1.0f, 0, 0);
-    /* split128: 16-bit rows to 65536 (8 blocks of 128 bytes a thread) */
-    sm_ctx = split_ctx[2];
-    softmax_case(dt, 2 * ROW_KINDS, 32768, -1.5f, 0, 0);
-    softmax_case(dt, 7, 50001, 0.125f, 0, 1);
-    if (dt != JITOP_FLOAT32)
-        softmax_case(dt, 13, 65536, 1.0f, 0, 0);
-    /* lean, lean256: the special rows under both signs (+inf rows take the
-     * ip_weight form, scale < 0 the smallest element), odd, unaligned and
-     * masked rows (softmax_split), ragged slices */
-    for (int k = 3; k < 5; k++) {
-        sm_ctx = split_ctx[k];
-        softmax_case(dt, 2 * ROW_KINDS, 65536, 2.0f, 0, 0);
-        softmax_case(dt, 2 * ROW_KINDS, 40000, -1.5f, 0, 0);
-        softmax_case(dt, 3, 16384, 0.0f, 0, 0); /* scale 0: random rows only */
-        softmax_case(dt, 7, 50001, 0.125f, 0, 1);
-        softmax_case(dt, 64, 40000, 0.5f, 64, 0);
-        softmax_case(dt, 9, k == 3 ? 131072 : 24576, 1.0f, 0, 0);
-    }
-    /* lean2, lean2_256, lean2_128 (softmax_lean2): lengths from 16 KiB to
-     * 512 KiB, odd ones (one element a vector, slices ending mid-block, the
-     * last slice shorter), the special rows under both signs (+inf and the
-     * huge rows take ip_weight's form, the others one FFMA), scale 0, large
-     * scales near the one-FFMA limit, unaligned and masked rows
-     * (softmax_split) */
-    static const int64_t ns2[] = {16384, 24576, 32768, 40000, 49152, 65536, 131072, 24577};
-    for (int k = 6; k < 9; k++) {
-        sm_ctx = split_ctx[k];
-        for (size_t i = 0; i < sizeof ns2 / sizeof ns2[0]; i++)
-            softmax_case(dt, ns2[i] >= 131072 ? 5 : 13, ns2[i], 1.0f, 0, 0);
-        softmax_case(dt, 2 * ROW_KINDS, 65536, 2.0f, 0, 0);
-        softmax_case(dt, 2 * ROW_KINDS, 40000, -1.5f, 0, 0);
-        softmax_case(dt, 2 * ROW_KINDS, 32768, 3.0f, 0, 0);
-        softmax_case(dt, 11, 24576, 90.0f, 0, 0); /* |c mt| over the float32 limit */
-        softmax_case(dt, 11, 24576, -60.0f, 0, 0);
-        softmax_case(dt, 3, 16384, 0.0f, 0, 0); /* scale 0: random rows only */
-        softmax_case(dt, 7, 50001, 0.125f, 0, 1);
-        softmax_case(dt, 64, 40000, 0.5f, 64, 0);
-    }
-    sm_ctx = NULL;
-}
-
-static void test_softmax_split(void **state)
-{
-    (void)state;
-    JT_REQUIRE_GPU();
-    setup_ctx();
-    int dev = 0, major = 0;
-    OK(jitop_ctx_cuda(ctx, NULL, &dev));
-    CU(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
-    if (major < 9)
-        skip(); /* clusters: sm_90 on */
-    static const char *const paths[] = {"split",   "split256",  "split128",  "lean",
-                                        "lean256", "leanblock", "lean2",     "lean2_256",
-                                        "lean2_128"};
-    for (int i = 0; i < 9; i++)
-        if (i != 5 && split_ctx[i] == NULL)
-            split_ctx[i] = path_ctx(paths[i]);
-    split_dtype(JITOP_FLOAT32);
-    split_dtype(JITOP_FLOAT16);
-    split_dtype(JITOP_BFLOAT16);
-}
-
-/* softmax_rows_lean (JITOP_INPLACE_SOFTMAX=leanblock) over one block's row
- * lengths: short rows several to a block, odd, unaligned, 32 and 128 bytes a
- * thread, the special rows under both signs of scale, scale 0, and the mask
- * (softmax_rows). */
-static void leanblock_dtype(jitop_dtype dt, int k)
-{
-    static const int64_t ns[] = {1, 7, 128, 1000, 4096, 8192, 32768};
-    sm_ctx = split_ctx[k];
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        softmax_case(dt, ns[i] >= 8192 ? 9 : 37, ns[i], 1.0f, 0, 0);
-    softmax_case(dt, 2 * ROW_KINDS, 4096, 2.0f, 0, 0);
-    softmax_case(dt, 2 * ROW_KINDS, 16384, -1.5f, 0, 0);
-    softmax_case(dt, 3, 1000, 0.0f, 0, 0); /* scale 0: random rows only */
-    softmax_case(dt, 7, 4097, 0.125f, 0, 1); /* odd and unaligned */
-    softmax_case(dt, 64, 4096, 0.5f, 64, 0); /* causal: softmax_rows */
-    softmax_case(dt, 2 * ROW_KINDS, 1000, 3.0f, 0, 0);
-    softmax_case(dt, 2 * ROW_KINDS, 32768, -1.5f, 0, 0);
-    softmax_case(dt, 11, 2000, 90.0f, 0, 0); /* |c mt| over the float32 one-FFMA limit */
-    sm_ctx = NULL;
-}
-
-static void test_softmax_leanblock(void **state)
-{
-    (void)state;
-    JT_REQUIRE_GPU();
-    setup_ctx();
-    if (split_ctx[5] == NULL)
-        split_ctx[5] = path_ctx("leanblock");
-    if (split_ctx[9] == NULL)
-        split_ctx[9] = path_ctx("lean2block");
-    for (int k = 5; k <= 9; k += 4) {
-        leanblock_dtype(JITOP_FLOAT32, k);
-        leanblock_dtype(JITOP_FLOAT16, k);
-        leanblock_dtype(JITOP_BFLOAT16, k);
-    }
-}
-
-/* argv[1]: a cmocka test-name pattern ("test_softmax*": the softmax tests only) */
+/* argv[1]: a cmocka test-name pattern ("test_matmul_panel*": the panel path's tests) */
 int main(int argc, char **argv)
 {
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_softmax_f32),
-        cmocka_unit_test(test_softmax_f16),
-        cmocka_unit_test(test_softmax_bf16),
-        cmocka_unit_test(test_softmax_split),
-        cmocka_unit_test(test_softmax_leanblock),
         cmocka_unit_test(test_matmul_f32),
         cmocka_unit_test(test_matmul_f16),
         cmocka_unit_test(test_matmul_bf16),
