@@ -1716,7 +1716,7 @@ __global__ void LN_CLUSTER_DIMS(CL) __launch_bounds__(TPR, 1)
 //
 // Launch: block TPR threads; grid G * CL for any G >= 1 (a persistent loop
 // over rows; best the clusters that fit at once, cuOccupancyMaxActiveClusters);
-// dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL, S, GB && AFFINE>();
+// dynamic shared memory ln_fwd_bulk_smem_bytes<T, N, CL, S, GB == 1 && AFFINE>();
 // x and y 16-byte aligned rows (the split in ln_bulk_split), or, for a row
 // length the 16-byte vector does not divide (SHIFT), rows of any alignment with x and y at the same offset
 // within 16 bytes and gamma and beta 16-byte aligned (as the register

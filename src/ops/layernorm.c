@@ -157,9 +157,11 @@ static int ln_pdl_passes(int *passes)
 
 /* The default plan for rows of es-byte elements; each entry measured
  * faster than LN_PLAN_LEGACY across its shapes (bench/layernorm_NOTES.md):
- * - float32 forward rows over 1024 threads (N >= 36864): a cluster of 8
- *   blocks of at most 256 threads, shrunk to whole warps (4-8 blocks per
- *   SM instead of one of 1024, so more rows in flight).
+ * - float32 forward rows over 1024 threads that the copy-engine forward
+ *   (below) does not take (fwd_bulk=0, or a shifted row under its
+ *   threshold): a cluster of 8 blocks of at most 256 threads, shrunk to
+ *   whole warps (4-8 blocks per SM instead of one of 1024, so more rows in
+ *   flight).
  * - 16-bit forward in blocks of 320-384 threads (N 20480-24576): launch
  *   bounds for 2 blocks per SM instead of 1: ptxas then spills a little,
  *   which costs less than the lost block.
@@ -200,8 +202,9 @@ static int ln_pdl_passes(int *passes)
  *   copy-engine kernel): register clusters of at most 512 threads a block
  *   (shift_bwd_tpr); those one block holds prefetch the next rows also
  *   under 8 KiB (shift_bwd_pf).
- * - Such rows in the copy-engine forward (as long as aligned rows take
- *   it): 3 stages of rows in flight a block, not 4 (shift_fwd_stages).
+ * - Such rows in the copy-engine forward (from their own threshold,
+ *   shift_fwd_bulk_bytes, above): 3 stages of rows in flight a block, not
+ *   4 (shift_fwd_stages).
  * - Such rows in the copy-engine backward where aligned rows take it
  *   (shift_bwd_bulk), the grid's row stride made whole 16-byte units.
  * - 16-bit backward rows of 112 KiB or more (N >= 57344), shifted ones
@@ -719,6 +722,12 @@ static int ln_rows_per_block(int tpr, int cl)
     return (cl == 1 && tpr < 128) ? 128 / tpr : 1;
 }
 
+/* The most 16-byte vectors of a row a copy-engine forward's thread holds
+ * with gamma and beta in registers (fwd_bulk_gb=2): the defaults' 8 take
+ * 113-168 registers, without spills; 16 spilled (bench/layernorm_NOTES.md,
+ * run 15). */
+#define LN_FWD_GB_REG_VECS 8
+
 /* The plan line's words for a copy-engine forward's gamma and beta (gb). */
 static const char *const ln_gb_words[3] = {"", ", gamma and beta in shared memory",
                                            ", gamma and beta in registers"};
@@ -874,18 +883,28 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         /* gamma and beta held only where the kernel reads them; a shifted
          * row shifts them by its own head, so it keeps them in shared
          * memory (gb 1) where registers are asked for (gb 2) */
-        const int gb = !affine ? 0 : c->fwd_bulk_gb == 2 && n % vec != 0 ? 1 : c->fwd_bulk_gb;
-        const int gbs = gb == 1; /* in shared memory */
+        int gb = !affine ? 0 : c->fwd_bulk_gb == 2 && n % vec != 0 ? 1 : c->fwd_bulk_gb;
         const int stages = n % vec != 0 ? c->shift_fwd_stages : c->fwd_bulk_stages;
-        /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and beta's
-         * shares with gb 1 (a shifted row's: a vector more each) */
-        const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gbs) * 16,
-                                 .extra = n % vec != 0 ? (size_t)(2 * gbs) * 16 : 0,
-                                 .shift = 1};
         size_t dyn = 0;
-        if ((size_t)vec * es == 16 &&
-            ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, &sm,
-                          tg->block_smem, &tpr, &cl, &dyn)) {
+        int ok = (size_t)vec * es == 16;
+        while (ok) {
+            const int gbs = gb == 1; /* in shared memory */
+            /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and
+             * beta's shares with gb 1 (a shifted row's: a vector more each) */
+            const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gbs) * 16,
+                                     .extra = n % vec != 0 ? (size_t)(2 * gbs) * 16 : 0,
+                                     .shift = 1};
+            ok = ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, &sm,
+                               tg->block_smem, &tpr, &cl, &dyn);
+            /* gamma and beta in registers cost 2 x 4 a thread's 16-byte
+             * vectors: over LN_FWD_GB_REG_VECS of them (a plan's larger
+             * fwd_bulk_ept or chunk) ptxas spills, so shared memory then */
+            if (!ok || gb != 2 ||
+                (ln_bulk_share(n, es, cl, 1) + tpr - 1) / tpr <= LN_FWD_GB_REG_VECS)
+                break;
+            gb = 1;
+        }
+        if (ok) {
             p->special = 1;
             p->tpr = tpr;
             p->cl = cl;

@@ -39,7 +39,8 @@
  *   bwd_bulk_bytes   rows of at least this many bytes take the copy-engine
  *                    kernel where it splits them even when one block of the
  *                    register kernel holds them (0: only rows over a cluster)
- *   fwd_bulk         1: forward rows of at least fwd_bulk_bytes take the
+ *   fwd_bulk         1: forward rows of at least fwd_bulk_bytes (a shifted
+ *                    row: shift_fwd_bulk_bytes, when not 0) take the
  *                    copy-engine kernel (layernorm_fwd_bulk) where it splits
  *                    them (16-byte vectors, a shifted row's body for an odd
  *                    N, over 2-8 blocks whose shares differ by one vector at
@@ -57,7 +58,7 @@
  *                    in shared memory (2 more shares' bytes), loaded once,
  *                    instead of reading them from L2 for every row; 2: in
  *                    each thread's registers (no shared memory; a shifted
- *                    row takes 1)
+ *                    row, or a thread of more than 8 vectors, takes 1)
  *   bwd_bulk_stages  layernorm_bwd_bulk's rows in flight per block, 2 to 4
  *                    (each a stage of its share of a row's x and dy in
  *                    shared memory)

@@ -358,7 +358,7 @@ static void test_plan_parse_dtype(void **state)
 /* The default plan differs by dtype where the H100 A/B won (float32 long
  * forward rows over 8 small blocks, float32 backward rows of 16-32 KiB
  * prefetched, 16-bit 320-384-thread forward blocks at 2 per SM, 16-bit
- * forward rows of 96 KiB or more on the copy-engine kernel at 64 elements
+ * forward rows of 72 KiB or more on the copy-engine kernel at 64 elements
  * a thread, 16-bit backward rows of 24 KiB or more on the copy-engine
  * kernel, in whole warps where a power of two idles a third of the lanes,
  * 16-bit prefetching backward rows at 48 bytes a thread where that puts
@@ -465,8 +465,8 @@ static void test_defaults_by_dtype(void **state)
     free(out);
 }
 
-/* fwd_bulk: long rows (fwd_bulk_bytes or more: 96 KiB for 16-bit rows,
- * 144 KiB for float32 by default) over the forward's copy-engine kernel,
+/* fwd_bulk: long rows (fwd_bulk_bytes or more: 72 KiB for 16-bit rows,
+ * over 128 KiB for float32 by default) over the forward's copy-engine kernel,
  * compiled by NVRTC for sm_90 here; rows it cannot split keep the register
  * kernels, and the plan line says why. */
 static void test_forward_bulk(void **state)
@@ -627,6 +627,15 @@ static void test_forward_long_row_options(void **state)
                 "thread, 0% of lanes idle in the last pass, rows staged in shared memory (3 "
                 "stages), gamma and beta in registers, one cluster exchange per row; plan");
     expect(out, "layernorm_fwd_bulk<float, 65536, false, 256, 8, 3, 0, 1>");
+    expect(out, "prewarmed");
+    free(out);
+    /* more than 8 vectors a thread (64 elements at 128 of them: 16) would
+     * spill with gamma and beta in registers: shared memory then */
+    out = prewarm_ok("warps", "h16_fwd_bulk_ept=128", "layernorm:f16:65536");
+    expect(out, "layernorm_fwd_bulk<__half, 65536, true, 64, 8, 4, 1, 1>: copy-engine cluster "
+                "kernel, 512 threads per row (over a cluster of 8 blocks), 16 vectors of 16 B per "
+                "thread");
+    expect(out, "gamma and beta in shared memory");
     expect(out, "prewarmed");
     free(out);
     out = prewarm_ok("warps", "fwd_bulk_gb=2", "layernorm:f16:65535");
@@ -830,6 +839,17 @@ static void test_plan_parse_row_shift(void **state)
     assert_string_equal(c.text, "shift_bwd_tpr=0");
     assert_int_equal(jitop__ln_cfg_parse("P", NULL, 2, &d, &old, &c), JITOP_OK);
     assert_int_equal(c.row_shift, 1);
+    /* the shifted rows' copy-engine forward threshold: last in the
+     * canonical text, by dtype */
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_shift_fwd_bulk_bytes=65536,f32_shift_fwd_bulk_bytes=0,"
+                                         "row_shift=1",
+                                         2, &d, &old, &c),
+                     JITOP_OK);
+    assert_int_equal(c.shift_fwd_bulk_bytes, 65536);
+    assert_string_equal(c.text, "row_shift=1,shift_fwd_bulk_bytes=65536");
+    assert_int_equal(jitop__ln_cfg_parse("P", "h16_shift_fwd_bulk_bytes=65536", 4, &d, &old, &c),
+                     JITOP_OK);
+    assert_int_equal(c.shift_fwd_bulk_bytes, 0);
     /* h16_ reaches 16-bit rows only, f32_ float32 rows only */
     assert_int_equal(jitop__ln_cfg_parse("P", "h16_row_shift=0", 4, &d, &old, &c), JITOP_OK);
     assert_int_equal(c.row_shift, 1);
@@ -865,6 +885,8 @@ static void test_plan_parse_row_shift(void **state)
         {"shift_bulk_long_from=-1",
          "P: shift_bulk_long_from is '-1': expected an integer in [0, 1073741824]"},
         {"bulk_long_from=96k", "P: bulk_long_from is '96k': expected an integer in [0, 1073741824]"},
+        {"shift_fwd_bulk_bytes=-1",
+         "P: shift_fwd_bulk_bytes is '-1': expected an integer in [0, 1073741824]"},
     };
     static const size_t offs[] = {offsetof(jitop__ln_cfg, row_shift),
                                   offsetof(jitop__ln_cfg, shift_bwd_tpr),
@@ -874,7 +896,8 @@ static void test_plan_parse_row_shift(void **state)
                                   offsetof(jitop__ln_cfg, bulk_long_from),
                                   offsetof(jitop__ln_cfg, bulk_long_chunk),
                                   offsetof(jitop__ln_cfg, bulk_long_ept),
-                                  offsetof(jitop__ln_cfg, shift_bulk_long_from)};
+                                  offsetof(jitop__ln_cfg, shift_bulk_long_from),
+                                  offsetof(jitop__ln_cfg, shift_fwd_bulk_bytes)};
     expect_refused(bad, sizeof bad / sizeof bad[0], 2, &d, &old, offs,
                    sizeof offs / sizeof offs[0]);
 }
@@ -1267,7 +1290,7 @@ static void test_row_shift(void **state)
           "threads per row (over a cluster of 8 blocks), 4 vectors of 16 B per thread, 0% of lanes "
           "idle in the last pass, rows staged in shared memory, " LN_SHIFTED "; plan default"},
          NULL},
-        /* float32 from 144 KiB, a ragged share (9999 body vectors over 8),
+        /* float32 from 112 KiB, a ragged share (9999 body vectors over 8),
          * the stages as the plan says */
         {"shift_fwd_stages=2",
          "layernorm:f32:40001",

@@ -54,7 +54,7 @@ static void test_forward_long_row_plans(void **state)
     lnt_setup_ctx();
     static const ln_plan_rows plans[] = {
         /* the default kernels with one exchange: copy-engine rows, gamma
-         * and beta in registers (float32 40000: ragged shares) */
+         * and beta in registers */
         {"fwd_one_sync=1",
          {JITOP_FLOAT32, JITOP_FLOAT32, JITOP_FLOAT32, JITOP_FLOAT32, JITOP_BFLOAT16,
           JITOP_FLOAT16},

@@ -90,7 +90,7 @@ static void test_row_length_sweep(void **state)
         {JITOP_BFLOAT16, 61448},
         /* the copy-engine forward's thresholds: float32 just over one
          * block of 1024 threads (34816), 16-bit from 72 KiB (36864 above,
-         * 38912 over 8 ragged shares), gamma and beta in registers */
+         * 38912 with a partial last pass), gamma and beta in registers */
         {JITOP_FLOAT32, 34816}, {JITOP_FLOAT16, 38912},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
