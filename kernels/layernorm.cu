@@ -685,8 +685,7 @@ __device__ __forceinline__ void ln_cluster_stats(float sum_b, float m2_b, R &s, 
     // thread r sends to block r: the CL - 1 sends leave together, not one
     // after another from thread 0, which also issues the copy engine's loads
     // (ln_row_sum keeps thread 0's sends: in the backward the same change
-    // won at some row lengths and lost at others; bench/layernorm_NOTES.md,
-    // run 15)
+    // won at some row lengths and lost at others; bench/layernorm_NOTES.md)
     if (threadIdx.x < CL && threadIdx.x != rank) {
         const unsigned r = threadIdx.x, bar = ln_cluster_addr(&s.peer_in[p], r);
         ln_st_async(ln_cluster_addr(&s.peer[p][rank][0], r), sum_b, bar);

@@ -723,9 +723,9 @@ static int ln_rows_per_block(int tpr, int cl)
 }
 
 /* The most 16-byte vectors of a row a copy-engine forward's thread holds
- * with gamma and beta in registers (fwd_bulk_gb=2): the defaults' 8 take
- * 113-168 registers, without spills; 16 spilled (bench/layernorm_NOTES.md,
- * run 15). */
+ * with gamma and beta in registers (fwd_bulk_gb=2): the defaults' count,
+ * which ptxas fits without spilling; twice as many spill
+ * (bench/layernorm_NOTES.md). */
 #define LN_FWD_GB_REG_VECS 8
 
 /* The plan line's words for a copy-engine forward's gamma and beta (gb). */
@@ -864,6 +864,21 @@ static void ln_bulk_note(ln_plan *p, const char *field, int chunk, int max_cl, i
                  field, max_cl, chunk);
 }
 
+/* ln_bulk_shape for the copy-engine forward at these stages and gb (its
+ * gamma and beta: 0 from L2, 1 in shared memory, 2 in registers). */
+static int ln_fwd_bulk_fits(const jitop__ln_cfg *c, int n, size_t es, int vec, int stages, int gb,
+                            const ln_target *tg, int *tpr, int *cl, size_t *dyn)
+{
+    const int gbs = gb == 1; /* in shared memory */
+    /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and beta's
+     * shares with gb 1 (a shifted row's: a vector more each) */
+    const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gbs) * 16,
+                             .extra = n % vec != 0 ? (size_t)(2 * gbs) * 16 : 0,
+                             .shift = 1};
+    return ln_bulk_shape(n, es, tg->max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, &sm,
+                         tg->block_smem, tpr, cl, dyn);
+}
+
 static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, int n, int affine,
                         int vec, const ln_target *tg, int rule)
 {
@@ -886,23 +901,14 @@ static void ln_fwd_plan(ln_plan *p, const jitop__ln_cfg *c, jitop_dtype dtype, i
         int gb = !affine ? 0 : c->fwd_bulk_gb == 2 && n % vec != 0 ? 1 : c->fwd_bulk_gb;
         const int stages = n % vec != 0 ? c->shift_fwd_stages : c->fwd_bulk_stages;
         size_t dyn = 0;
-        int ok = (size_t)vec * es == 16;
-        while (ok) {
-            const int gbs = gb == 1; /* in shared memory */
-            /* ln_fwd_bulk_smem_bytes: the stages of x, then gamma's and
-             * beta's shares with gb 1 (a shifted row's: a vector more each) */
-            const ln_bulk_smem sm = {.per_vec = (size_t)(stages + 2 * gbs) * 16,
-                                     .extra = n % vec != 0 ? (size_t)(2 * gbs) * 16 : 0,
-                                     .shift = 1};
-            ok = ln_bulk_shape(n, es, max_cl, c->fwd_bulk_chunk, c->fwd_bulk_ept, 100, &sm,
-                               tg->block_smem, &tpr, &cl, &dyn);
-            /* gamma and beta in registers cost 2 x 4 a thread's 16-byte
-             * vectors: over LN_FWD_GB_REG_VECS of them (a plan's larger
-             * fwd_bulk_ept or chunk) ptxas spills, so shared memory then */
-            if (!ok || gb != 2 ||
-                (ln_bulk_share(n, es, cl, 1) + tpr - 1) / tpr <= LN_FWD_GB_REG_VECS)
-                break;
+        int ok = (size_t)vec * es == 16 &&
+                 ln_fwd_bulk_fits(c, n, es, vec, stages, gb, tg, &tpr, &cl, &dyn);
+        /* gamma and beta in registers cost 2 x 4 a thread's 16-byte vectors:
+         * over LN_FWD_GB_REG_VECS of them (a plan's larger fwd_bulk_ept or
+         * chunk) ptxas spills, so shared memory then */
+        if (ok && gb == 2 && (ln_bulk_share(n, es, cl, 1) + tpr - 1) / tpr > LN_FWD_GB_REG_VECS) {
             gb = 1;
+            ok = ln_fwd_bulk_fits(c, n, es, vec, stages, gb, tg, &tpr, &cl, &dyn);
         }
         if (ok) {
             p->special = 1;

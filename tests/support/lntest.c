@@ -20,10 +20,10 @@
 #include "gputest.h"
 #include "testutil.h"
 
-/* float16 goes through _Float16 (GCC 12 or newer on x86-64, clang 15 or
- * newer). Without it this file is empty, so that the CPU test programs,
- * which link every .c file of tests/support, build as before; lntest.h
- * then stops the build of the LayerNorm GPU tests with a message. */
+/* float16 goes through _Float16 (hostdtype.h: GCC 12 or newer on x86-64,
+ * clang 15 or newer). Without it this file is empty, so that the CPU test
+ * programs, which link every .c file of tests/support, build as before;
+ * hostdtype.h then stops the build of the LayerNorm GPU tests with a message. */
 #ifdef __FLT16_MAX__
 #include "lntest.h"
 
